@@ -1,0 +1,113 @@
+// The backend interface: everything an op needs from a device, and nothing more.
+//
+// Backends: cpu (always), metal (macOS, csrc/backend/metal/), cuda (optional).
+// Ops validate their arguments first, then call allocate/wrap_host and launch with
+// kernels found by host name (the names FM_INSTANTIATE gives in metal/*.metal).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fm {
+
+class Backend;
+
+// One allocation on a device. On host-visible backends (cpu, metal) `host` is its CPU
+// address; `handle` is the backend's own object (an MTLBuffer, a CUDA pointer).
+struct Storage {
+  Backend* backend = nullptr;
+  void* host = nullptr;
+  void* handle = nullptr;
+  std::size_t nbytes = 0;
+  // Where wrap_host had to copy instead of sharing memory: the user's memory, so that
+  // results written here can be copied back (see Backend::wrap_host).
+  void* copied_from = nullptr;
+  // Returns the memory to its pool, or drops the wrapped owner. Runs when the last
+  // reference goes; owners of Python memory take the GIL themselves.
+  std::function<void()> release;
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (release) release();
+  }
+};
+using StoragePtr = std::shared_ptr<Storage>;
+
+// A kernel argument: a buffer (storage + byte offset) or a small block of bytes
+// (an argument struct, passed like Metal's setBytes).
+struct KernelArg {
+  StoragePtr storage;
+  std::size_t offset = 0;
+  const void* bytes = nullptr;
+  std::size_t size = 0;
+
+  static KernelArg buffer(StoragePtr s, std::size_t byte_offset = 0) {
+    KernelArg a;
+    a.storage = std::move(s);
+    a.offset = byte_offset;
+    return a;
+  }
+  static KernelArg inline_bytes(const void* p, std::size_t n) {
+    KernelArg a;
+    a.bytes = p;
+    a.size = n;
+    return a;
+  }
+};
+
+// Grid in threads (Metal's dispatchThreads): threads past `grid` do not exist, the last
+// threadgroup along an axis may be partial. Kernels that use barriers are launched with a
+// grid that is a multiple of `group` and check bounds themselves.
+struct Dispatch {
+  std::uint32_t grid[3] = {1, 1, 1};
+  std::uint32_t group[3] = {1, 1, 1};
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Memory readable and writable by the CPU at Storage::host (buffer protocol works).
+  virtual bool host_visible() const = 0;
+
+  // Page-aligned, from a caching pool; contents undefined.
+  virtual StoragePtr allocate(std::size_t nbytes) = 0;
+  // Make `nbytes` of host memory at `ptr` usable by kernels, sharing it where the device
+  // allows (always on cpu; page-aligned regions on metal), else copying it into a new
+  // allocation and setting Storage::copied_from. `owner` keeps the memory alive for as
+  // long as the Storage lives.
+  virtual StoragePtr wrap_host(void* ptr, std::size_t nbytes, std::shared_ptr<void> owner) = 0;
+
+  // Enqueue a kernel. Buffers named by `args` stay alive until it has run. Raises
+  // BackendError for unknown kernels and driver failures.
+  virtual void launch(const std::string& kernel, const Dispatch& dispatch,
+                      const std::vector<KernelArg>& args) = 0;
+  // Wait for all queued work. Called without the GIL.
+  virtual void synchronize() = 0;
+
+  // Threads per group that suit a 1-D elementwise kernel on this device.
+  virtual std::uint32_t preferred_group_size(const std::string& kernel) = 0;
+  // Largest threadgroup the kernel can be launched with.
+  virtual std::uint32_t max_group_size(const std::string& kernel) = 0;
+  // True where `kernel` exists on this backend.
+  virtual bool has_kernel(const std::string& kernel) = 0;
+
+  // Copies between host memory and a storage (for backends without host-visible memory;
+  // host-visible backends do a memcpy). Synchronous.
+  virtual void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n);
+  virtual void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n);
+};
+
+// ---- the device registry (backend/registry.cpp) ----
+std::vector<std::string> available_devices();       // best first, "cpu" always last
+Backend& get_backend(const std::string& name);        // ValueError if unknown/unavailable
+Backend& default_backend();
+std::string default_device();
+void set_default_device(const std::string& name);
+
+}  // namespace fm

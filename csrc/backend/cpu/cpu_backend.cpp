@@ -1,0 +1,128 @@
+#include "cpu_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "../../allocator.h"
+#include "../../errors.h"
+#include "kernel_table.h"
+#include "thread_pool.h"
+
+namespace fm::cpu {
+namespace {
+
+constexpr std::size_t kAlign = 16384;
+// Below this many threads a launch runs on the calling thread: waking workers costs more.
+constexpr std::uint64_t kMinThreadsPerTask = 16384;
+
+std::uint32_t ceil_div(std::uint32_t a, std::uint32_t b) { return (a + b - 1) / b; }
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend()
+      : pool_(
+            [](std::size_t n) {
+              CachingAllocator::Block b;
+              b.host = std::aligned_alloc(kAlign, n);
+              b.size = n;
+              return b;
+            },
+            [](const CachingAllocator::Block& b) { std::free(b.host); },
+            std::size_t(1) << 30) {}
+
+  std::string name() const override { return "cpu"; }
+  bool host_visible() const override { return true; }
+
+  StoragePtr allocate(std::size_t nbytes) override {
+    CachingAllocator::Block b = pool_.acquire(nbytes);
+    if (b.host == nullptr) throw BackendError("[fastmetal] out of host memory allocating " +
+                                              std::to_string(nbytes) + " bytes");
+    auto s = std::make_shared<Storage>();
+    s->backend = this;
+    s->host = b.host;
+    s->nbytes = nbytes;
+    s->release = [this, b] { pool_.give_back(b); };
+    return s;
+  }
+
+  StoragePtr wrap_host(void* ptr, std::size_t nbytes, std::shared_ptr<void> owner) override {
+    auto s = std::make_shared<Storage>();
+    s->backend = this;
+    s->host = ptr;
+    s->nbytes = nbytes;
+    s->release = [owner = std::move(owner)]() mutable { owner.reset(); };
+    return s;
+  }
+
+  void launch(const std::string& kernel, const Dispatch& d,
+              const std::vector<KernelArg>& args) override {
+    const KernelInfo* info = kernel_table().find(kernel);
+    if (info == nullptr) throw BackendError("[fastmetal] no CPU kernel named '" + kernel + "'");
+    std::vector<void*> ptrs(args.size());
+    for (std::size_t i = 0; i < args.size(); ++i)
+      ptrs[i] = args[i].storage ? static_cast<char*>(args[i].storage->host) + args[i].offset
+                                : const_cast<void*>(args[i].bytes);
+    Launch L;
+    L.grid = uvec3{d.grid[0], d.grid[1], d.grid[2]};
+    L.group = uvec3{std::max(1u, d.group[0]), std::max(1u, d.group[1]), std::max(1u, d.group[2])};
+    L.num_groups = uvec3{ceil_div(L.grid.x, L.group.x), ceil_div(L.grid.y, L.group.y),
+                         ceil_div(L.grid.z, L.group.z)};
+    const std::uint64_t total = std::uint64_t(L.grid.x) * L.grid.y * L.grid.z;
+    if (total == 0) return;
+    ThreadPool& pool = ThreadPool::instance();
+    std::uint64_t tasks = std::min<std::uint64_t>(4 * std::uint64_t(pool.num_threads()),
+                                                  std::max<std::uint64_t>(1, total / kMinThreadsPerTask));
+    if (pool.num_threads() == 1) tasks = 1;
+    void* const* a = ptrs.data();
+
+    if (info->mode == Mode::grid) {
+      // Split along the outermost axis that has enough extent; keep x chunks whole cache lines.
+      L.lo = uvec3{0, 0, 0};
+      L.hi = L.grid;
+      int axis = L.grid.z >= tasks ? 2 : (L.grid.z == 1 && L.grid.y >= tasks ? 1 : 0);
+      const std::uint32_t extent = axis == 2 ? L.grid.z : axis == 1 ? L.grid.y : L.grid.x;
+      tasks = std::min<std::uint64_t>(tasks, extent);
+      std::uint32_t chunk = ceil_div(extent, std::uint32_t(tasks));
+      if (axis == 0) chunk = (chunk + 63) / 64 * 64;
+      const std::int64_t n = ceil_div(extent, chunk);
+      pool.parallel_for(n, [&](std::int64_t t) {
+        Launch part = L;
+        const std::uint32_t lo = std::uint32_t(t) * chunk;
+        const std::uint32_t hi = std::min(extent, lo + chunk);
+        (axis == 2 ? part.lo.z : axis == 1 ? part.lo.y : part.lo.x) = lo;
+        (axis == 2 ? part.hi.z : axis == 1 ? part.hi.y : part.hi.x) = hi;
+        info->fn(part, a);
+      });
+      return;
+    }
+    const std::uint64_t groups = std::uint64_t(L.num_groups.x) * L.num_groups.y * L.num_groups.z;
+    if (info->mode == Mode::emulated) tasks = 1;  // one seed, one order: reproducible runs
+    tasks = std::min(tasks, groups);
+    const std::uint64_t per = (groups + tasks - 1) / tasks;
+    pool.parallel_for(std::int64_t((groups + per - 1) / per), [&](std::int64_t t) {
+      Launch part = L;
+      part.group_begin = std::uint64_t(t) * per;
+      part.group_end = std::min(groups, part.group_begin + per);
+      info->fn(part, a);
+    });
+  }
+
+  void synchronize() override {}
+  std::uint32_t preferred_group_size(const std::string&) override { return 256; }
+  std::uint32_t max_group_size(const std::string&) override { return 1024; }
+  bool has_kernel(const std::string& kernel) override {
+    return kernel_table().find(kernel) != nullptr;
+  }
+
+ private:
+  CachingAllocator pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace fm::cpu
+

@@ -1,0 +1,94 @@
+// Helpers the generated CPU entries use to call a kernel: turn the untyped argument
+// array into the kernel's parameter types and loop over thread positions. Everything
+// here is a template the compiler inlines, so a grid-mode kernel becomes one plain loop.
+#pragma once
+#include <tuple>
+#include <type_traits>
+
+#include "kernel_table.h"
+
+namespace fm::cpu {
+
+template <typename F>
+struct params_of;
+template <typename R, typename... A>
+struct params_of<R (*)(A...)> {
+  using type = std::tuple<A...>;
+};
+template <typename F, std::size_t I>
+using param_t = std::tuple_element_t<I, typename params_of<F>::type>;
+
+// A buffer argument: pointer parameters get the pointer, reference (and by-value)
+// parameters the object it points to.
+template <typename F, std::size_t I>
+inline decltype(auto) arg(void* p) {
+  using P = param_t<F, I>;
+  if constexpr (std::is_pointer_v<P>) {
+    return static_cast<P>(p);
+  } else {
+    using V = std::remove_reference_t<P>;
+    return *static_cast<V*>(p);
+  }
+}
+
+// A builtin argument: uint takes x, uint2 (x, y), uint3 (x, y, z).
+template <typename F, std::size_t I>
+inline auto builtin(const uvec3& v) {
+  using P = std::remove_cv_t<std::remove_reference_t<param_t<F, I>>>;
+  if constexpr (std::is_integral_v<P>) {
+    return static_cast<P>(v.x);
+  } else if constexpr (sizeof(P) == 2 * sizeof(v.x)) {
+    return P(v.x, v.y);
+  } else {
+    return P(v.x, v.y, v.z);
+  }
+}
+template <typename F, std::size_t I>
+inline auto builtin(std::uint32_t v) {
+  using P = std::remove_cv_t<std::remove_reference_t<param_t<F, I>>>;
+  return static_cast<P>(v);
+}
+
+template <typename Fn>
+inline void run_grid(const Launch& L, Fn&& f) {
+  for (std::uint32_t z = L.lo.z; z < L.hi.z; ++z)
+    for (std::uint32_t y = L.lo.y; y < L.hi.y; ++y)
+      for (std::uint32_t x = L.lo.x; x < L.hi.x; ++x) f(uvec3{x, y, z});
+}
+
+inline uvec3 group_position(const Launch& L, std::uint64_t g) {
+  const std::uint64_t gx = L.num_groups.x, gy = L.num_groups.y;
+  return uvec3{std::uint32_t(g % gx), std::uint32_t((g / gx) % gy), std::uint32_t(g / (gx * gy))};
+}
+
+template <typename Fn>
+inline void run_groups(const Launch& L, Fn&& f) {
+  ThreadIds t;
+  t.grid_size = L.grid;
+  t.group_size = L.group;
+  t.num_groups = L.num_groups;
+  t.simd_width = kSimdWidth;
+  for (std::uint64_t g = L.group_begin; g < L.group_end; ++g) {
+    t.group_pos = group_position(L, g);
+    for (std::uint32_t lz = 0; lz < L.group.z; ++lz)
+      for (std::uint32_t ly = 0; ly < L.group.y; ++ly)
+        for (std::uint32_t lx = 0; lx < L.group.x; ++lx) {
+          t.local_pos = uvec3{lx, ly, lz};
+          t.grid_pos = uvec3{t.group_pos.x * L.group.x + lx, t.group_pos.y * L.group.y + ly,
+                             t.group_pos.z * L.group.z + lz};
+          if (t.grid_pos.x >= L.grid.x || t.grid_pos.y >= L.grid.y || t.grid_pos.z >= L.grid.z)
+            continue;  // past the grid: such threads do not exist
+          t.local_index = (lz * L.group.y + ly) * L.group.x + lx;
+          t.simd_lane = t.local_index % kSimdWidth;
+          t.simd_group = t.local_index / kSimdWidth;
+          f(t);
+        }
+  }
+}
+
+template <typename Fn>
+inline void run_emulated(const Launch& L, Fn&& f) {
+  emulate_groups(L, std::function<void(const ThreadIds&)>(f));
+}
+
+}  // namespace fm::cpu

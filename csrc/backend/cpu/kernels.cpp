@@ -1,0 +1,104 @@
+// The CPU kernel registry. The generated entries are compiled once per instruction set
+// (CMake: FM_CPU_ISAS); at first use the best one this processor supports is chosen.
+// FASTMETAL_CPU_ISA=base|avx2|avx512 forces one (the tests run each).
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernel_table.h"
+
+#define FM_CPU_STEM(stem) void register_##stem(KernelTable&);
+namespace fm::cpu {
+namespace base {
+#include "cpu_kernel_stems.inc"
+}
+#if defined(FM_CPU_HAVE_AVX2)
+namespace avx2 {
+#include "cpu_kernel_stems.inc"
+}
+#endif
+#if defined(FM_CPU_HAVE_AVX512)
+namespace avx512 {
+#include "cpu_kernel_stems.inc"
+}
+#endif
+}  // namespace fm::cpu
+#undef FM_CPU_STEM
+
+namespace fm::cpu {
+namespace {
+
+bool supported(const std::string& isa) {
+  if (isa == "base") return true;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+#if defined(FM_CPU_HAVE_AVX2)
+  if (isa == "avx2")
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#endif
+#if defined(FM_CPU_HAVE_AVX512)
+  if (isa == "avx512")
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#endif
+#endif
+  return false;
+}
+
+std::string choose_isa() {
+  if (const char* env = std::getenv("FASTMETAL_CPU_ISA")) {
+    if (!supported(env))
+      throw std::runtime_error(std::string("FASTMETAL_CPU_ISA=") + env +
+                               " is not built into fastmetal or not supported by this CPU");
+    return env;
+  }
+  for (const char* isa : {"avx512", "avx2"})
+    if (supported(isa)) return isa;
+  return "base";
+}
+
+const std::string& chosen_isa() {
+  static const std::string isa = choose_isa();
+  return isa;
+}
+
+}  // namespace
+
+const char* kernel_isa() { return chosen_isa().c_str(); }
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    const std::string& isa = chosen_isa();
+    (void)isa;
+#define FM_CPU_STEM(stem) ISA_NS::register_##stem(t);
+#if defined(FM_CPU_HAVE_AVX512)
+    if (isa == "avx512") {
+#define ISA_NS avx512
+#include "cpu_kernel_stems.inc"
+#undef ISA_NS
+      return t;
+    }
+#endif
+#if defined(FM_CPU_HAVE_AVX2)
+    if (isa == "avx2") {
+#define ISA_NS avx2
+#include "cpu_kernel_stems.inc"
+#undef ISA_NS
+      return t;
+    }
+#endif
+#define ISA_NS base
+#include "cpu_kernel_stems.inc"
+#undef ISA_NS
+#undef FM_CPU_STEM
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace fm::cpu

@@ -1,0 +1,136 @@
+#include "thread_pool.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace fm::cpu {
+
+struct ThreadPool::Job {
+  const std::function<void(std::int64_t)>* fn;
+  std::int64_t n;
+  std::atomic<std::int64_t> next{0};
+  std::atomic<std::int64_t> done{0};
+  std::mutex mu;
+  std::condition_variable finished;
+  std::exception_ptr error;
+  int workers_inside = 0;  // guarded by the pool's mutex; the caller waits for 0
+};
+
+int default_num_threads() {
+  if (const char* env = std::getenv("FASTMETAL_NUM_THREADS")) {
+    try {
+      int n = std::stoi(env);
+      if (n >= 1) return n;
+    } catch (...) {
+    }
+  }
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool& ThreadPool::instance() {
+  // Leaked on purpose: workers must not be joined during static destruction at exit.
+  static ThreadPool* pool = new ThreadPool(default_num_threads());
+  return *pool;
+}
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+// Claims and runs indices of `job` until none are left. Returns true if this call ran the
+// job's last index.
+bool ThreadPool::run_some(Job& job) {
+  bool last = false;
+  for (;;) {
+    const std::int64_t i = job.next.fetch_add(1);
+    if (i >= job.n) break;
+    try {
+      (*job.fn)(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job.mu);
+      if (!job.error) job.error = std::current_exception();
+    }
+    if (job.done.fetch_add(1) + 1 == job.n) last = true;
+  }
+  if (last) {
+    std::lock_guard<std::mutex> lock(job.mu);
+    job.finished.notify_all();
+  }
+  return last;
+}
+
+void ThreadPool::worker_loop() {
+  for (;;) {
+    Job* job = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = queue_.front();
+      if (job->next.load() >= job->n) {  // fully claimed: no more work here
+        queue_.pop_front();
+        continue;
+      }
+      ++job->workers_inside;
+    }
+    run_some(*job);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --job->workers_inside;
+    }
+    left_cv_.notify_all();
+  }
+}
+
+void ThreadPool::parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& fn) {
+  if (n <= 0) return;
+  if (n == 1 || workers_.empty()) {
+    for (std::int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(&job);
+  }
+  cv_.notify_all();
+  run_some(job);
+  {
+    std::unique_lock<std::mutex> lock(job.mu);
+    job.finished.wait(lock, [&] { return job.done.load() == job.n; });
+  }
+  {
+    // The job lives on this stack frame: no worker may still see it or be inside it.
+    std::unique_lock<std::mutex> lock(mu_);
+    for (auto it = queue_.begin(); it != queue_.end(); ++it)
+      if (*it == &job) {
+        queue_.erase(it);
+        break;
+      }
+    left_cv_.wait(lock, [&] { return job.workers_inside == 0; });
+  }
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+}  // namespace fm::cpu

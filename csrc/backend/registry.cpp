@@ -1,0 +1,102 @@
+// Which devices exist, which one ops use by default, and the backend-generic defaults.
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "../errors.h"
+#include "backend.h"
+#include "cpu/cpu_backend.h"
+#if defined(FASTMETAL_HAVE_METAL)
+#include "metal/metal_backend.h"
+#endif
+#if defined(FASTMETAL_HAVE_CUDA)
+#include "cuda/cuda_backend.h"
+#endif
+
+namespace fm {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<Backend>> backends;
+  std::vector<std::string> order;  // best first
+  std::string default_name;
+  std::string env_error;  // FASTMETAL_DEVICE named something unusable
+};
+
+std::string available_list(const Registry& r) {
+  std::string s;
+  for (const auto& n : r.order) s += (s.empty() ? "" : ", ") + ("'" + n + "'");
+  return s;
+}
+
+// Leaked on purpose: backends may still be in use while the interpreter shuts down.
+Registry& registry() {
+  static Registry* r = [] {
+    auto* r = new Registry;
+#if defined(FASTMETAL_HAVE_METAL)
+    if (auto b = metal::make_metal_backend()) {
+      r->order.push_back("metal");
+      r->backends["metal"] = std::move(b);
+    }
+#endif
+#if defined(FASTMETAL_HAVE_CUDA)
+    if (auto b = cuda::make_cuda_backend()) {
+      r->order.push_back("cuda");
+      r->backends["cuda"] = std::move(b);
+    }
+#endif
+    r->order.push_back("cpu");
+    r->backends["cpu"] = cpu::make_cpu_backend();
+    r->default_name = r->order.front();
+    if (const char* env = std::getenv("FASTMETAL_DEVICE"); env && *env) {
+      if (r->backends.count(env))
+        r->default_name = env;
+      else
+        r->env_error = std::string("[fastmetal] FASTMETAL_DEVICE='") + env +
+                       "' is not an available device; available: " + available_list(*r);
+    }
+    return r;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+std::vector<std::string> available_devices() { return registry().order; }
+
+Backend& get_backend(const std::string& name) {
+  Registry& r = registry();
+  auto it = r.backends.find(name);
+  if (it == r.backends.end())
+    throw ValueError("[fastmetal] unknown or unavailable device '" + name +
+                     "'; available: " + available_list(r));
+  return *it->second;
+}
+
+std::string default_device() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.env_error.empty()) throw ValueError(r.env_error);
+  return r.default_name;
+}
+
+Backend& default_backend() { return get_backend(default_device()); }
+
+void set_default_device(const std::string& name) {
+  Registry& r = registry();
+  get_backend(name);  // validates
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.default_name = name;
+  r.env_error.clear();
+}
+
+void Backend::copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) {
+  std::memcpy(dst, static_cast<const char*>(src.host) + offset, n);
+}
+void Backend::copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) {
+  std::memcpy(static_cast<char*>(dst.host) + offset, src, n);
+}
+
+}  // namespace fm

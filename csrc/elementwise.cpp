@@ -1,0 +1,109 @@
+#include "elementwise.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "errors.h"
+#include "elementwise_args.h"
+
+namespace fm {
+namespace {
+
+constexpr std::int64_t kMaxGrid = std::numeric_limits<std::uint32_t>::max();
+
+bool all_zero(const Strides& s) {
+  for (auto v : s)
+    if (v != 0) return false;
+  return true;
+}
+bool unit(const Strides& s) { return s.size() == 1 && s[0] == 1; }
+
+std::string kernel_name(const char* kind, const char* layout, const std::string& op, DType t) {
+  return std::string(kind) + "_" + layout + "_" + op + "_" + dtype_name(t);
+}
+
+// 1-D launch over n contiguous elements, in pieces if n does not fit a 32-bit grid.
+void launch_contiguous(Backend& be, const std::string& kernel, std::vector<KernelArg> args,
+                       std::vector<std::size_t> advance_bytes, std::int64_t n) {
+  const std::uint32_t group = be.preferred_group_size(kernel);
+  for (std::int64_t done = 0; done < n; done += kMaxGrid) {
+    const std::int64_t count = std::min(kMaxGrid, n - done);
+    Dispatch d;
+    d.grid[0] = std::uint32_t(count);
+    d.group[0] = group;
+    be.launch(kernel, d, args);
+    for (std::size_t i = 0; i < args.size(); ++i) args[i].offset += advance_bytes[i] * count;
+  }
+}
+
+void launch_strided(Backend& be, const std::string& kernel, std::vector<KernelArg> args,
+                    const Shape& shape, const std::vector<const Strides*>& strides) {
+  if (shape.size() > FM_MAX_DIMS)
+    throw ValueError("[fastmetal] elementwise ops support at most " +
+                     std::to_string(FM_MAX_DIMS) + " non-mergeable dimensions, got " +
+                     std::to_string(shape.size()));
+  StridedArgs a{};
+  a.ndim = std::int32_t(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] > kMaxGrid) throw ValueError("[fastmetal] dimension too large for one launch");
+    a.shape[d] = std::int32_t(shape[d]);
+    for (std::size_t k = 0; k < 3; ++k) a.strides[k][d] = strides[k] ? (*strides[k])[d] : 0;
+  }
+  const std::size_t nd = shape.size();
+  std::int64_t rest = 1;
+  for (std::size_t d = 0; d + 2 < nd; ++d) rest *= shape[d];
+  if (rest > kMaxGrid) throw ValueError("[fastmetal] array too large for one strided launch");
+  Dispatch dsp;
+  dsp.grid[0] = std::uint32_t(shape[nd - 1]);
+  dsp.grid[1] = nd > 1 ? std::uint32_t(shape[nd - 2]) : 1;
+  dsp.grid[2] = std::uint32_t(rest);
+  dsp.group[0] = std::min<std::uint32_t>(be.preferred_group_size(kernel), dsp.grid[0]);
+  args.push_back(KernelArg::inline_bytes(&a, sizeof(a)));
+  be.launch(kernel, dsp, args);
+}
+
+}  // namespace
+
+void launch_unary(const std::string& op, const Array& x, const Array& out) {
+  if (out.size() == 0) return;
+  Backend& be = out.backend();
+  Shape shape = out.shape;
+  Strides xs = broadcast_strides(x.shape, x.strides, shape), os = out.strides;
+  merge_dims(shape, {&xs, &os});
+  std::vector<KernelArg> args = {KernelArg::buffer(x.storage, x.byte_offset()),
+                                 KernelArg::buffer(out.storage, out.byte_offset())};
+  const std::size_t item = itemsize(out.dtype);
+  if (shape.empty() || (unit(xs) && unit(os))) {
+    launch_contiguous(be, kernel_name("unary", "v", op, out.dtype), args, {item, item},
+                      numel(shape));
+  } else {
+    launch_strided(be, kernel_name("unary", "g", op, out.dtype), args, shape, {&xs, nullptr, &os});
+  }
+}
+
+void launch_binary(const std::string& op, const Array& x, const Array& y, const Array& out) {
+  if (out.size() == 0) return;
+  Backend& be = out.backend();
+  Shape shape = out.shape;
+  Strides xs = broadcast_strides(x.shape, x.strides, shape);
+  Strides ys = broadcast_strides(y.shape, y.strides, shape);
+  Strides os = out.strides;
+  merge_dims(shape, {&xs, &ys, &os});
+  std::vector<KernelArg> args = {KernelArg::buffer(x.storage, x.byte_offset()),
+                                 KernelArg::buffer(y.storage, y.byte_offset()),
+                                 KernelArg::buffer(out.storage, out.byte_offset())};
+  const std::size_t item = itemsize(out.dtype);
+  const std::int64_t n = numel(shape);
+  const bool flat_out = shape.empty() || unit(os);
+  if (flat_out && (shape.empty() || (unit(xs) && unit(ys)))) {
+    launch_contiguous(be, kernel_name("binary", "v", op, out.dtype), args, {item, item, item}, n);
+  } else if (flat_out && all_zero(xs) && unit(ys)) {
+    launch_contiguous(be, kernel_name("binary", "sv", op, out.dtype), args, {0, item, item}, n);
+  } else if (flat_out && unit(xs) && all_zero(ys)) {
+    launch_contiguous(be, kernel_name("binary", "vs", op, out.dtype), args, {item, 0, item}, n);
+  } else {
+    launch_strided(be, kernel_name("binary", "g", op, out.dtype), args, shape, {&xs, &ys, &os});
+  }
+}
+
+}  // namespace fm

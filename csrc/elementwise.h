@@ -1,0 +1,16 @@
+// Elementwise ops on fm::Arrays: choose the kernel layout (contiguous, scalar-broadcast,
+// or general strided) after merging dimensions, and launch it. Validation and dtype
+// promotion happen before this (python_ops.cpp); here all operands have out's dtype.
+#pragma once
+#include <string>
+
+#include "array.h"
+
+namespace fm {
+
+// x: any strides, shape == out.shape. out: any strides, no partial overlap with x.
+void launch_unary(const std::string& op, const Array& x, const Array& out);
+// x, y broadcast to out.shape; out must not partially overlap x or y.
+void launch_binary(const std::string& op, const Array& x, const Array& y, const Array& out);
+
+}  // namespace fm

@@ -1,0 +1,130 @@
+// Python entry points of the elementwise ops: validate, promote, place the output, launch
+// without the GIL, and return what API.md promises (out, an Array, or a NumPy view).
+#include "elementwise_py.h"
+
+#include "elementwise.h"
+#include "errors.h"
+#include "pyarray.h"
+
+namespace fm::python {
+namespace {
+
+struct Output {
+  py::object user;      // the out= object, or None
+  Array target;         // where the kernel writes
+  Array user_array;     // out= as an Array (when given)
+  bool via_temp = false;  // kernel writes a temporary that is copied into out= afterwards
+};
+
+// Validates out= and decides where the kernel writes. The kernel writes straight into the
+// user's memory unless its dtype differs or it partially overlaps an input, in which case
+// a temporary is used (never corrupt an input mid-computation).
+Output place_output(const std::string& op, py::handle out, Backend& backend, const Shape& shape,
+                    DType dtype, const std::vector<std::pair<Array, Shape>>& inputs) {
+  Output o;
+  o.user = py::reinterpret_borrow<py::object>(out);
+  if (out.is_none()) {
+    o.target = Array::empty(backend, shape, dtype);
+    return o;
+  }
+  const bool fm_out = is_array(out);
+  if (!fm_out && !py::isinstance<py::array>(out))
+    throw TypeError(message(op, "expected out to be a numpy.ndarray or fastmetal.Array, got ",
+                            std::string(py::str(py::type::handle_of(out).attr("__name__")))));
+  Shape out_shape;
+  bool float_dtype = false, native = false;
+  std::string dtype_str;
+  if (fm_out) {
+    const Array& a = out.cast<const Array&>();
+    out_shape = a.shape;
+    float_dtype = native = true;
+    dtype_str = dtype_name(a.dtype);
+  } else {
+    py::array arr = py::reinterpret_borrow<py::array>(out);
+    out_shape.assign(arr.shape(), arr.shape() + arr.ndim());
+    float_dtype = arr.dtype().kind() == 'f';
+    native = float_dtype && (arr.itemsize() == 4 || arr.itemsize() == 2);
+    dtype_str = py::str(arr.dtype());
+    if (!arr.writeable())
+      throw ValueError(message(op, "expected a writeable out array, got a read-only one"));
+  }
+  if (out_shape != shape)
+    throw ValueError(message(op, "expected out with the broadcast shape ", shape_str(shape),
+                             ", got shape ", shape_str(out_shape)));
+  if (!float_dtype)
+    throw ValueError(message(op, "expected out with a floating dtype, got ", dtype_str));
+  if (native) {
+    o.user_array = to_array(out, backend, op, "out");
+    if (o.user_array.dtype == dtype) {
+      bool clash = false;
+      for (auto& [in, in_shape] : inputs) {
+        Array view = in;
+        view.shape = shape;
+        view.strides = broadcast_strides(in.shape, in.strides, shape);
+        if (may_overlap(view, o.user_array) && !same_view(view, o.user_array)) clash = true;
+      }
+      if (!clash) {
+        o.target = o.user_array;
+        return o;
+      }
+    }
+  }
+  o.via_temp = true;
+  o.target = Array::empty(backend, shape, dtype);
+  return o;
+}
+
+py::object finish(Output& o, bool fm_result) {
+  if (o.via_temp) {
+    py::object dst = o.user;
+    if (is_array(dst)) dst = numpy_view(o.user_array, dst);
+    py::module_::import("numpy").attr("copyto")(dst, numpy_view(o.target),
+                                                 py::arg("casting") = "unsafe");
+  } else if (!o.user.is_none() && o.target.storage->copied_from != nullptr) {
+    // out= could not be shared with the device: copy the result back into it.
+    std::memcpy(o.target.storage->copied_from, o.target.storage->host, o.target.storage->nbytes);
+  }
+  if (!o.user.is_none()) return o.user;
+  return wrap_result(std::move(o.target), fm_result);
+}
+
+}  // namespace
+
+py::object unary(const std::string& op, py::handle x, py::handle out) {
+  Backend& backend = pick_backend(op, {{"x", x}, {"out", out}});
+  const bool fm_result = any_array({x, out});
+  Array xa = to_array(x, backend, op, "x");
+  Output o = place_output(op, out, backend, xa.shape, xa.dtype, {{xa, xa.shape}});
+  {
+    py::gil_scoped_release nogil;
+    launch_unary(op, xa, o.target);
+    backend.synchronize();
+  }
+  return finish(o, fm_result);
+}
+
+py::object binary(const std::string& op, py::handle x, py::handle y, py::handle out) {
+  Backend& backend = pick_backend(op, {{"x", x}, {"y", y}, {"out", out}});
+  const bool fm_result = any_array({x, y, out});
+  // Python scalars are weakly typed (NEP 50): they take the array operand's dtype.
+  const bool xs = is_python_scalar(x), ys = is_python_scalar(y);
+  DType dtype = DType::float32;
+  if (!xs && !ys)
+    dtype = promote(native_dtype_of(x, op, "x"), native_dtype_of(y, op, "y"));
+  else if (!xs)
+    dtype = native_dtype_of(x, op, "x");
+  else if (!ys)
+    dtype = native_dtype_of(y, op, "y");
+  Array xa = to_array(x, backend, op, "x", dtype);
+  Array ya = to_array(y, backend, op, "y", dtype);
+  const Shape shape = broadcast_shapes(xa.shape, ya.shape, op);
+  Output o = place_output(op, out, backend, shape, dtype, {{xa, xa.shape}, {ya, ya.shape}});
+  {
+    py::gil_scoped_release nogil;
+    launch_binary(op, xa, ya, o.target);
+    backend.synchronize();
+  }
+  return finish(o, fm_result);
+}
+
+}  // namespace fm::python

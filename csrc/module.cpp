@@ -1,0 +1,214 @@
+// The pybind11 module fastmetal._core. Bindings only: the logic lives in the portable
+// core (array, shape, elementwise, ...) and in pyarray.cpp / *_py.cpp at the boundary.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "array.h"
+#include "backend/cpu/kernel_table.h"
+#include "backend/cpu/thread_pool.h"
+#include "elementwise_py.h"
+#include "errors.h"
+#include "pyarray.h"
+
+namespace py = pybind11;
+using namespace fm;
+using namespace fm::python;
+
+namespace {
+
+Shape parse_shape(py::handle shape, const std::string& op) {
+  auto bad = [&] {
+    return TypeError(message(op, "expected shape as an int or a sequence of ints, got ",
+                             std::string(py::repr(shape))));
+  };
+  auto as_int = [&](py::handle d) {
+    if (PyBool_Check(d.ptr()) || PyFloat_Check(d.ptr())) throw bad();
+    PyObject* i = PyNumber_Index(d.ptr());
+    if (i == nullptr) {
+      PyErr_Clear();
+      throw bad();
+    }
+    const long long v = PyLong_AsLongLong(i);
+    Py_DECREF(i);
+    if (v == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw bad();
+    }
+    return std::int64_t(v);
+  };
+  Shape s;
+  if (PyLong_Check(shape.ptr())) {
+    s.push_back(as_int(shape));
+  } else {
+    if (!PySequence_Check(shape.ptr()) || PyUnicode_Check(shape.ptr())) throw bad();
+    for (auto d : py::reinterpret_borrow<py::sequence>(shape)) s.push_back(as_int(d));
+  }
+  for (auto d : s)
+    if (d < 0)
+      throw ValueError(message(op, "expected non-negative dimensions, got shape ", shape_str(s)));
+  return s;
+}
+
+Backend& backend_arg(py::handle device) {
+  return device.is_none() ? default_backend() : get_backend(device.cast<std::string>());
+}
+
+py::object filled(py::handle shape, py::handle dtype, py::handle device, const char* op,
+                  int value) {
+  const Shape s = parse_shape(shape, op);
+  const DType t = parse_dtype(dtype, op, "dtype");
+  Backend& b = backend_arg(device);
+  Array a = Array::empty(b, s, t);
+  if (value >= 0 && a.size() > 0) {
+    std::vector<char> host(a.nbytes());
+    if (value == 0) {
+      std::memset(host.data(), 0, host.size());
+    } else if (t == DType::float32) {
+      std::fill_n(reinterpret_cast<float*>(host.data()), a.size(), 1.0f);
+    } else {
+      std::fill_n(reinterpret_cast<_Float16*>(host.data()), a.size(), _Float16(1.0f));
+    }
+    b.copy_from_host(*a.storage, a.byte_offset(), host.data(), host.size());
+  }
+  return py::cast(std::move(a));
+}
+
+py::tuple shape_tuple(const Array& a) {
+  py::tuple t(a.shape.size());
+  for (std::size_t i = 0; i < a.shape.size(); ++i) t[i] = a.shape[i];
+  return t;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "fastmetal's compiled core. Use the public package `fastmetal` instead.";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const fm::TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const fm::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const fm::BackendError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  py::class_<Array>(m, "Array", py::buffer_protocol(), py::module_local(false),
+                    "An array in fastmetal device memory. On host-visible devices (cpu, metal) "
+                    "it exports the buffer protocol: np.asarray(a) shares its memory.")
+      .def_buffer([](Array& a) -> py::buffer_info {
+        if (!a.backend().host_visible())
+          throw py::buffer_error("fastmetal.Array on '" + a.backend().name() +
+                                 "' is not host-visible; use .numpy() to copy it");
+        std::vector<py::ssize_t> strides;
+        for (auto s : a.strides) strides.push_back(s * py::ssize_t(itemsize(a.dtype)));
+        return py::buffer_info(a.host_data(), py::ssize_t(itemsize(a.dtype)),
+                               a.dtype == DType::float32 ? "f" : "e", py::ssize_t(a.ndim()),
+                               std::vector<py::ssize_t>(a.shape.begin(), a.shape.end()),
+                               strides, false);
+      })
+      .def_property_readonly("shape", &shape_tuple)
+      .def_property_readonly("dtype", [](const Array& a) { return numpy_dtype(a.dtype); })
+      .def_property_readonly("ndim", &Array::ndim)
+      .def_property_readonly("size", &Array::size)
+      .def_property_readonly("nbytes", &Array::nbytes)
+      .def_property_readonly("device", [](const Array& a) { return a.backend().name(); })
+      .def("numpy", [](py::object self) { return numpy_view(self.cast<const Array&>(), self); },
+           "A NumPy array of the data: a view sharing memory on host-visible devices, "
+           "else a copy.")
+      .def("__len__",
+           [](const Array& a) {
+             if (a.shape.empty()) throw py::type_error("len() of a 0-d fastmetal.Array");
+             return a.shape[0];
+           })
+      .def(
+          "__array__",
+          [](py::object self, py::object dtype, py::object copy) {
+            py::object arr = numpy_view(self.cast<const Array&>(), self);
+            if (!dtype.is_none()) arr = arr.attr("astype")(dtype, py::arg("copy") = false);
+            if (!copy.is_none() && copy.cast<bool>()) arr = arr.attr("copy")();
+            return arr;
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack__",
+           [](py::object self, py::kwargs kwargs) {
+             return numpy_view(self.cast<const Array&>(), self).attr("__dlpack__")(**kwargs);
+           })
+      .def("__dlpack_device__",
+           [](const Array& a) {
+             if (a.backend().host_visible()) return py::make_tuple(1, 0);  // kDLCPU
+             return py::make_tuple(2, 0);                                   // kDLCUDA
+           })
+      .def("__repr__", [](py::object self) {
+        const Array& a = self.cast<const Array&>();
+        std::string body = py::repr(numpy_view(a, self));
+        return "fastmetal.Array(" + body + ", device='" + a.backend().name() + "')";
+      });
+
+  m.def("devices", &available_devices, "Available backends, best first; 'cpu' is always there.");
+  m.def("default_device", &fm::default_device, "The device ops use when no Array says otherwise.");
+  m.def("set_default_device", &fm::set_default_device, py::arg("name"),
+        "Set the default device; ValueError listing what is available if `name` is not.");
+  m.def(
+      "synchronize",
+      [](py::object device) {
+        Backend& b = backend_arg(device);
+        py::gil_scoped_release nogil;
+        b.synchronize();
+      },
+      py::arg("device") = py::none(), "Wait until all queued work on the device has finished.");
+
+  m.def(
+      "asarray",
+      [](py::object obj, py::object dtype, py::object device) -> py::object {
+        std::optional<DType> want;
+        if (!dtype.is_none()) want = parse_dtype(dtype, "asarray", "dtype");
+        Backend* b = nullptr;
+        if (!device.is_none())
+          b = &get_backend(device.cast<std::string>());
+        else if (is_array(obj))
+          b = &obj.cast<const Array&>().backend();
+        else
+          b = &default_backend();
+        if (is_array(obj)) {
+          const Array& a = obj.cast<const Array&>();
+          if (&a.backend() == b && (!want || *want == a.dtype)) return obj;
+          if (&a.backend() != b) obj = numpy_view(a, obj);  // move across devices via host
+        }
+        return py::cast(to_array(obj, *b, "asarray", "obj", want));
+      },
+      py::arg("obj"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def(
+      "empty",
+      [](py::object shape, py::object dtype, py::object device) {
+        return filled(shape, dtype, device, "empty", -1);
+      },
+      py::arg("shape"), py::arg("dtype") = "float32", py::arg("device") = py::none());
+  m.def(
+      "zeros",
+      [](py::object shape, py::object dtype, py::object device) {
+        return filled(shape, dtype, device, "zeros", 0);
+      },
+      py::arg("shape"), py::arg("dtype") = "float32", py::arg("device") = py::none());
+  m.def(
+      "ones",
+      [](py::object shape, py::object dtype, py::object device) {
+        return filled(shape, dtype, device, "ones", 1);
+      },
+      py::arg("shape"), py::arg("dtype") = "float32", py::arg("device") = py::none());
+
+  m.def("unary", &fm::python::unary, py::arg("op"), py::arg("x"), py::arg("out") = py::none());
+  m.def("binary", &fm::python::binary, py::arg("op"), py::arg("x"), py::arg("y"),
+        py::arg("out") = py::none());
+
+  // Introspection for tests and `python -m fastmetal`.
+  m.def("_cpu_isa", [] { return std::string(fm::cpu::kernel_isa()); });
+  m.def("_num_threads", [] { return fm::cpu::ThreadPool::instance().num_threads(); });
+  m.def("_has_kernel", [](const std::string& device, const std::string& name) {
+    return get_backend(device).has_kernel(name);
+  });
+}

@@ -1,0 +1,203 @@
+#include "pyarray.h"
+
+#include <cstring>
+#include <map>
+
+#include "errors.h"
+
+namespace fm::python {
+
+namespace {
+
+py::object& numpy_fn(const char* name) {
+  // Leaked on purpose: Python objects must not be destroyed after the interpreter.
+  static auto* cache = new std::map<std::string, py::object>();
+  auto it = cache->find(name);
+  if (it == cache->end())
+    it = cache->emplace(name, py::module_::import("numpy").attr(name)).first;
+  return it->second;
+}
+
+std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__name__")); }
+
+// Native dtype of a NumPy array, or nullopt if it must be converted to float32.
+std::optional<DType> classify(const py::array& arr, const std::string& op, const char* arg) {
+  const py::dtype dt = arr.dtype();
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f' && size == 4) return DType::float32;
+  if (kind == 'f' && size == 2) return DType::float16;
+  if (kind == 'f' || kind == 'i' || kind == 'u' || kind == 'b') return std::nullopt;
+  throw TypeError(message(op, "expected a real (float, integer or bool) array for ", arg,
+                          ", got dtype ", std::string(py::str(dt))));
+}
+
+Array wrap_numpy(Backend& backend, py::array arr) {
+  const auto item = arr.itemsize();
+  for (py::ssize_t d = 0; d < arr.ndim(); ++d)
+    if (arr.strides(d) % item != 0) {
+      arr = numpy_fn("ascontiguousarray")(arr);
+      break;
+    }
+  Array a;
+  a.dtype = arr.itemsize() == 4 ? DType::float32 : DType::float16;
+  a.shape.assign(arr.shape(), arr.shape() + arr.ndim());
+  a.strides.resize(a.shape.size());
+  std::int64_t lo = 0, hi = 0;
+  for (std::size_t d = 0; d < a.shape.size(); ++d) {
+    a.strides[d] = arr.strides(py::ssize_t(d)) / item;
+    const std::int64_t span = a.strides[d] * (a.shape[d] - 1);
+    if (a.shape[d] > 0) (span < 0 ? lo : hi) += span;
+  }
+  if (a.size() == 0) {
+    a.storage = backend.allocate(item);
+    a.strides = contiguous_strides(a.shape);
+    return a;
+  }
+  char* data = static_cast<char*>(const_cast<void*>(arr.data()));
+  if (backend.host_visible()) {
+    a.storage = backend.wrap_host(data + lo * item, std::size_t(hi - lo + 1) * item,
+                                  keep_alive(arr));
+    a.offset = -lo;
+    return a;
+  }
+  py::array c = numpy_fn("ascontiguousarray")(arr);
+  a.strides = contiguous_strides(a.shape);
+  a.storage = backend.allocate(a.nbytes());
+  backend.copy_from_host(*a.storage, 0, c.data(), a.nbytes());
+  return a;
+}
+
+}  // namespace
+
+std::shared_ptr<void> keep_alive(py::object obj) {
+  return std::shared_ptr<void>(obj.release().ptr(), [](void* p) {
+    if (!Py_IsInitialized()) return;  // interpreter gone: nothing left to release into
+    py::gil_scoped_acquire gil;
+    Py_DECREF(static_cast<PyObject*>(p));
+  });
+}
+
+bool is_array(py::handle obj) { return py::isinstance<Array>(obj); }
+
+bool is_python_scalar(py::handle obj) {
+  return PyFloat_CheckExact(obj.ptr()) || PyLong_CheckExact(obj.ptr()) || PyBool_Check(obj.ptr());
+}
+
+bool any_array(const std::vector<py::handle>& objs) {
+  for (auto o : objs)
+    if (o && is_array(o)) return true;
+  return false;
+}
+
+Backend& pick_backend(const std::string& op,
+                      const std::vector<std::pair<const char*, py::handle>>& args) {
+  Backend* chosen = nullptr;
+  const char* chosen_arg = nullptr;
+  for (auto& [name, obj] : args) {
+    if (!obj || !is_array(obj)) continue;
+    Backend& b = obj.cast<const Array&>().backend();
+    if (chosen && chosen != &b)
+      throw ValueError(message(op, "expected all arrays on one device, got ", chosen_arg, " on '",
+                               chosen->name(), "' and ", name, " on '", b.name(), "'"));
+    chosen = &b;
+    chosen_arg = name;
+  }
+  return chosen ? *chosen : default_backend();
+}
+
+DType parse_dtype(py::handle dtype, const std::string& op, const char* arg) {
+  py::dtype dt;
+  try {
+    dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
+  } catch (py::error_already_set&) {
+    throw TypeError(message(op, "expected a dtype for ", arg, " ('float32' or 'float16'), got ",
+                            std::string(py::repr(dtype))));
+  }
+  if (dt.kind() == 'f' && dt.itemsize() == 4) return DType::float32;
+  if (dt.kind() == 'f' && dt.itemsize() == 2) return DType::float16;
+  throw TypeError(message(op, "expected dtype float32 or float16 for ", arg, ", got ",
+                          std::string(py::str(dt))));
+}
+
+py::array to_native_numpy(py::handle obj, const std::string& op, const char* arg,
+                          std::optional<DType> want) {
+  py::array arr;
+  if (py::isinstance<py::array>(obj)) {
+    arr = py::reinterpret_borrow<py::array>(obj);
+  } else {
+    try {
+      arr = numpy_fn("asarray")(obj);
+    } catch (py::error_already_set& e) {
+      throw TypeError(message(op, "expected an array-like of real numbers for ", arg, ", got ",
+                              type_name(obj), " (", e.what(), ")"));
+    }
+  }
+  const std::optional<DType> native = classify(arr, op, arg);
+  const DType target = want ? *want : native.value_or(DType::float32);
+  if (!native || *native != target) arr = arr.attr("astype")(numpy_dtype(target));
+  return arr;
+}
+
+DType native_dtype_of(py::handle obj, const std::string& op, const char* arg) {
+  if (is_array(obj)) return obj.cast<const Array&>().dtype;
+  if (py::isinstance<py::array>(obj))
+    return classify(py::reinterpret_borrow<py::array>(obj), op, arg).value_or(DType::float32);
+  return to_native_numpy(obj, op, arg).itemsize() == 4 ? DType::float32 : DType::float16;
+}
+
+Array to_array(py::handle obj, Backend& backend, const std::string& op, const char* arg,
+               std::optional<DType> want) {
+  if (is_array(obj)) {
+    const Array& a = obj.cast<const Array&>();
+    if (&a.backend() != &backend)
+      throw ValueError(message(op, "expected ", arg, " on device '", backend.name(), "', got '",
+                               a.backend().name(), "'"));
+    if (!want || *want == a.dtype) return a;
+    py::array converted = numpy_view(a).attr("astype")(numpy_dtype(*want));
+    return wrap_numpy(backend, converted);
+  }
+  if (is_python_scalar(obj)) {
+    Array a;
+    a.dtype = want.value_or(DType::float32);
+    a.storage = backend.allocate(itemsize(a.dtype));
+    const double v = obj.cast<double>();
+    float f = float(v);
+    _Float16 h = _Float16(v);
+    backend.copy_from_host(*a.storage, 0, a.dtype == DType::float32 ? static_cast<void*>(&f) : &h,
+                           itemsize(a.dtype));
+    return a;
+  }
+  return wrap_numpy(backend, to_native_numpy(obj, op, arg, want));
+}
+
+py::dtype numpy_dtype(DType t) {
+  static auto* f32 = new py::dtype("float32");
+  static auto* f16 = new py::dtype("float16");
+  return t == DType::float32 ? *f32 : *f16;
+}
+
+py::array numpy_view(const Array& a, py::handle owner) {
+  const std::size_t item = itemsize(a.dtype);
+  std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
+  if (!a.backend().host_visible()) {
+    py::array out(numpy_dtype(a.dtype), shape);
+    if (!a.contiguous()) throw BackendError("[fastmetal] host copy of a strided device array");
+    a.backend().copy_to_host(*a.storage, a.byte_offset(), out.mutable_data(), a.nbytes());
+    return out;
+  }
+  std::vector<py::ssize_t> strides(a.strides.size());
+  for (std::size_t d = 0; d < strides.size(); ++d) strides[d] = a.strides[d] * py::ssize_t(item);
+  py::object base = owner ? py::reinterpret_borrow<py::object>(owner)
+                          : py::capsule(new StoragePtr(a.storage), [](void* p) {
+                              delete static_cast<StoragePtr*>(p);
+                            });
+  return py::array(numpy_dtype(a.dtype), shape, strides, a.host_data(), base);
+}
+
+py::object wrap_result(Array result, bool as_fastmetal_array) {
+  if (as_fastmetal_array) return py::cast(std::move(result));
+  return numpy_view(result);
+}
+
+}  // namespace fm::python

@@ -1,0 +1,52 @@
+// The Python boundary shared by every op: turning Python objects into fm::Arrays on the
+// right device (zero-copy where memory allows), and results back into NumPy arrays that
+// view device memory or into fastmetal.Array objects.
+//
+// Rules (API.md): float32 and float16 are native; float64, integer and bool inputs are
+// converted to float32; complex, object, string, structured -> TypeError. If any array
+// argument is a fastmetal.Array the result is an Array on its device, else a NumPy array.
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "array.h"
+
+namespace fm::python {
+namespace py = pybind11;
+
+// Owner handle that keeps a Python object alive from C++; takes the GIL to let go.
+std::shared_ptr<void> keep_alive(py::object obj);
+
+bool is_array(py::handle obj);          // a fastmetal.Array
+bool is_python_scalar(py::handle obj);  // bool, int or float (weakly typed, NEP 50)
+
+// The device an op runs on: that of its fastmetal.Array arguments (which must agree),
+// else the default device.
+Backend& pick_backend(const std::string& op, const std::vector<std::pair<const char*, py::handle>>& args);
+bool any_array(const std::vector<py::handle>& objs);
+
+// Dtype an array-like would have inside fastmetal (TypeError for unsupported dtypes).
+DType native_dtype_of(py::handle obj, const std::string& op, const char* arg);
+// A dtype= argument ("float32", np.float16, ...) -> DType; TypeError otherwise.
+DType parse_dtype(py::handle dtype, const std::string& op, const char* arg);
+
+// obj (Array, ndarray, array-like or scalar) as an Array of dtype `want` on `backend`.
+// Shares memory with obj where backend and dtype allow; else converts/copies.
+Array to_array(py::handle obj, Backend& backend, const std::string& op, const char* arg,
+               std::optional<DType> want = std::nullopt);
+// A NumPy array with native dtype (float32/float16) from any array-like.
+py::array to_native_numpy(py::handle obj, const std::string& op, const char* arg,
+                          std::optional<DType> want = std::nullopt);
+
+// A NumPy array viewing a host-visible Array (copy for other devices); its base keeps
+// the storage alive.
+py::array numpy_view(const Array& a, py::handle owner = py::handle());
+py::object wrap_result(Array result, bool as_fastmetal_array);
+
+py::dtype numpy_dtype(DType t);
+
+}  // namespace fm::python

@@ -1,0 +1,27 @@
+// Shapes and strides: broadcasting and merging of dimensions, written once for all backends.
+// Strides are in elements and may be negative or zero (broadcast).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fm {
+
+using Shape = std::vector<std::int64_t>;
+using Strides = std::vector<std::int64_t>;
+
+std::int64_t numel(const Shape& shape);
+Strides contiguous_strides(const Shape& shape);
+bool is_contiguous(const Shape& shape, const Strides& strides);
+std::string shape_str(const Shape& shape);  // "(3, 32, 32)"
+
+// NumPy broadcasting of two shapes; throws ValueError naming `op` on mismatch.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& op);
+// Strides that view an array of `shape` as `target` (zero strides on broadcast dims).
+Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shape& target);
+
+// Merge dimensions that are contiguous with each other in *every* operand and drop
+// size-1 dims, so kernels see as few dims as possible. Updates all stride sets in place.
+void merge_dims(Shape& shape, std::vector<Strides*> strides);
+
+}  // namespace fm

@@ -1,0 +1,18 @@
+// Strided addressing for kernels that take a StridedArgs block (elementwise_args.h).
+#pragma once
+#include "elementwise_args.h"
+
+// Offset of the element at grid position gid: x walks the last dim, y the one before,
+// z every dim before those (row-major).
+inline int64_t fm_strided_offset(uint3 gid, constant int32_t* shape, constant int64_t* strides,
+                                 int32_t ndim) {
+  int64_t off = int64_t(gid.x) * strides[ndim - 1];
+  if (ndim > 1) off += int64_t(gid.y) * strides[ndim - 2];
+  uint32_t z = gid.z;
+  for (int32_t d = ndim - 3; d >= 0; --d) {
+    const uint32_t extent = uint32_t(shape[d]);
+    off += int64_t(z % extent) * strides[d];
+    z /= extent;
+  }
+  return off;
+}
