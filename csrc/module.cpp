@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "array.h"
+#include "bindings.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/thread_pool.h"
 #include "elementwise_py.h"
@@ -204,6 +205,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("unary", &fm::python::unary, py::arg("op"), py::arg("x"), py::arg("out") = py::none());
   m.def("binary", &fm::python::binary, py::arg("op"), py::arg("x"), py::arg("y"),
         py::arg("out") = py::none());
+
+  fm::python::bind_numerics(m);
+  fm::python::bind_conv2d(m);
+  fm::python::bind_conv2d_cpu(m);
 
   // Introspection for tests and `python -m fastmetal`.
   m.def("_cpu_isa", [] { return std::string(fm::cpu::kernel_isa()); });

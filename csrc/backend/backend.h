@@ -83,7 +83,8 @@ class Backend {
   // long as the Storage lives.
   virtual StoragePtr wrap_host(void* ptr, std::size_t nbytes, std::shared_ptr<void> owner) = 0;
 
-  // Enqueue a kernel. Buffers named by `args` stay alive until it has run. Raises
+  // Enqueue a kernel; args[i] binds the kernel parameter [[buffer(i)]]. Buffers named by
+  // `args` stay alive until it has run (the Storage shared_ptrs are held). Raises
   // BackendError for unknown kernels and driver failures.
   virtual void launch(const std::string& kernel, const Dispatch& dispatch,
                       const std::vector<KernelArg>& args) = 0;

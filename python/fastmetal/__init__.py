@@ -26,6 +26,9 @@ from ._core import (
 from ._elementwise import BINARY as _BINARY
 from ._elementwise import FUNCTIONS as _FUNCTIONS
 from ._elementwise import UNARY as _UNARY
+from .numerics import derivative, fourier_series, gradient
+from .conv import conv2d, conv2d_backward
+from . import nn
 
 try:
     __version__ = version("fastmetal")
@@ -45,6 +48,12 @@ __all__ = [
     "set_default_device",
     "synchronize",
     "zeros",
+    "gradient",
+    "derivative",
+    "fourier_series",
+    "conv2d",
+    "conv2d_backward",
+    "nn",
     *_UNARY,
     *_BINARY,
 ]

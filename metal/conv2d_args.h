@@ -1,0 +1,14 @@
+// Argument block of the conv2d kernels, shared by the host (csrc/conv2d*.cpp, the CPU
+// algorithms) and the MSL kernels, so the two cannot drift. Fixed-width fields only.
+// Layout: input (N, C_in, H, W), weight (C_out, C_in/groups, kH, kW), output
+// (N, C_out, H_out, W_out), all contiguous float32. pad_h / pad_w are the top / left
+// padding; the bottom / right padding is whatever H_out / W_out imply (so "same" with an
+// even kernel, which pads one more at the bottom/right as PyTorch does, needs no extra field).
+#pragma once
+
+struct Conv2dArgs {
+  int32_t N, C_in, H, W;
+  int32_t C_out, kH, kW, groups;
+  int32_t H_out, W_out, stride_h, stride_w;
+  int32_t pad_h, pad_w, dil_h, dil_w;
+};
