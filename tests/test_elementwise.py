@@ -1,0 +1,307 @@
+"""Every elementwise op of the table against NumPy float64: values, layouts, dtypes, out=."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import fastmetal as fm
+from fastmetal._optable import OPS
+
+from references import numpy_reference
+
+UNARY = [s for s in OPS if s.arity == 1]
+BINARY = [s for s in OPS if s.arity == 2]
+ALL_NAMES = [s.name for s in OPS]
+
+# Tolerance in units of float32 rounding: results must match the float64 reference rounded
+# to float32 within a few ulps.
+RTOL32 = 8 * np.finfo(np.float32).eps
+RTOL16 = 2 * np.finfo(np.float16).eps
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-38, -1e-38,
+                     1e-45, 3e38, -3e38, 88.7, 89.0, -87.3, -103.9, -104.5, 20.0, -20.0],
+                    dtype=np.float32)
+
+
+def check(got, ref, dtype=np.float32):
+    """got (fastmetal) against the float64 reference rounded to `dtype`."""
+    got = np.asarray(got)
+    assert got.dtype == dtype
+    with np.errstate(all="ignore"):
+        want = ref.astype(dtype)
+    tiny = np.finfo(dtype).tiny
+    rtol = RTOL32 if dtype == np.float32 else RTOL16
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                               atol=4 * tiny, equal_nan=True)
+    # NaN exactly where NumPy has NaN; infinities with the same sign.
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(np.isposinf(got), np.isposinf(want))
+    assert np.array_equal(np.isneginf(got), np.isneginf(want))
+
+
+def sample(rng, shape, op_name):
+    """Inputs that cover each op's interesting range: several magnitudes, both signs."""
+    mags = rng.choice([1e-3, 0.1, 1.0, 10.0, 80.0], size=shape)
+    x = rng.standard_normal(shape) * mags
+    if op_name in ("log", "sqrt"):
+        x = np.abs(x) * rng.choice([1.0, 1.0, 1.0, -1.0], size=shape)
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
+def test_unary_matches_numpy_float64(spec, rng):
+    x = sample(rng, (4, 1000), spec.name)
+    got = getattr(fm, spec.name)(x)
+    check(got, numpy_reference(spec, x.astype(np.float64)))
+
+
+@pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
+def test_binary_matches_numpy_float64(spec, rng):
+    x = sample(rng, (3, 700), spec.name)
+    y = sample(rng, (3, 700), spec.name)
+    if spec.name == "power":
+        x, y = np.abs(x) + 0.1, np.clip(y, -20, 20)
+    check(getattr(fm, spec.name)(x, y), numpy_reference(spec, x.astype(np.float64), y.astype(np.float64)))
+
+
+@pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
+def test_unary_special_values(spec):
+    got = getattr(fm, spec.name)(SPECIALS)
+    check(got, numpy_reference(spec, SPECIALS.astype(np.float64)))
+
+
+@pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
+def test_binary_special_values(spec):
+    x, y = np.meshgrid(SPECIALS, SPECIALS)
+    got = getattr(fm, spec.name)(x, y)
+    check(got, numpy_reference(spec, x.astype(np.float64), y.astype(np.float64)))
+
+
+def test_exp_is_accurate_over_the_whole_float_range():
+    # Two million float32 between -104 and 89: the shared fm_exp must stay within 2 ulp.
+    x = np.linspace(-104, 89, 2_000_003).astype(np.float32)
+    got = fm.exp(x).astype(np.float64)
+    ref = np.exp(x.astype(np.float64))
+    normal = (ref > np.finfo(np.float32).tiny) & (ref < np.finfo(np.float32).max)
+    assert np.all(np.isinf(got[ref >= 2.0**128]))
+    ulp = np.spacing(ref[normal].astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got[normal] - ref[normal]) / ulp) <= 2.0
+    sub = ref <= np.finfo(np.float32).tiny
+    assert np.max(np.abs(got[sub] - ref[sub])) <= 2 * np.finfo(np.float32).smallest_subnormal
+
+
+@pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
+def test_unary_float16_native(spec, rng):
+    x = sample(rng, (257,), spec.name).clip(-60000, 60000).astype(np.float16)
+    got = getattr(fm, spec.name)(x)
+    check(got, numpy_reference(spec, x.astype(np.float64)), dtype=np.float16)
+
+
+@pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
+def test_binary_float16_native(spec, rng):
+    x = (rng.random(300) * 4 + 0.25).astype(np.float16)
+    y = (rng.standard_normal(300) * 2).astype(np.float16)
+    got = getattr(fm, spec.name)(x, y)
+    check(got, numpy_reference(spec, x.astype(np.float64), y.astype(np.float64)), dtype=np.float16)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.int64, np.uint8, np.bool_, np.longdouble])
+def test_other_real_dtypes_are_computed_in_float32(dtype, rng):
+    x = (rng.random(50) * 5).astype(dtype)
+    got = fm.sqrt(x)
+    assert got.dtype == np.float32
+    check(got, np.sqrt(x.astype(np.float32).astype(np.float64)))
+    got2 = fm.add(x, np.float16(1))
+    assert got2.dtype == np.float32
+
+
+def test_dtype_promotion_rules():
+    h = np.ones(4, np.float16)
+    f = np.ones(4, np.float32)
+    assert fm.add(h, h).dtype == np.float16
+    assert fm.add(h, f).dtype == np.float32
+    assert fm.add(f, h).dtype == np.float32
+    assert fm.add(h, 2.5).dtype == np.float16  # Python scalars are weak (NEP 50)
+    assert fm.multiply(3, h).dtype == np.float16
+    assert fm.add(h, np.float64(2.5)).dtype == np.float32  # NumPy scalars are not
+
+
+@pytest.mark.parametrize("bad", [np.ones(3, np.complex64), np.array(["a", "b"]),
+                                 np.array([object(), 1], dtype=object),
+                                 np.zeros(2, dtype=[("a", "f4"), ("b", "i4")]),
+                                 np.array(["2020-01-01"], dtype="datetime64[D]")])
+def test_unsupported_dtypes_raise_type_error(bad):
+    with pytest.raises(TypeError, match=r"\[fastmetal\.exp\] expected a real"):
+        fm.exp(bad)
+    with pytest.raises(TypeError, match=r"\[fastmetal\.add\] expected a real"):
+        fm.add(np.ones(1, np.float32), bad)
+
+
+def test_non_array_inputs():
+    np.testing.assert_allclose(fm.exp([0.0, 1.0]), np.exp([0.0, 1.0]).astype(np.float32))
+    assert fm.exp(0.0).shape == ()
+    with pytest.raises(TypeError, match=r"\[fastmetal\.exp\]"):
+        fm.exp("hello")
+    with pytest.raises(TypeError, match=r"\[fastmetal\.exp\]"):
+        fm.exp([[1.0], [2.0, 3.0]])  # ragged
+    with pytest.raises(TypeError):
+        fm.exp(None)
+
+
+def test_broadcast_mismatch_message():
+    with pytest.raises(ValueError, match=r"^\[fastmetal\.add\] expected shapes that broadcast "
+                                         r"together, got x \(3,\) and y \(4,\)$"):
+        fm.add(np.ones(3), np.ones(4))
+
+
+@pytest.mark.parametrize("op", ["add", "subtract", "divide", "power", "maximum"])
+def test_python_scalars_on_either_side(op, rng):
+    spec = next(s for s in OPS if s.name == op)
+    x = (rng.random((5, 6)) + 0.5).astype(np.float32)
+    for a, b in [(x, 2.5), (1.5, x), (x, -3), (True, x)]:
+        ref = numpy_reference(spec, np.asarray(a, np.float64), np.asarray(b, np.float64))
+        check(getattr(fm, op)(a, b), ref)
+
+
+def test_zero_size_arrays():
+    for shape in [(0,), (3, 0), (0, 4, 2)]:
+        x = np.ones(shape, np.float32)
+        r = fm.exp(x)
+        assert r.shape == shape and r.dtype == np.float32
+    assert fm.add(np.ones((0, 3)), np.ones((1, 3))).shape == (0, 3)
+    assert fm.add(np.ones((2, 0)), 1.0).shape == (2, 0)
+    out = np.empty((0, 3), np.float32)
+    assert fm.multiply(np.ones((0, 1)), np.ones(3), out=out) is out
+
+
+# ---------------------------------------------------------------- layouts (hypothesis)
+def strided_view(draw, base_shape):
+    """A random view of a fresh array: slices with steps (incl. negative) and a transpose."""
+    arr = draw(hnp.arrays(np.float32, base_shape,
+                          elements=st.floats(-50, 50, width=32, allow_subnormal=False)))
+    index = []
+    for n in base_shape:
+        step = draw(st.sampled_from([1, 1, 2, -1, -2, 3]))
+        index.append(slice(None, None, step))
+    view = arr[tuple(index)]
+    if view.ndim > 1 and draw(st.booleans()):
+        view = view.T
+    return view
+
+
+@st.composite
+def unary_case(draw):
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=5, min_side=0, max_side=6))
+    return draw(st.sampled_from([s.name for s in UNARY])), strided_view(draw, shape)
+
+
+@st.composite
+def binary_case(draw):
+    shapes = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=5,
+                                                    min_side=0, max_side=5))
+    x = strided_view(draw, shapes.input_shapes[0])
+    y = strided_view(draw, shapes.input_shapes[1])
+    # The views may have had their axes reversed; broadcast what we actually have.
+    try:
+        np.broadcast_shapes(x.shape, y.shape)
+    except ValueError:
+        y = y.T
+    return draw(st.sampled_from([s.name for s in BINARY])), x, y
+
+
+@settings(max_examples=150, deadline=None)
+@given(unary_case())
+def test_unary_any_strides(case):
+    name, x = case
+    spec = next(s for s in OPS if s.name == name)
+    check(getattr(fm, name)(x), numpy_reference(spec, x.astype(np.float64)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(binary_case())
+def test_binary_any_strides_and_broadcasting(case):
+    name, x, y = case
+    spec = next(s for s in OPS if s.name == name)
+    got = getattr(fm, name)(x, y)
+    ref = numpy_reference(spec, x.astype(np.float64), y.astype(np.float64))
+    assert got.shape == np.broadcast_shapes(x.shape, y.shape)
+    check(got, ref)
+
+
+@pytest.mark.parametrize("name", ["add", "maximum"])
+def test_large_strided_broadcast(name, rng):
+    # Big enough to be split across the thread pool, in every kernel layout.
+    spec = next(s for s in OPS if s.name == name)
+    x = rng.standard_normal((64, 1, 700)).astype(np.float32)[:, :, ::-1]
+    y = rng.standard_normal((33, 700)).astype(np.float32)
+    check(getattr(fm, name)(x, y), numpy_reference(spec, x.astype(np.float64), y.astype(np.float64)))
+    z = rng.standard_normal(300_001).astype(np.float32)
+    check(getattr(fm, name)(z, 0.25), numpy_reference(spec, z.astype(np.float64), np.float64(0.25)))
+    check(getattr(fm, name)(0.25, z), numpy_reference(spec, np.float64(0.25), z.astype(np.float64)))
+    check(getattr(fm, name)(z, z[::-1]), numpy_reference(spec, z.astype(np.float64), z[::-1].astype(np.float64)))
+
+
+# ---------------------------------------------------------------- out=
+def test_out_receives_the_result_and_is_returned(rng):
+    x = rng.standard_normal((8, 9)).astype(np.float32)
+    out = np.empty((8, 9), np.float32)
+    assert fm.exp(x, out=out) is out
+    check(out, np.exp(x.astype(np.float64)))
+    out16 = np.empty((8, 9), np.float16)
+    assert fm.tanh(x, out=out16) is out16
+    np.testing.assert_allclose(out16, np.tanh(x.astype(np.float64)).astype(np.float16), rtol=2e-3, atol=1e-4)
+    out64 = np.empty((8, 9), np.float64)
+    fm.add(x, 1.0, out=out64)
+    np.testing.assert_array_equal(out64, (x + np.float32(1)).astype(np.float64))
+    big = np.zeros((8, 20), np.float32)
+    view = big[:, ::2][:, :9]
+    fm.negative(x, out=view)
+    np.testing.assert_array_equal(view, -x)
+    assert np.count_nonzero(big[:, 1::2]) == 0  # nothing written outside the view
+
+
+def test_out_validation():
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"\[fastmetal\.exp\] expected out with the broadcast shape \(2, 3\), got shape \(3, 2\)"):
+        fm.exp(x, out=np.empty((3, 2), np.float32))
+    with pytest.raises(ValueError, match=r"\[fastmetal\.add\] expected out with a floating dtype, got int32"):
+        fm.add(x, x, out=np.empty((2, 3), np.int32))
+    ro = np.empty((2, 3), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        fm.exp(x, out=ro)
+    with pytest.raises(TypeError, match="out"):
+        fm.exp(x, out=[0.0] * 6)
+
+
+def test_in_place_and_overlapping_out(rng):
+    x = rng.standard_normal(1000).astype(np.float32)
+    ref = np.exp(x.astype(np.float64))
+    y = x.copy()
+    fm.exp(y, out=y)
+    check(y, ref)
+    # out overlaps the input shifted by one element: must equal the out-of-place result.
+    buf = rng.standard_normal(1001).astype(np.float32)
+    src = buf[:-1].copy()
+    fm.add(buf[:-1], 1.0, out=buf[1:])
+    np.testing.assert_array_equal(buf[1:], src + np.float32(1))
+    # out is the reversed input.
+    z = rng.standard_normal(999).astype(np.float32)
+    zc = z.copy()
+    fm.subtract(z, 0.5, out=z[::-1])
+    np.testing.assert_array_equal(z[::-1], zc - np.float32(0.5))
+    # broadcast input that aliases out.
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    wc = w.copy()
+    fm.multiply(w[0], w, out=w)
+    np.testing.assert_array_equal(w, wc[0] * wc)
+
+
+def test_functions_come_from_the_table():
+    for spec in OPS:
+        f = getattr(fm, spec.name)
+        assert f.__name__ == spec.name
+        assert spec.doc.split(",")[0] in f.__doc__
+        assert spec.name in fm.__all__
