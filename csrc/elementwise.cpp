@@ -36,6 +36,20 @@ void launch_contiguous(Backend& be, const std::string& kernel, std::vector<Kerne
   }
 }
 
+// Layout for arrays that are not contiguous: rows with unit stride everywhere (r) or any
+// strides (s) when at most 3 dims remain (padded to exactly 3), else general (g).
+const char* strided_layout(Shape& shape, const std::vector<Strides*>& strides) {
+  if (shape.size() > 3) return "g";
+  while (shape.size() < 3) {
+    shape.insert(shape.begin(), 1);
+    for (Strides* s : strides)
+      if (s) s->insert(s->begin(), 0);
+  }
+  for (Strides* s : strides)
+    if (s && s->back() != 1) return "s";
+  return "r";
+}
+
 void launch_strided(Backend& be, const std::string& kernel, std::vector<KernelArg> args,
                     const Shape& shape, const std::vector<const Strides*>& strides) {
   if (shape.size() > FM_MAX_DIMS)
@@ -77,7 +91,8 @@ void launch_unary(const std::string& op, const Array& x, const Array& out) {
     launch_contiguous(be, kernel_name("unary", "v", op, out.dtype), args, {item, item},
                       numel(shape));
   } else {
-    launch_strided(be, kernel_name("unary", "g", op, out.dtype), args, shape, {&xs, nullptr, &os});
+    const char* layout = strided_layout(shape, {&xs, &os});
+    launch_strided(be, kernel_name("unary", layout, op, out.dtype), args, shape, {&xs, nullptr, &os});
   }
 }
 
@@ -102,7 +117,8 @@ void launch_binary(const std::string& op, const Array& x, const Array& y, const 
   } else if (flat_out && unit(xs) && all_zero(ys)) {
     launch_contiguous(be, kernel_name("binary", "vs", op, out.dtype), args, {item, 0, item}, n);
   } else {
-    launch_strided(be, kernel_name("binary", "g", op, out.dtype), args, shape, {&xs, &ys, &os});
+    const char* layout = strided_layout(shape, {&xs, &ys, &os});
+    launch_strided(be, kernel_name("binary", layout, op, out.dtype), args, shape, {&xs, &ys, &os});
   }
 }
 

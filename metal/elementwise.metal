@@ -5,7 +5,11 @@
 //   *_v   contiguous operands and output            grid: n threads
 //   *_sv  binary, x is one element (a scalar)       grid: n threads
 //   *_vs  binary, y is one element
-//   *_g   any strides (broadcast = stride 0)        grid: (last dim, dim before, the rest)
+//   *_r   3 dims (fewer padded), the last with unit stride in every operand and the
+//         output: rows of a broadcast, transposed or sliced array
+//   *_s   3 dims (fewer padded), any strides
+//   *_g   any number of dims, any strides (broadcast = stride 0)
+// *_r, *_s and *_g use the grid (last dim, dim before, the rest).
 // T is the storage type (float or half); every op computes in float.
 #include <metal_stdlib>
 #include "fm_kernel.h"
@@ -29,6 +33,24 @@ kernel void unary_g(device const T* x [[buffer(0)]], device T* out [[buffer(1)]]
 }
 
 template <typename T, typename Op>
+kernel void unary_r(device const T* x [[buffer(0)]], device T* out [[buffer(1)]],
+                    constant StridedArgs& a [[buffer(2)]],
+                    uint3 gid [[thread_position_in_grid]]) {
+  const uint3 row = uint3(0u, gid.y, gid.z);
+  const int64_t xi = fm_offset3(row, a.strides[0]) + gid.x;
+  const int64_t oi = fm_offset3(row, a.strides[2]) + gid.x;
+  out[oi] = static_cast<T>(Op()(static_cast<float>(x[xi])));
+}
+
+template <typename T, typename Op>
+kernel void unary_s(device const T* x [[buffer(0)]], device T* out [[buffer(1)]],
+                    constant StridedArgs& a [[buffer(2)]],
+                    uint3 gid [[thread_position_in_grid]]) {
+  out[fm_offset3(gid, a.strides[2])] =
+      static_cast<T>(Op()(static_cast<float>(x[fm_offset3(gid, a.strides[0])])));
+}
+
+template <typename T, typename Op>
 kernel void binary_v(device const T* x [[buffer(0)]], device const T* y [[buffer(1)]],
                      device T* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {
   out[i] = static_cast<T>(Op()(static_cast<float>(x[i]), static_cast<float>(y[i])));
@@ -44,6 +66,26 @@ template <typename T, typename Op>
 kernel void binary_vs(device const T* x [[buffer(0)]], device const T* y [[buffer(1)]],
                       device T* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {
   out[i] = static_cast<T>(Op()(static_cast<float>(x[i]), static_cast<float>(y[0])));
+}
+
+template <typename T, typename Op>
+kernel void binary_r(device const T* x [[buffer(0)]], device const T* y [[buffer(1)]],
+                     device T* out [[buffer(2)]], constant StridedArgs& a [[buffer(3)]],
+                     uint3 gid [[thread_position_in_grid]]) {
+  const uint3 row = uint3(0u, gid.y, gid.z);
+  const int64_t xi = fm_offset3(row, a.strides[0]) + gid.x;
+  const int64_t yi = fm_offset3(row, a.strides[1]) + gid.x;
+  const int64_t oi = fm_offset3(row, a.strides[2]) + gid.x;
+  out[oi] = static_cast<T>(Op()(static_cast<float>(x[xi]), static_cast<float>(y[yi])));
+}
+
+template <typename T, typename Op>
+kernel void binary_s(device const T* x [[buffer(0)]], device const T* y [[buffer(1)]],
+                     device T* out [[buffer(2)]], constant StridedArgs& a [[buffer(3)]],
+                     uint3 gid [[thread_position_in_grid]]) {
+  out[fm_offset3(gid, a.strides[2])] = static_cast<T>(Op()(
+      static_cast<float>(x[fm_offset3(gid, a.strides[0])]),
+      static_cast<float>(y[fm_offset3(gid, a.strides[1])])));
 }
 
 template <typename T, typename Op>

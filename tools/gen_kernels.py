@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DTYPES = {"float32": "float", "float16": "half"}
-UNARY_LAYOUTS = ("v", "g")
-BINARY_LAYOUTS = ("v", "sv", "vs", "g")
+UNARY_LAYOUTS = ("v", "r", "s", "g")
+BINARY_LAYOUTS = ("v", "sv", "vs", "r", "s", "g")
 
 # builtin attribute -> field of fm::cpu::ThreadIds
 BUILTINS = {
