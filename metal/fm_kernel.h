@@ -13,3 +13,14 @@
 #else
 #define FM_INSTANTIATE(name, func, ...) static_assert(true, name)
 #endif
+
+// Helper functions called by kernels. On the CPU they must be inlined into the kernel's
+// loop or it does not vectorise (GCC otherwise keeps big helpers like fm_exp out of line);
+// on CUDA they must be device functions.
+#if defined(__METAL_VERSION__)
+#define FM_FUNC inline
+#elif defined(__CUDACC__)
+#define FM_FUNC __device__ __forceinline__
+#else
+#define FM_FUNC inline __attribute__((always_inline))
+#endif

@@ -4,11 +4,12 @@
 // per element stops the loop vectoriser. These are branch-free (select, not if), so the
 // same source vectorises on the CPU and stays divergence-free on GPUs.
 #pragma once
+#include "fm_kernel.h"
 
 // e^x with <= 2 ulp error over the whole float range; exact NaN/inf/underflow behaviour.
 // Cody–Waite reduction x = n ln2 + r, |r| <= ln2/2, degree-7 Taylor for e^r (truncation
 // < 6e-9 relative), and 2^n applied in two halves so subnormal results come out right.
-inline float fm_exp(float x) {
+FM_FUNC float fm_exp(float x) {
   const float xc = clamp(x, -104.0f, 89.0f);            // clamp keeps NaN as NaN
   const float xs = select(xc, 0.0f, isnan(xc));          // no NaN into integer conversion
   const float shifter = 12582912.0f;                     // 1.5 * 2^23: rounds to integer
@@ -33,11 +34,11 @@ inline float fm_exp(float x) {
   return select(y, x, isnan(x));
 }
 
-inline float fm_sigmoid(float x) { return 1.0f / (1.0f + fm_exp(-x)); }
+FM_FUNC float fm_sigmoid(float x) { return 1.0f / (1.0f + fm_exp(-x)); }
 
 // log(1 + x) without losing x when |x| is tiny (Goldberg's trick: the rounding error of
 // 1 + x cancels in log(u) * x / (u - 1)).
-inline float fm_log1p(float x) {
+FM_FUNC float fm_log1p(float x) {
   const float u = 1.0f + x;
   const float d = u - 1.0f;
   const float r = log(u) * (x / select(d, 1.0f, d == 0.0f));
@@ -45,7 +46,7 @@ inline float fm_log1p(float x) {
 }
 
 // softplus(x) = log(1 + e^x), written so that neither branch overflows.
-inline float fm_softplus(float x) {
+FM_FUNC float fm_softplus(float x) {
   return max(x, 0.0f) + fm_log1p(fm_exp(-fabs(x)));
 }
 
@@ -56,7 +57,7 @@ inline float fm_softplus(float x) {
 // into relative error for large a. Past a = 10.1, erfc underflows to 0 in float32.
 // erfc(a) for 0 <= a <= 10.1 given a*a = aa + aa_lo exactly (the caller splits it, so
 // that a scaled argument like x/sqrt2 can pass 0.5*x*x without rounding).
-inline float fm_erfc_core(float a, float aa, float aa_lo) {
+FM_FUNC float fm_erfc_core(float a, float aa, float aa_lo) {
   const float den = a + 2.0f;
   const float r = 1.0f / den;
   float q = (a - 2.0f) * r;
@@ -76,7 +77,7 @@ inline float fm_erfc_core(float a, float aa, float aa_lo) {
   return (1.0f + p) / fma(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
 }
 
-inline float fm_erfc(float x) {
+FM_FUNC float fm_erfc(float x) {
   const float a = min(fabs(x), 10.1f);
   const float aa = a * a;
   const float y = fm_erfc_core(a, aa, fma(a, a, -aa));
@@ -86,7 +87,7 @@ inline float fm_erfc(float x) {
 // GELU, exact erf form as torch.nn.functional.gelu: x/2 (1 + erf(x/sqrt2)) = x/2 erfc(-x/sqrt2);
 // the erfc form keeps full relative accuracy for large negative x.
 // The tail's condition number is 2 z^2, so z^2 = x^2 / 2 is formed exactly from x.
-inline float fm_gelu(float x) {
+FM_FUNC float fm_gelu(float x) {
   const float a = min(fabs(x) * 0.70710678118654752f, 10.1f);
   const float xc = min(fabs(x), 14.28f);  // 10.1 * sqrt2: erfc is 0 beyond
   const float xx = xc * xc;
@@ -96,8 +97,8 @@ inline float fm_gelu(float x) {
 }
 
 // NaN-propagating max/min (NumPy's maximum/minimum, not C's fmax/fmin).
-inline float fm_maximum(float x, float y) { return select(y, x, isnan(x) || x > y); }
-inline float fm_minimum(float x, float y) { return select(y, x, isnan(x) || x < y); }
+FM_FUNC float fm_maximum(float x, float y) { return select(y, x, isnan(x) || x > y); }
+FM_FUNC float fm_minimum(float x, float y) { return select(y, x, isnan(x) || x < y); }
 
 // relu(NaN) = NaN, as np.maximum(x, 0) and torch.relu.
-inline float fm_relu(float x) { return select(x, 0.0f, x <= 0.0f); }
+FM_FUNC float fm_relu(float x) { return select(x, 0.0f, x <= 0.0f); }

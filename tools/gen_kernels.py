@@ -85,7 +85,7 @@ def elementwise_header(ops: list[Op]) -> str:
     for op in ops:
         params = "float x" if op.arity == 1 else "float x, float y"
         out.append(f"struct Op_{op.name} {{")
-        out.append(f"  float operator()({params}) const {{ return {op.msl}; }}")
+        out.append(f"  FM_FUNC float operator()({params}) const {{ return {op.msl}; }}")
         out.append("};")
     out.append("")
     for op in ops:

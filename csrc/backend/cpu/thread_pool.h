@@ -2,6 +2,7 @@
 // the number of cores this process may run on. Several Python threads may submit work at
 // once; each caller also works on its own job, so a full pool never deadlocks.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -34,6 +35,8 @@ class ThreadPool {
   std::condition_variable left_cv_;  // a worker left a job
   std::deque<Job*> queue_;
   bool stop_ = false;
+  std::atomic<bool> stop_flag_{false};  // stop_, readable without the mutex
+  std::atomic<int> queued_{0};           // jobs in queue_, readable without the mutex
 };
 
 int default_num_threads();
