@@ -9,6 +9,20 @@
 namespace fm::python {
 namespace {
 
+// Below this many elements the work takes less time than releasing and re-taking the GIL
+// (as NumPy, which also keeps the GIL for small arrays).
+constexpr std::int64_t kReleaseGilAbove = 1 << 14;
+
+template <typename Fn>
+void run_maybe_without_gil(std::int64_t elements, Fn&& fn) {
+  if (elements > kReleaseGilAbove) {
+    py::gil_scoped_release nogil;
+    fn();
+  } else {
+    fn();
+  }
+}
+
 struct Output {
   py::object user;      // the out= object, or None
   Array target;         // where the kernel writes
@@ -33,18 +47,15 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
                             std::string(py::str(py::type::handle_of(out).attr("__name__")))));
   Shape out_shape;
   bool float_dtype = false, native = false;
-  std::string dtype_str;
   if (fm_out) {
     const Array& a = out.cast<const Array&>();
     out_shape = a.shape;
     float_dtype = native = true;
-    dtype_str = dtype_name(a.dtype);
   } else {
     py::array arr = py::reinterpret_borrow<py::array>(out);
     out_shape.assign(arr.shape(), arr.shape() + arr.ndim());
     float_dtype = arr.dtype().kind() == 'f';
     native = float_dtype && (arr.itemsize() == 4 || arr.itemsize() == 2);
-    dtype_str = py::str(arr.dtype());
     if (!arr.writeable())
       throw ValueError(message(op, "expected a writeable out array, got a read-only one"));
   }
@@ -52,7 +63,8 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
     throw ValueError(message(op, "expected out with the broadcast shape ", shape_str(shape),
                              ", got shape ", shape_str(out_shape)));
   if (!float_dtype)
-    throw ValueError(message(op, "expected out with a floating dtype, got ", dtype_str));
+    throw ValueError(message(op, "expected out with a floating dtype, got ",
+                             std::string(py::str(py::reinterpret_borrow<py::array>(out).dtype()))));
   if (native) {
     o.user_array = to_array(out, backend, op, "out");
     if (o.user_array.dtype == dtype) {
@@ -95,11 +107,10 @@ py::object unary(const std::string& op, py::handle x, py::handle out) {
   const bool fm_result = any_array({x, out});
   Array xa = to_array(x, backend, op, "x");
   Output o = place_output(op, out, backend, xa.shape, xa.dtype, {{xa, xa.shape}});
-  {
-    py::gil_scoped_release nogil;
+  run_maybe_without_gil(o.target.size(), [&] {
     launch_unary(op, xa, o.target);
     backend.synchronize();
-  }
+  });
   return finish(o, fm_result);
 }
 
@@ -119,11 +130,10 @@ py::object binary(const std::string& op, py::handle x, py::handle y, py::handle 
   Array ya = to_array(y, backend, op, "y", dtype);
   const Shape shape = broadcast_shapes(xa.shape, ya.shape, op);
   Output o = place_output(op, out, backend, shape, dtype, {{xa, xa.shape}, {ya, ya.shape}});
-  {
-    py::gil_scoped_release nogil;
+  run_maybe_without_gil(o.target.size(), [&] {
     launch_binary(op, xa, ya, o.target);
     backend.synchronize();
-  }
+  });
   return finish(o, fm_result);
 }
 

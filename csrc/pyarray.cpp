@@ -78,7 +78,12 @@ std::shared_ptr<void> keep_alive(py::object obj) {
   });
 }
 
-bool is_array(py::handle obj) { return py::isinstance<Array>(obj); }
+bool is_array(py::handle obj) {
+  // The type object is looked up once: pybind11's isinstance<T> searches its type registry
+  // on every call, and ops ask this several times per argument.
+  static PyTypeObject* type = reinterpret_cast<PyTypeObject*>(py::type::of<Array>().ptr());
+  return obj.ptr() != nullptr && PyObject_TypeCheck(obj.ptr(), type);
+}
 
 bool is_python_scalar(py::handle obj) {
   return PyFloat_CheckExact(obj.ptr()) || PyLong_CheckExact(obj.ptr()) || PyBool_Check(obj.ptr());

@@ -1,6 +1,7 @@
 // Which devices exist, which one ops use by default, and the backend-generic defaults.
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -19,6 +20,7 @@ namespace {
 
 struct Registry {
   std::mutex mu;
+  std::atomic<Backend*> default_backend{nullptr};  // fast path for every op call
   std::map<std::string, std::unique_ptr<Backend>> backends;
   std::vector<std::string> order;  // best first
   std::string default_name;
@@ -82,7 +84,13 @@ std::string default_device() {
   return r.default_name;
 }
 
-Backend& default_backend() { return get_backend(default_device()); }
+Backend& default_backend() {
+  Registry& r = registry();
+  if (Backend* b = r.default_backend.load(std::memory_order_acquire)) return *b;
+  Backend& b = get_backend(default_device());  // raises for a bad FASTMETAL_DEVICE
+  r.default_backend.store(&b, std::memory_order_release);
+  return b;
+}
 
 void set_default_device(const std::string& name) {
   Registry& r = registry();
@@ -90,6 +98,7 @@ void set_default_device(const std::string& name) {
   std::lock_guard<std::mutex> lock(r.mu);
   r.default_name = name;
   r.env_error.clear();
+  r.default_backend.store(&get_backend(name), std::memory_order_release);
 }
 
 void Backend::copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) {
