@@ -94,7 +94,8 @@ py::object finish(Output& o, bool fm_result) {
                                                  py::arg("casting") = "unsafe");
   } else if (!o.user.is_none() && o.target.storage->copied_from != nullptr) {
     // out= could not be shared with the device: copy the result back into it.
-    std::memcpy(o.target.storage->copied_from, o.target.storage->host, o.target.storage->nbytes);
+    const Storage& st = *o.target.storage;
+    st.backend->copy_to_host(st, 0, st.copied_from, st.nbytes);
   }
   if (!o.user.is_none()) return o.user;
   return wrap_result(std::move(o.target), fm_result);

@@ -137,8 +137,29 @@ PYBIND11_MODULE(_core, m) {
           py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack__",
            [](py::object self, py::kwargs kwargs) {
-             return numpy_view(self.cast<const Array&>(), self).attr("__dlpack__")(**kwargs);
+             const Array& a = self.cast<const Array&>();
+             if (!a.backend().host_visible())
+               throw py::buffer_error("fastmetal.Array on '" + a.backend().name() +
+                                      "' exports __cuda_array_interface__, not DLPack yet");
+             return numpy_view(a, self).attr("__dlpack__")(**kwargs);
            })
+      .def_property_readonly(
+          "__cuda_array_interface__",
+          [](const Array& a) -> py::dict {
+            if (a.backend().name() != "cuda")
+              throw py::attribute_error("__cuda_array_interface__ exists on cuda arrays only");
+            py::list strides;
+            for (auto s : a.strides) strides.append(s * std::int64_t(itemsize(a.dtype)));
+            py::dict d;
+            d["shape"] = shape_tuple(a);
+            d["typestr"] = a.dtype == DType::float32 ? "<f4" : "<f2";
+            d["data"] = py::make_tuple(
+                reinterpret_cast<std::uintptr_t>(static_cast<char*>(a.storage->handle) + a.byte_offset()),
+                false);
+            d["strides"] = py::tuple(strides);
+            d["version"] = 3;
+            return d;
+          })
       .def("__dlpack_device__",
            [](const Array& a) {
              if (a.backend().host_visible()) return py::make_tuple(1, 0);  // kDLCPU

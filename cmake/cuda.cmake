@@ -1,0 +1,47 @@
+# The optional CUDA backend. FASTMETAL_CUDA: ON (required), OFF, or AUTO (when nvcc exists).
+# Sets FM_WITH_CUDA and FM_CUDA_ENTRIES for the generator; fm_add_cuda_backend(target)
+# compiles the generated wrappers and the host code into `target`.
+set(FM_WITH_CUDA OFF)
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  # Turing .. Hopper as machine code, plus PTX that newer GPUs compile at load time.
+  set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 90-real 90-virtual)
+endif()
+if(NOT FASTMETAL_CUDA STREQUAL "OFF" AND NOT APPLE)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(FM_WITH_CUDA ON)
+  elseif(FASTMETAL_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "FASTMETAL_CUDA=ON but no CUDA compiler (nvcc) was found")
+  endif()
+endif()
+
+set(FM_CUDA_ENTRIES "")
+if(FM_WITH_CUDA)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  foreach(src ${FM_METAL_SOURCES})
+    get_filename_component(stem ${src} NAME_WE)
+    list(APPEND FM_CUDA_ENTRIES ${FM_GEN_DIR}/cuda_entries_${stem}.cu)
+  endforeach()
+  message(STATUS "fastmetal: CUDA backend ON (${CMAKE_CUDA_COMPILER}, archs ${CMAKE_CUDA_ARCHITECTURES})")
+else()
+  message(STATUS "fastmetal: CUDA backend OFF")
+endif()
+
+function(fm_add_cuda_backend target)
+  add_library(fm_cuda_kernels OBJECT ${FM_CUDA_ENTRIES})
+  add_dependencies(fm_cuda_kernels fm_generated)
+  set_target_properties(fm_cuda_kernels PROPERTIES CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(fm_cuda_kernels PRIVATE
+    ${CMAKE_SOURCE_DIR}/metal/compat/cuda ${CMAKE_SOURCE_DIR}/metal ${FM_GEN_DIR}
+    ${CMAKE_SOURCE_DIR}/csrc/backend/cuda)
+  target_compile_options(fm_cuda_kernels PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -O3 -Xcompiler=-fPIC>)
+  target_sources(${target} PRIVATE ${CMAKE_SOURCE_DIR}/csrc/backend/cuda/cuda_backend.cpp
+                 $<TARGET_OBJECTS:fm_cuda_kernels>)
+  target_include_directories(${target} PRIVATE ${CMAKE_SOURCE_DIR}/csrc/backend/cuda)
+  target_compile_definitions(${target} PRIVATE FASTMETAL_HAVE_CUDA)
+  # The static runtime: the wheel needs only the NVIDIA driver, found at run time.
+  target_link_libraries(${target} PRIVATE CUDA::cudart_static)
+endfunction()

@@ -1,0 +1,180 @@
+#include "cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "../../allocator.h"
+#include "../../errors.h"
+#include "cuda_kernel_table.h"
+
+#define FM_CPU_STEM(stem) void register_##stem(::fm::cudak::KernelTable&);
+namespace fm::cuda_kernels {
+#include "cpu_kernel_stems.inc"
+}
+#undef FM_CPU_STEM
+
+namespace fm::cudak {
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable t;
+#define FM_CPU_STEM(stem) ::fm::cuda_kernels::register_##stem(t);
+#include "cpu_kernel_stems.inc"
+#undef FM_CPU_STEM
+    return t;
+  }();
+  return table;
+}
+}  // namespace fm::cudak
+
+namespace fm::cuda {
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw BackendError(std::string("[fastmetal] CUDA ") + what + " failed: " +
+                       cudaGetErrorString(err));
+}
+
+constexpr unsigned kMaxBlocksYZ = 65535;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device)
+      : device_(device),
+        pool_(
+            [device](std::size_t n) {
+              CachingAllocator::Block b;
+              cudaSetDevice(device);
+              if (cudaMalloc(&b.handle, n) != cudaSuccess) {
+                cudaGetLastError();  // clear the sticky error of the failed allocation
+                b.handle = nullptr;
+              }
+              b.size = n;
+              return b;
+            },
+            [device](const CachingAllocator::Block& b) {
+              cudaSetDevice(device);
+              cudaFree(b.handle);
+            },
+            std::size_t(4) << 30) {
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+
+  std::string name() const override { return "cuda"; }
+  bool host_visible() const override { return false; }
+
+  StoragePtr allocate(std::size_t nbytes) override {
+    CachingAllocator::Block b = pool_.acquire(nbytes);
+    if (b.handle == nullptr)
+      throw BackendError("[fastmetal] CUDA out of memory allocating " + std::to_string(nbytes) +
+                         " bytes");
+    auto s = std::make_shared<Storage>();
+    s->backend = this;
+    s->handle = b.handle;
+    s->nbytes = nbytes;
+    s->release = [this, b] { pool_.give_back(b); };
+    return s;
+  }
+
+  StoragePtr wrap_host(void* ptr, std::size_t nbytes, std::shared_ptr<void>) override {
+    StoragePtr s = allocate(nbytes);
+    copy_from_host(*s, 0, ptr, nbytes);
+    s->copied_from = ptr;
+    return s;
+  }
+
+  void launch(const std::string& kernel, const Dispatch& d,
+              const std::vector<KernelArg>& args) override {
+    const cudak::KernelInfo* info = cudak::kernel_table().find(kernel);
+    if (info == nullptr) throw BackendError("[fastmetal] no CUDA kernel named '" + kernel + "'");
+    if (args.size() > std::size_t(cudak::kMaxArgs))
+      throw BackendError("[fastmetal] too many kernel arguments for '" + kernel + "'");
+    std::lock_guard<std::mutex> lock(mu_);
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    cudak::Args a{};
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i].storage) {
+        a.ptr[i] = static_cast<char*>(args[i].storage->handle) + args[i].offset;
+      } else {
+        // Argument blocks live in device memory until the stream has run the kernel.
+        StoragePtr block = allocate(args[i].size);
+        check(cudaMemcpyAsync(block->handle, args[i].bytes, args[i].size, cudaMemcpyHostToDevice,
+                              stream_),
+              "cudaMemcpyAsync");
+        a.ptr[i] = block->handle;
+        pending_.push_back(std::move(block));
+      }
+    }
+    for (const auto& arg : args)
+      if (arg.storage) pending_.push_back(arg.storage);
+    const dim3 block(std::max(1u, d.group[0]), std::max(1u, d.group[1]), std::max(1u, d.group[2]));
+    cudak::Dims dims;
+    dims.grid = cudak::u3{d.grid[0], d.grid[1], d.grid[2]};
+    dims.num_groups = cudak::u3{(d.grid[0] + block.x - 1) / block.x, (d.grid[1] + block.y - 1) / block.y,
+                                (d.grid[2] + block.z - 1) / block.z};
+    if (dims.num_groups.x == 0 || dims.num_groups.y == 0 || dims.num_groups.z == 0) return;
+    // CUDA caps blocks along y and z at 65535: launch such grids in slabs.
+    for (unsigned z0 = 0; z0 < dims.num_groups.z; z0 += kMaxBlocksYZ)
+      for (unsigned y0 = 0; y0 < dims.num_groups.y; y0 += kMaxBlocksYZ) {
+        dims.block_offset = cudak::u3{0, y0, z0};
+        const dim3 grid(dims.num_groups.x, std::min(kMaxBlocksYZ, dims.num_groups.y - y0),
+                        std::min(kMaxBlocksYZ, dims.num_groups.z - z0));
+        void* params[] = {&a, &dims};
+        check(cudaLaunchKernel(info->fn, grid, block, params, 0, stream_), "kernel launch");
+      }
+  }
+
+  void synchronize() override {
+    std::vector<StoragePtr> done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      check(cudaStreamSynchronize(stream_), "synchronize");
+      done.swap(pending_);
+    }
+  }
+
+  std::uint32_t preferred_group_size(const std::string&) override { return 256; }
+  std::uint32_t max_group_size(const std::string&) override { return 1024; }
+  bool has_kernel(const std::string& kernel) override {
+    return cudak::kernel_table().find(kernel) != nullptr;
+  }
+
+  void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) override {
+    synchronize();
+    check(cudaMemcpy(dst, static_cast<const char*>(src.handle) + offset, n, cudaMemcpyDeviceToHost),
+          "cudaMemcpy to host");
+  }
+  void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
+    synchronize();
+    check(cudaMemcpy(static_cast<char*>(dst.handle) + offset, src, n, cudaMemcpyHostToDevice),
+          "cudaMemcpy from host");
+  }
+
+ private:
+  int device_;
+  CachingAllocator pool_;
+  cudaStream_t stream_ = nullptr;
+  std::mutex mu_;
+  std::vector<StoragePtr> pending_;  // kept alive until the stream has used them
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  try {
+    return std::make_unique<CudaBackend>(0);
+  } catch (const BackendError&) {
+    return nullptr;
+  }
+}
+
+}  // namespace fm::cuda
