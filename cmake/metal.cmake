@@ -7,6 +7,7 @@
 # The functions below are also used on their own by tools/check_metal_cmake.sh, which runs
 # them on Linux with a stand-in xcrun (set FM_METAL_FUNCTIONS_ONLY before including).
 
+set(FM_METAL_ROOT ${CMAKE_CURRENT_LIST_DIR}/..)  # the repository
 set(FM_METAL_STD "metal3.0")        # Metal 3.0: macOS 13 and later
 set(FM_METAL_MIN_MACOS "13.0")
 
@@ -89,7 +90,7 @@ endfunction()
 function(fm_embed_metallib target metallib metallib_target)
   set(FM_METALLIB ${metallib})
   set(embed ${CMAKE_BINARY_DIR}/metal/metallib_embed.S)
-  configure_file(${CMAKE_SOURCE_DIR}/csrc/backend/metal/metallib_embed.S.in ${embed} @ONLY)
+  configure_file(${FM_METAL_ROOT}/csrc/backend/metal/metallib_embed.S.in ${embed} @ONLY)
   set_source_files_properties(${embed} PROPERTIES LANGUAGE ASM OBJECT_DEPENDS ${metallib})
   target_sources(${target} PRIVATE ${embed})
   add_dependencies(${target} ${metallib_target})
