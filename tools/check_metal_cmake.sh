@@ -200,8 +200,17 @@ else
     cmake -S "$root" -B "$tmp/real-$1" -DFASTMETAL_METAL=ON -DFASTMETAL_CUDA=OFF \
       -Dpybind11_DIR="$pybind_dir" -DPython_EXECUTABLE="$(command -v "$PYTHON")" >"$tmp/real-$1.log" 2>&1
   }
+  reached() {  # the configure got as far as cmake/metal.cmake (Python/pybind11 were found)
+    grep -q "fastmetal: FASTMETAL_METAL=ON" "$tmp/real-$1.log" || {
+      echo "check_metal_cmake: skip  real-project configure ($1) stopped before cmake/metal.cmake:"
+      grep -m3 -i "error" "$tmp/real-$1.log" | sed 's/^/    /'
+      return 1
+    }
+  }
   if PATH=$(echo "$PATH" | tr ':' '\n' | grep -v "^$tmp/bin\$" | paste -sd:) configure_real noxcrun; then
     fail "FASTMETAL_METAL=ON without xcrun configured successfully"
+  elif ! reached noxcrun; then
+    :
   elif grep -q "xcrun. was not found" "$tmp/real-noxcrun.log" && grep -q "FASTMETAL_METAL=OFF" "$tmp/real-noxcrun.log"; then
     pass "FASTMETAL_METAL=ON without xcrun: clear configure error"
   elif command -v xcrun >/dev/null 2>&1; then
@@ -211,6 +220,8 @@ else
   fi
   if configure_real linux; then
     fail "FASTMETAL_METAL=ON on Linux configured successfully"
+  elif ! reached linux; then
+    :
   elif grep -q "needs macOS" "$tmp/real-linux.log"; then
     pass "FASTMETAL_METAL=ON with xcrun but not macOS: clear configure error"
   else
