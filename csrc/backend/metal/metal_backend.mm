@@ -8,7 +8,7 @@
 // cannot be freed while the GPU may still touch them, and no Metal thread ever runs
 // Python code (keep_alive takes the GIL itself; callers release it around launch/sync).
 //
-// Every entry runs inside @autoreleasepool. C++ exceptions never unwind through one (an
+// Every entry runs inside @autoreleasepool. Exceptions never unwind through one (an
 // exception leaving @autoreleasepool leaves the pool undrained): see pooled().
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>
@@ -66,31 +66,30 @@ std::string describe(NSError* _Nullable error) {
 }
 
 // Runs f inside an autorelease pool and rethrows its exception after the pool is drained.
+// An Objective-C exception (Metal raises NSException on API misuse) becomes a BackendError
+// instead of terminating the process.
 template <typename F>
 auto pooled(F&& f) -> decltype(f()) {
   using R = decltype(f());
   std::exception_ptr error;
-  if constexpr (std::is_void_v<R>) {
-    @autoreleasepool {
+  [[maybe_unused]] std::optional<std::conditional_t<std::is_void_v<R>, int, R>> result;
+  @autoreleasepool {
+    @try {
       try {
-        f();
-      } catch (...) {
+        if constexpr (std::is_void_v<R>)
+          f();
+        else
+          result.emplace(f());
+      } catch (const std::exception&) {
         error = std::current_exception();
       }
+    } @catch (NSException* e) {
+      error = std::make_exception_ptr(
+          BackendError("[fastmetal] Metal raised " + to_std(e.name) + ": " + to_std(e.reason)));
     }
-    if (error) std::rethrow_exception(error);
-  } else {
-    std::optional<R> result;
-    @autoreleasepool {
-      try {
-        result.emplace(f());
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    if (error) std::rethrow_exception(error);
-    return std::move(*result);
   }
+  if (error) std::rethrow_exception(error);
+  if constexpr (!std::is_void_v<R>) return std::move(*result);
 }
 
 // MTLBuffer <-> Storage::handle / CachingAllocator::Block::handle. The void* owns one
@@ -294,14 +293,17 @@ class MetalBackend final : public Backend {
     return pipelines_.emplace(kernel, std::move(p)).first->second;
   }
 
-  // Threads per group as asked, clamped to the device's per-axis limits and to the
+  // Threads per group as asked, clamped to the grid, the device's per-axis limits and the
   // pipeline's total (halving the largest axis; kernels are correct for any group size).
   MTLSize group_size(const Dispatch& d, const Pipeline& p) const {
     NSUInteger g[3] = {std::max<NSUInteger>(1, d.group[0]), std::max<NSUInteger>(1, d.group[1]),
                        std::max<NSUInteger>(1, d.group[2])};
     const NSUInteger axis_max[3] = {max_group_dims_.width, max_group_dims_.height,
                                     max_group_dims_.depth};
-    for (int i = 0; i < 3; ++i) g[i] = std::max<NSUInteger>(1, std::min(g[i], axis_max[i]));
+    // No larger than the grid (a group of 256 for 5 threads is 251 idle lanes) nor the
+    // device's per-axis limit.
+    for (int i = 0; i < 3; ++i)
+      g[i] = std::max<NSUInteger>(1, std::min({g[i], axis_max[i], NSUInteger(d.grid[i])}));
     while (g[0] * g[1] * g[2] > p.max_threads) {
       int big = 0;
       for (int i = 1; i < 3; ++i)

@@ -83,4 +83,12 @@ __attribute__((objc_root_class))
 @property (readonly, copy) NSString *localizedDescription;
 @end
 
+// ---- NSException.h ------------------------------------------------------------------
+typedef NSString *NSExceptionName;  // NS_TYPED_EXTENSIBLE_ENUM
+
+@interface NSException : NSObject
+@property (readonly, copy) NSExceptionName name;
+@property (nullable, readonly, copy) NSString *reason;
+@end
+
 NS_ASSUME_NONNULL_END
