@@ -105,6 +105,55 @@ check_copy nullable-to-nonnull \
 # (d) a selector Metal does not have (dispatch by threadgroups count misnamed)
 check_copy unknown-selector 's/dispatchThreads:MTLSizeMake/dispatchThread:MTLSizeMake/' fail
 
+# 4. Apple's ABI. Compile the backend into a Mach-O object for x86_64-apple-macos13 (ARC,
+#    blocks and @try lowered as on a Mac; Linux's libstdc++ stands in for libc++, hence
+#    -D_GNU_SOURCE and -U__nonnull, a Darwin-predefined macro glibc defines itself), assemble
+#    metallib_embed.S for both Mac architectures, and check that they meet: the object needs
+#    exactly the symbols the assembly defines, and the symbols span the embedded bytes.
+gxx_inc=$(ls -d /usr/include/c++/[0-9]* 2>/dev/null | sort -V | tail -n1 || true)
+multi=/usr/include/$(uname -m)-linux-gnu
+NM=$(command -v llvm-nm-16 || command -v llvm-nm || true)
+CLANG_C=${CLANGXX/clang++/clang}
+resdir=$("$CLANGXX" -print-resource-dir 2>/dev/null || true)
+if [[ $(uname -m) == x86_64 && -n $gxx_inc && -d $multi/c++/$(basename "$gxx_inc") && -n $NM &&
+      -d $resdir/include ]] && command -v "$CLANG_C" >/dev/null 2>&1; then
+  obj="$tmp/metal_backend.o"
+  if "$CLANGXX" -target x86_64-apple-macos13 -U__nonnull -D_GNU_SOURCE -x objective-c++ -std=c++17 \
+       -fobjc-arc -fblocks -fobjc-exceptions -fexceptions -O2 -c -nostdinc++ -nostdlibinc \
+       -isystem "$gxx_inc" -isystem "$multi/c++/$(basename "$gxx_inc")" -isystem "$resdir/include" \
+       -isystem "$multi" -isystem /usr/include -Wno-nullability-completeness \
+       -I tools/objc_stubs -I csrc -I csrc/backend "$target" -o "$obj"; then
+    undefined=$("$NM" -u -j "$obj" | sort -u)
+    missing=""
+    for sym in _fastmetal_metallib_start _fastmetal_metallib_end _MTLCreateSystemDefaultDevice \
+               _dispatch_data_create _objc_autoreleasePoolPush _objc_msgSend; do
+      grep -qx "$sym" <<<"$undefined" || missing+=" $sym"
+    done
+    if [[ -z $missing ]]; then pass "Mach-O x86_64 object (ARC codegen), needs the embed symbols"
+    else fail "Mach-O object lacks expected references:$missing"; fi
+  else
+    fail "Mach-O x86_64 compile of $target"
+  fi
+  printf 'fastmetal embed check \x00\x01\xff' >"$tmp/lib.metallib"
+  size=$(wc -c <"$tmp/lib.metallib")
+  sed "s#@FM_METALLIB@#$tmp/lib.metallib#" csrc/backend/metal/metallib_embed.S.in >"$tmp/embed.S"
+  for arch in arm64 x86_64; do
+    if "$CLANG_C" -target "$arch-apple-macos13" -c "$tmp/embed.S" -o "$tmp/embed-$arch.o"; then
+      syms=$("$NM" --defined-only "$tmp/embed-$arch.o")
+      start=$(awk '$3 == "_fastmetal_metallib_start" { print $1 }' <<<"$syms")
+      end=$(awk '$3 == "_fastmetal_metallib_end" { print $1 }' <<<"$syms")
+      span=missing
+      [[ -n $start && -n $end ]] && span=$((16#$end - 16#$start))
+      if [[ $span == "$size" ]]; then pass "metallib_embed.S on $arch-apple-macos13: symbols span $size bytes"
+      else fail "metallib_embed.S on $arch-apple-macos13: span '$span', want $size"; fi
+    else
+      fail "assembling metallib_embed.S for $arch-apple-macos13"
+    fi
+  done
+else
+  echo "check_objc: skip  Mach-O checks (need x86-64 Linux with libstdc++ headers, llvm-nm, clang)"
+fi
+
 if [[ $failed -ne 0 ]]; then
   echo "check_objc: FAILED" >&2
   exit 1
