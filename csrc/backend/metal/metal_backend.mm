@@ -325,18 +325,18 @@ class MetalBackend final : public Backend {
     std::vector<NSUInteger> offsets(args.size(), 0);
     for (std::size_t i = 0; i < args.size(); ++i) {
       const KernelArg& a = args[i];
-      const std::string where = "[fastmetal] kernel '" + kernel + "' argument " + std::to_string(i);
+      auto where = [&] { return "[fastmetal] kernel '" + kernel + "' argument " + std::to_string(i); };
       if (a.storage) {
         if (a.storage->backend != this || a.storage->handle == nullptr)
-          throw BackendError(where + " is not a Metal allocation");
+          throw BackendError(where() + " is not a Metal allocation");
         id<MTLBuffer> buffer = buffer_of(*a.storage);
         const char* contents = static_cast<const char*>([buffer contents]);
         const std::size_t base = std::size_t(static_cast<const char*>(a.storage->host) - contents);
         if (base > buffer.length || a.offset > buffer.length - base)
-          throw BackendError(where + " has an offset past the end of its buffer");
+          throw BackendError(where() + " has an offset past the end of its buffer");
         offsets[i] = NSUInteger(base + a.offset);
       } else if (a.bytes == nullptr || a.size == 0) {
-        throw BackendError(where + " is empty");
+        throw BackendError(where() + " is empty");
       }
     }
     const MTLSize group = group_size(d, p);
