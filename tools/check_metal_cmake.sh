@@ -12,7 +12,9 @@
 #      kernels.json, the names the host code launches (no per-op Objective-C needed);
 #   3. editing a shared header rebuilds the .air files, the metallib and re-embeds it;
 #   4. configuring the real project with -DFASTMETAL_METAL=ON fails with a clear message
-#      when xcrun is absent, and with one naming macOS when xcrun exists but this is Linux.
+#      when xcrun is absent, and with one naming macOS when xcrun exists but this is Linux;
+#   5. configured for macOS through a Darwin cross toolchain, the real project compiles the
+#      .mm as Objective-C++ with ARC, links Metal/Foundation and builds the Mach-O objects.
 # Needs cmake, a C compiler, python3 and clang (for preprocessing). Installs nothing.
 set -euo pipefail
 
@@ -226,6 +228,81 @@ else
     pass "FASTMETAL_METAL=ON with xcrun but not macOS: clear configure error"
   else
     fail "FASTMETAL_METAL=ON on Linux: unexpected output"; tail -n 20 "$tmp/real-linux.log" >&2
+  fi
+fi
+
+# 5. The real project configured for macOS (a Darwin cross toolchain: clang targeting
+#    x86_64-apple-macos13, the stand-in xcrun): the APPLE branch of cmake/metal.cmake runs
+#    as on a Mac. Checks the rules CMake writes for the .mm, the embed object and the link,
+#    then builds the metallib chain, the Mach-O embed object and the Objective-C++ object
+#    (Linux libstdc++ standing in for libc++, stubs for the SDK). Linking needs Apple's ld.
+CLANG_C=""
+for c in clang-16 clang-17 clang-18 clang-19 clang; do
+  if command -v "$c" >/dev/null 2>&1; then CLANG_C=$c; break; fi
+done
+CLANG_CXX=${CLANG_C/clang/clang++}
+gxx_inc=$(ls -d /usr/include/c++/[0-9]* 2>/dev/null | sort -V | tail -n1 || true)
+multi=/usr/include/$(uname -m)-linux-gnu
+NM=$(command -v llvm-nm-16 || command -v llvm-nm || true)
+if [[ -z $pybind_dir || -z $CLANG_C || $(uname -m) != x86_64 || -z $gxx_inc || -z $NM ]] ||
+   ! command -v ninja >/dev/null 2>&1 || ! command -v "$CLANG_CXX" >/dev/null 2>&1; then
+  echo "check_metal_cmake: skip  Darwin cross-configure (needs x86-64, clang, ninja, llvm-nm, pybind11)"
+else
+  {
+    echo "set(CMAKE_SYSTEM_NAME Darwin)"
+    echo "set(CMAKE_SYSTEM_PROCESSOR x86_64)"
+    for lang in C CXX OBJCXX ASM; do echo "set(CMAKE_${lang}_COMPILER_TARGET x86_64-apple-macos13)"; done
+    echo "set(CMAKE_C_COMPILER $CLANG_C)"
+    echo "set(CMAKE_ASM_COMPILER $CLANG_C)"
+    echo "set(CMAKE_CXX_COMPILER $CLANG_CXX)"
+    echo "set(CMAKE_OBJCXX_COMPILER $CLANG_CXX)"
+    echo "set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)"
+    echo "set(CMAKE_INSTALL_NAME_TOOL /bin/true)"
+    echo "set(CMAKE_OSX_DEPLOYMENT_TARGET 13.0)"
+  } >"$tmp/darwin.cmake"
+  resdir=$("$CLANG_CXX" -print-resource-dir)
+  objcxx_flags="-U__nonnull -D_GNU_SOURCE -nostdinc++ -nostdlibinc -isystem $gxx_inc"
+  objcxx_flags+=" -isystem $multi/c++/$(basename "$gxx_inc") -isystem $resdir/include -isystem $multi"
+  objcxx_flags+=" -isystem /usr/include -I$root/tools/objc_stubs -Wno-nullability-completeness"
+  dbuild="$tmp/darwin-build"
+  py_inc=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  if cmake -S "$root" -B "$dbuild" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$tmp/darwin.cmake" \
+       -DFASTMETAL_CUDA=OFF -Dpybind11_DIR="$pybind_dir" -DPython_EXECUTABLE="$(command -v "$PYTHON")" \
+       -DPython_INCLUDE_DIR="$py_inc" -DCMAKE_OBJCXX_FLAGS="$objcxx_flags" \
+       >"$tmp/darwin-configure.log" 2>&1; then
+    pass "real project configures for macOS (the APPLE branch of cmake/metal.cmake)"
+    mm_obj=CMakeFiles/_core.dir/csrc/backend/metal/metal_backend.mm.o
+    embed_obj=CMakeFiles/_core.dir/metal/metallib_embed.S.o
+    mm_rule=$(grep -A6 "^build $mm_obj:" "$dbuild/build.ninja" || true)
+    embed_rule=$(grep "^build $embed_obj:" "$dbuild/build.ninja" || true)
+    if [[ $mm_rule == *OBJCXX_COMPILER* && $mm_rule == *-fobjc-arc* && $mm_rule == *-DFASTMETAL_HAVE_METAL* ]]; then
+      pass ".mm compiled as OBJCXX with -fobjc-arc and FASTMETAL_HAVE_METAL"
+    else
+      fail ".mm compile rule: $mm_rule"
+    fi
+    if [[ $embed_rule == *ASM_COMPILER* && $embed_rule == *"| metal/fastmetal.metallib"* ]]; then
+      pass "embed object assembled as ASM, re-made when the metallib changes"
+    else
+      fail "embed rule: $embed_rule"
+    fi
+    if grep -q -- "-framework Metal  *-framework Foundation" "$dbuild/build.ninja"; then
+      pass "_core links -framework Metal -framework Foundation"
+    else
+      fail "framework link flags missing"
+    fi
+    if ninja -C "$dbuild" "$embed_obj" "$mm_obj" >"$tmp/darwin-build.log" 2>&1; then
+      embed_syms=$("$NM" --defined-only -j "$dbuild/$embed_obj" | grep fastmetal_metallib | sort)
+      mm_needs=$("$NM" -u -j "$dbuild/$mm_obj" | grep fastmetal_metallib | sort)
+      if [[ -n $mm_needs && $embed_syms == "$mm_needs" ]]; then
+        pass "Mach-O objects from the real build: the .mm needs exactly what the .S defines"
+      else
+        fail "embed symbols '$embed_syms' vs needed '$mm_needs'"
+      fi
+    else
+      fail "building the Darwin objects"; tail -n 20 "$tmp/darwin-build.log" >&2
+    fi
+  else
+    fail "configuring the real project for macOS"; tail -n 20 "$tmp/darwin-configure.log" >&2
   fi
 fi
 
