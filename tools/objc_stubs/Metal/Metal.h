@@ -52,11 +52,8 @@ typedef NS_ENUM(NSUInteger, MTLHazardTrackingMode){
 };
 
 #define MTLResourceCPUCacheModeShift 0
-#define MTLResourceCPUCacheModeMask (0xfUL << MTLResourceCPUCacheModeShift)
 #define MTLResourceStorageModeShift 4
-#define MTLResourceStorageModeMask (0xfUL << MTLResourceStorageModeShift)
 #define MTLResourceHazardTrackingModeShift 8
-#define MTLResourceHazardTrackingModeMask (0x3UL << MTLResourceHazardTrackingModeShift)
 
 typedef NS_OPTIONS(NSUInteger, MTLResourceOptions){
     MTLResourceCPUCacheModeDefaultCache = MTLCPUCacheModeDefaultCache << MTLResourceCPUCacheModeShift,
@@ -137,18 +134,13 @@ typedef NS_ENUM(NSUInteger, MTLDispatchType){
 
 // ---- MTLDevice.h ---------------------------------------------------------------------
 typedef NS_ENUM(NSInteger, MTLGPUFamily){
-    MTLGPUFamilyApple1 = 1001,
-    MTLGPUFamilyApple7 = 1007,
-    MTLGPUFamilyApple8 = 1008,
-    MTLGPUFamilyApple9 = 1009,
-    MTLGPUFamilyMac2 = 2002,
+    // (the Apple1..Apple10, Mac2, Common1..3 and Metal4 members are not used here)
     MTLGPUFamilyMetal3 = 5001,
 };
 
 @protocol MTLDevice <NSObject>
 @property (nonnull, readonly) NSString *name;
 @property (readonly) MTLSize maxThreadsPerThreadgroup;
-@property (readonly) BOOL hasUnifiedMemory;
 @property (readonly) NSUInteger maxBufferLength;
 - (BOOL)supportsFamily:(MTLGPUFamily)gpuFamily;
 - (nullable id<MTLCommandQueue>)newCommandQueue;
