@@ -68,3 +68,74 @@ def test_metal_cmake_with_standin_xcrun():
     for what in ("embedded bytes == fastmetal.metallib", "Metal host names == kernels.json",
                  "metallib re-embedded", "no-op rebuild"):
         assert what in r.stdout, r.stdout
+
+
+DISPATCH_MATH_TEST = r"""
+#include <cassert>
+#include <cstdio>
+#include <random>
+#include "backend/metal/dispatch_math.h"
+using namespace fm::metal;
+int main() {
+  std::mt19937_64 rng(7);
+  // Page spans: page-aligned, a whole number of pages, covering [p, p+n), minimal.
+  for (int t = 0; t < 200000; ++t) {
+    const std::uintptr_t page = t % 2 ? 16384 : 4096;
+    const std::uintptr_t p = rng() % (std::uintptr_t(1) << 47);
+    const std::size_t n = 1 + rng() % (t % 3 ? 100000 : 64);
+    const PageSpan s = page_span(p, n, page);
+    assert(s.ok);
+    assert(s.begin % page == 0 && (s.end - s.begin) % page == 0);
+    assert(s.begin <= p && p + n <= s.end);
+    assert(p - s.begin < page && s.end - (p + n) < page);
+  }
+  assert(page_span(0x1000, 1, 16384).begin == 0 && page_span(0x1000, 1, 16384).end == 16384);
+  assert(page_span(16384, 16384, 16384).begin == 16384 && page_span(16384, 16384, 16384).end == 32768);
+  assert(!page_span(UINTPTR_MAX - 10, 5, 16384).ok);   // would wrap
+  assert(!page_span(100, 10, 3000).ok);                 // not a power of two
+  // Threadgroups: within grid, axis limits and the total; unchanged when already valid.
+  for (int t = 0; t < 200000; ++t) {
+    std::uint32_t grid[3] = {std::uint32_t(rng() % 5000), std::uint32_t(1 + rng() % 70),
+                             std::uint32_t(1 + rng() % 9)};
+    std::uint64_t want[3] = {rng() % 2048, rng() % 64, rng() % 8};
+    const std::uint64_t axis[3] = {1024, 1024, 64};
+    const std::uint64_t total = 32 + rng() % 1024;
+    std::uint64_t g[3] = {want[0], want[1], want[2]};
+    clamp_group(g, grid, axis, total);
+    for (int i = 0; i < 3; ++i) {
+      assert(g[i] >= 1 && g[i] <= axis[i]);
+      assert(g[i] <= std::max<std::uint64_t>(1, want[i]));
+      assert(g[i] <= std::max<std::uint32_t>(1, grid[i]));
+    }
+    assert(g[0] * g[1] * g[2] <= total);
+  }
+  std::uint32_t grid[3] = {1 << 20, 1, 1};
+  const std::uint64_t axis[3] = {1024, 1024, 1024};
+  std::uint64_t g[3] = {256, 1, 1};
+  clamp_group(g, grid, axis, 1024);
+  assert(g[0] == 256 && g[1] == 1 && g[2] == 1);       // a valid request is kept
+  std::uint64_t h[3] = {1024, 1, 1};
+  clamp_group(h, grid, axis, 384);                      // halved until it fits: 1024 -> 256
+  assert(h[0] == 256);
+  std::uint64_t k[3] = {256, 4, 1};
+  std::uint32_t small[3] = {5, 2, 1};
+  clamp_group(k, small, axis, 1024);                    // no larger than the grid
+  assert(k[0] == 5 && k[1] == 2 && k[2] == 1);
+  std::puts("dispatch_math ok");
+  return 0;
+}
+"""
+
+
+def test_dispatch_math(tmp_path):
+    """Page rounding for no-copy buffers and threadgroup clamping, run natively."""
+    cxx = next((c for c in ["c++", "g++", "clang++-16", "clang++"] if shutil.which(c)), None)
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    src = tmp_path / "dispatch_math_test.cpp"
+    src.write_text(DISPATCH_MATH_TEST)
+    exe = tmp_path / "dispatch_math_test"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(REPO / "csrc"), str(src),
+                    "-o", str(exe)], check=True, capture_output=True, text=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "dispatch_math ok" in r.stdout, r.stdout + r.stderr

@@ -31,6 +31,7 @@
 
 #include "../../allocator.h"
 #include "../../errors.h"
+#include "dispatch_math.h"
 #include "metal_backend.h"
 
 #if !__has_feature(objc_arc)
@@ -167,14 +168,11 @@ class MetalBackend final : public Backend {
       if (ptr == nullptr || nbytes == 0) return pool_storage(nbytes, std::move(owner));
       // 16 KiB (Apple Silicon's GPU page) also covers 4 KiB pages (Intel, Rosetta).
       const std::uintptr_t page = std::max<std::uintptr_t>(std::uintptr_t(getpagesize()), 16384);
-      const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(ptr);
-      const std::uintptr_t begin = p & ~(page - 1);
-      const bool fits = p + nbytes >= p && p + nbytes <= UINTPTR_MAX - page;
-      const std::uintptr_t end = fits ? (p + nbytes + page - 1) & ~(page - 1) : 0;
-      if (fits && end - begin <= max_buffer_length_) {
+      const PageSpan span = page_span(reinterpret_cast<std::uintptr_t>(ptr), nbytes, page);
+      if (span.ok && span.end - span.begin <= max_buffer_length_) {
         id<MTLBuffer> buffer =
-            [device_ newBufferWithBytesNoCopy:reinterpret_cast<void*>(begin)
-                                       length:NSUInteger(end - begin)
+            [device_ newBufferWithBytesNoCopy:reinterpret_cast<void*>(span.begin)
+                                       length:NSUInteger(span.end - span.begin)
                                       options:MTLResourceStorageModeShared
                                   deallocator:nil];
         if (buffer != nil) {
@@ -293,24 +291,13 @@ class MetalBackend final : public Backend {
     return pipelines_.emplace(kernel, std::move(p)).first->second;
   }
 
-  // Threads per group as asked, clamped to the grid, the device's per-axis limits and the
-  // pipeline's total (halving the largest axis; kernels are correct for any group size).
+  // Threads per group: clamped to the grid, the device and the pipeline (clamp_group).
   MTLSize group_size(const Dispatch& d, const Pipeline& p) const {
-    NSUInteger g[3] = {std::max<NSUInteger>(1, d.group[0]), std::max<NSUInteger>(1, d.group[1]),
-                       std::max<NSUInteger>(1, d.group[2])};
-    const NSUInteger axis_max[3] = {max_group_dims_.width, max_group_dims_.height,
-                                    max_group_dims_.depth};
-    // No larger than the grid (a group of 256 for 5 threads is 251 idle lanes) nor the
-    // device's per-axis limit.
-    for (int i = 0; i < 3; ++i)
-      g[i] = std::max<NSUInteger>(1, std::min({g[i], axis_max[i], NSUInteger(d.grid[i])}));
-    while (g[0] * g[1] * g[2] > p.max_threads) {
-      int big = 0;
-      for (int i = 1; i < 3; ++i)
-        if (g[i] > g[big]) big = i;
-      g[big] = (g[big] + 1) / 2;
-    }
-    return MTLSizeMake(g[0], g[1], g[2]);
+    std::uint64_t g[3] = {d.group[0], d.group[1], d.group[2]};
+    const std::uint64_t axis_max[3] = {max_group_dims_.width, max_group_dims_.height,
+                                       max_group_dims_.depth};
+    clamp_group(g, d.grid, axis_max, p.max_threads);
+    return MTLSizeMake(NSUInteger(g[0]), NSUInteger(g[1]), NSUInteger(g[2]));
   }
 
   void launch_impl(const std::string& kernel, const Dispatch& d,
