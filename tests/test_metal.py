@@ -222,3 +222,17 @@ def test_threads(rng):
     assert not errors
     for x, r in zip(xs, results):
         np.testing.assert_allclose(r, 2 * np.tanh(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("forced", ["cpu", "metal"])
+def test_fastmetal_device_env(forced):
+    import os
+    import subprocess
+    import sys
+
+    code = "import fastmetal as fm; print(fm.default_device(), ','.join(fm.devices()))"
+    env = dict(os.environ, FASTMETAL_DEVICE=forced)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    default, devs = out.stdout.split()
+    assert default == forced and devs.split(",")[0] == "metal"
