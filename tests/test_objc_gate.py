@@ -47,7 +47,8 @@ def test_objc_gate_fails_on_a_broken_source(tmp_path):
     text = mm.read_text()
     assert "[encoder_ endEncoding]" in text
     mm.write_text(text.replace("[encoder_ endEncoding]", "[encoder_ endEncodng]"))
-    r = subprocess.run(["bash", str(tmp_path / "tools/check_objc.sh")], cwd=tmp_path,
+    env = dict(os.environ, FM_CHECK_OBJC_QUICK="1")
+    r = subprocess.run(["bash", str(tmp_path / "tools/check_objc.sh")], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL  csrc/backend/metal/metal_backend.mm" in r.stderr
