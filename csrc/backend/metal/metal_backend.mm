@@ -1,0 +1,456 @@
+// The Metal backend: one device, one command queue, the kernels of metal/*.metal from the
+// metallib embedded in this binary (metallib_embed.S), pipelines found by host name.
+//
+// Execution model: launch() encodes into the current command buffer (one serial compute
+// encoder, so each dispatch sees the writes of the one before); synchronize() commits and
+// waits. Every buffer a launch names is kept (StoragePtr) until the wait returns, and only
+// then dropped, on the caller's thread: pooled memory cannot be reused and Python owners
+// cannot be freed while the GPU may still touch them, and no Metal thread ever runs
+// Python code (keep_alive takes the GIL itself; callers release it around launch/sync).
+//
+// Every entry runs inside @autoreleasepool. Exceptions never unwind through one (an
+// exception leaving @autoreleasepool leaves the pool undrained): see pooled().
+#import <Foundation/Foundation.h>
+#import <Metal/Metal.h>
+#include <dispatch/dispatch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "../../allocator.h"
+#include "../../errors.h"
+#include "dispatch_math.h"
+#include "metal_backend.h"
+
+#if !__has_feature(objc_arc)
+#error "metal_backend.mm must be compiled with -fobjc-arc"
+#endif
+
+// The metallib bytes, placed in the binary by metallib_embed.S (.incbin).
+extern "C" const unsigned char fastmetal_metallib_start[];
+extern "C" const unsigned char fastmetal_metallib_end[];
+
+namespace fm::metal {
+namespace {
+
+// setBytes:length:atIndex: is for blocks up to 4 KiB; larger blocks go through a buffer.
+constexpr std::size_t kMaxInlineBytes = 4096;
+// The buffer argument table of a compute encoder has 31 entries.
+constexpr std::size_t kMaxBufferArgs = 31;
+// Commit (without waiting) after this many dispatches, so a long loop without
+// synchronize() starts running on the GPU instead of piling up in one command buffer.
+constexpr int kMaxDispatchesPerCommandBuffer = 128;
+// Bytes of freed allocations kept for reuse.
+constexpr std::size_t kMaxCachedBytes = std::size_t(1) << 30;
+
+std::string to_std(NSString* _Nullable s) {
+  const char* c = s != nil ? s.UTF8String : nullptr;
+  return c != nullptr ? std::string(c) : std::string();
+}
+
+std::string describe(NSError* _Nullable error) {
+  if (error == nil) return "unknown error";
+  std::string s = to_std(error.localizedDescription);
+  return s.empty() ? "unknown error" : s;
+}
+
+// Runs f inside an autorelease pool and rethrows its exception after the pool is drained.
+// An Objective-C exception (Metal raises NSException on API misuse) becomes a BackendError
+// instead of terminating the process.
+template <typename F>
+auto pooled(F&& f) -> decltype(f()) {
+  using R = decltype(f());
+  std::exception_ptr error;
+  [[maybe_unused]] std::optional<std::conditional_t<std::is_void_v<R>, int, R>> result;
+  @autoreleasepool {
+    @try {
+      try {
+        if constexpr (std::is_void_v<R>)
+          f();
+        else
+          result.emplace(f());
+      } catch (const std::exception&) {
+        error = std::current_exception();
+      }
+    } @catch (NSException* e) {
+      error = std::make_exception_ptr(
+          BackendError("[fastmetal] Metal raised " + to_std(e.name) + ": " + to_std(e.reason)));
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  if constexpr (!std::is_void_v<R>) return std::move(*result);
+}
+
+// MTLBuffer <-> Storage::handle / CachingAllocator::Block::handle. The void* owns one
+// reference (taken by retain_handle, given back by release_handle).
+void* retain_handle(id<MTLBuffer> buffer) { return (__bridge_retained void*)buffer; }
+void release_handle(void* handle) {
+  // ARC takes over the reference and drops it when `buffer` goes out of scope.
+  id<MTLBuffer> buffer = (__bridge_transfer id<MTLBuffer>)handle;
+  (void)buffer;
+}
+id<MTLBuffer> buffer_of(const Storage& s) { return (__bridge id<MTLBuffer>)s.handle; }
+
+struct Pipeline {
+  id<MTLComputePipelineState> state;
+  std::uint32_t max_threads = 1;  // maxTotalThreadsPerThreadgroup
+  std::uint32_t simd_width = 1;   // threadExecutionWidth
+};
+
+// A committed command buffer and the storages it uses. `keep` is declared first so that it
+// is destroyed last: the command buffer lets go of the MTLBuffers before their memory goes.
+struct Submitted {
+  std::vector<StoragePtr> keep;
+  id<MTLCommandBuffer> cb;
+};
+
+class MetalBackend final : public Backend {
+ public:
+  MetalBackend(id<MTLDevice> device, id<MTLCommandQueue> queue, id<MTLLibrary> library)
+      : device_(device),
+        queue_(queue),
+        library_(library),
+        max_group_dims_(device.maxThreadsPerThreadgroup),
+        max_buffer_length_(device.maxBufferLength),
+        pool_(
+            [device](std::size_t n) {
+              CachingAllocator::Block b;
+              @autoreleasepool {
+                if (n > device.maxBufferLength) return b;
+                // Shared storage: CPU and GPU see the same (page-aligned) memory.
+                id<MTLBuffer> buffer = [device newBufferWithLength:n
+                                                           options:MTLResourceStorageModeShared];
+                if (buffer == nil) return b;
+                b.host = [buffer contents];
+                b.handle = retain_handle(buffer);
+                b.size = n;
+              }
+              return b;
+            },
+            [](const CachingAllocator::Block& b) { release_handle(b.handle); }, kMaxCachedBytes) {
+    NSArray<NSString*>* names = library.functionNames;
+    for (NSUInteger i = 0; i < names.count; ++i) function_names_.insert(to_std([names objectAtIndex:i]));
+  }
+
+  ~MetalBackend() override {
+    try {
+      synchronize();
+    } catch (...) {
+      // Shutting down: a failed command buffer has nobody left to report to.
+    }
+  }
+
+  std::string name() const override { return "metal"; }
+  bool host_visible() const override { return true; }
+
+  StoragePtr allocate(std::size_t nbytes) override {
+    return pooled([&] { return pool_storage(nbytes, nullptr); });
+  }
+
+  // Shares the caller's memory with the GPU where Metal can wrap it: the pages holding
+  // [ptr, ptr + nbytes) become one no-copy buffer, and Storage::host points at ptr inside
+  // it (launch() binds host - contents as the offset). Otherwise the bytes are copied into
+  // a pooled buffer and Storage::copied_from tells the caller where results go back.
+  StoragePtr wrap_host(void* ptr, std::size_t nbytes, std::shared_ptr<void> owner) override {
+    return pooled([&]() -> StoragePtr {
+      if (ptr == nullptr || nbytes == 0) return pool_storage(nbytes, std::move(owner));
+      // 16 KiB (Apple Silicon's GPU page) also covers 4 KiB pages (Intel, Rosetta).
+      const std::uintptr_t page = std::max<std::uintptr_t>(std::uintptr_t(getpagesize()), 16384);
+      const PageSpan span = page_span(reinterpret_cast<std::uintptr_t>(ptr), nbytes, page);
+      if (span.ok && span.end - span.begin <= max_buffer_length_) {
+        id<MTLBuffer> buffer =
+            [device_ newBufferWithBytesNoCopy:reinterpret_cast<void*>(span.begin)
+                                       length:NSUInteger(span.end - span.begin)
+                                      options:MTLResourceStorageModeShared
+                                  deallocator:nil];
+        if (buffer != nil) {
+          auto s = std::make_shared<Storage>();
+          s->backend = this;
+          s->host = ptr;
+          s->nbytes = nbytes;
+          s->handle = retain_handle(buffer);
+          // The MTLBuffer goes first, then the memory it wraps.
+          s->release = [handle = s->handle, owner = std::move(owner)]() mutable {
+            release_handle(handle);
+            owner.reset();
+          };
+          return s;
+        }
+      }
+      StoragePtr s = pool_storage(nbytes, std::move(owner));
+      std::memcpy(s->host, ptr, nbytes);
+      s->copied_from = ptr;
+      return s;
+    });
+  }
+
+  void launch(const std::string& kernel, const Dispatch& d,
+              const std::vector<KernelArg>& args) override {
+    pooled([&] { launch_impl(kernel, d, args); });
+  }
+
+  void synchronize() override {
+    pooled([&] {
+      std::vector<Submitted> batch;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        flush_locked();
+        batch.swap(submitted_);
+      }
+      std::string error;
+      for (Submitted& s : batch) {
+        [s.cb waitUntilCompleted];
+        if (s.cb.status == MTLCommandBufferStatusError && error.empty()) error = describe(s.cb.error);
+      }
+      batch.clear();  // the GPU is done: buffers go back to the pool, Python owners are released
+      if (!error.empty())
+        throw BackendError("[fastmetal] Metal command buffer failed: " + error);
+    });
+  }
+
+  std::uint32_t preferred_group_size(const std::string& kernel) override {
+    return pooled([&] {
+      const Pipeline& p = pipeline(kernel);
+      // A few SIMD groups per threadgroup: 256 threads on Apple GPUs (width 32).
+      return std::max<std::uint32_t>(1, std::min(p.max_threads, p.simd_width * 8));
+    });
+  }
+
+  std::uint32_t max_group_size(const std::string& kernel) override {
+    return pooled([&] { return pipeline(kernel).max_threads; });
+  }
+
+  bool has_kernel(const std::string& kernel) override {
+    return function_names_.count(kernel) != 0;
+  }
+
+  // Host-visible memory: a memcpy, after any queued work that may still use it.
+  void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) override {
+    if (pending()) synchronize();
+    std::memcpy(dst, static_cast<const char*>(src.host) + offset, n);
+  }
+  void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
+    if (pending()) synchronize();
+    std::memcpy(static_cast<char*>(dst.host) + offset, src, n);
+  }
+
+ private:
+  // A pooled allocation; `owner` (if any) lives as long as the Storage.
+  StoragePtr pool_storage(std::size_t nbytes, std::shared_ptr<void> owner) {
+    CachingAllocator::Block b = pool_.acquire(nbytes);
+    if (b.handle == nullptr)
+      throw BackendError("[fastmetal] Metal could not allocate " + std::to_string(nbytes) +
+                         " bytes (device limit per buffer: " + std::to_string(max_buffer_length_) +
+                         ")");
+    auto s = std::make_shared<Storage>();
+    s->backend = this;
+    s->host = b.host;
+    s->handle = b.handle;
+    s->nbytes = nbytes;
+    s->release = [this, b, owner = std::move(owner)]() mutable {
+      pool_.give_back(b);
+      owner.reset();
+    };
+    return s;
+  }
+
+  // The pipeline of a kernel, built on first use. Thread-safe; references stay valid.
+  const Pipeline& pipeline(const std::string& kernel) {
+    std::lock_guard<std::mutex> lock(pipelines_mu_);
+    auto it = pipelines_.find(kernel);
+    if (it != pipelines_.end()) return it->second;
+    if (function_names_.count(kernel) == 0)
+      throw BackendError("[fastmetal] no Metal kernel named '" + kernel + "'");
+    NSString* ns_name = [NSString stringWithUTF8String:kernel.c_str()];
+    if (ns_name == nil) throw BackendError("[fastmetal] invalid kernel name '" + kernel + "'");
+    id<MTLFunction> function = [library_ newFunctionWithName:ns_name];
+    if (function == nil)
+      throw BackendError("[fastmetal] the Metal library has no function '" + kernel + "'");
+    NSError* error = nil;
+    id<MTLComputePipelineState> state = [device_ newComputePipelineStateWithFunction:function
+                                                                                error:&error];
+    if (state == nil)
+      throw BackendError("[fastmetal] could not create the Metal pipeline for '" + kernel +
+                         "': " + describe(error));
+    Pipeline p;
+    p.state = state;
+    p.max_threads = std::uint32_t(std::max<NSUInteger>(1, state.maxTotalThreadsPerThreadgroup));
+    p.simd_width = std::uint32_t(std::max<NSUInteger>(1, state.threadExecutionWidth));
+    return pipelines_.emplace(kernel, std::move(p)).first->second;
+  }
+
+  // Threads per group: clamped to the grid, the device and the pipeline (clamp_group).
+  MTLSize group_size(const Dispatch& d, const Pipeline& p) const {
+    std::uint64_t g[3] = {d.group[0], d.group[1], d.group[2]};
+    const std::uint64_t axis_max[3] = {max_group_dims_.width, max_group_dims_.height,
+                                       max_group_dims_.depth};
+    clamp_group(g, d.grid, axis_max, p.max_threads);
+    return MTLSizeMake(NSUInteger(g[0]), NSUInteger(g[1]), NSUInteger(g[2]));
+  }
+
+  void launch_impl(const std::string& kernel, const Dispatch& d,
+                   const std::vector<KernelArg>& args) {
+    if (args.size() > kMaxBufferArgs)
+      throw BackendError("[fastmetal] kernel '" + kernel + "' given " + std::to_string(args.size()) +
+                         " arguments; Metal binds at most " + std::to_string(kMaxBufferArgs));
+    const Pipeline& p = pipeline(kernel);  // unknown kernels fail even for empty grids
+    if (std::uint64_t(d.grid[0]) * d.grid[1] * d.grid[2] == 0) return;
+
+    // Check every argument before anything is encoded.
+    std::vector<NSUInteger> offsets(args.size(), 0);
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const KernelArg& a = args[i];
+      auto where = [&] { return "[fastmetal] kernel '" + kernel + "' argument " + std::to_string(i); };
+      if (a.storage) {
+        if (a.storage->backend != this || a.storage->handle == nullptr)
+          throw BackendError(where() + " is not a Metal allocation");
+        id<MTLBuffer> buffer = buffer_of(*a.storage);
+        const char* contents = static_cast<const char*>([buffer contents]);
+        const std::size_t base = std::size_t(static_cast<const char*>(a.storage->host) - contents);
+        if (base > buffer.length || a.offset > buffer.length - base)
+          throw BackendError(where() + " has an offset past the end of its buffer");
+        offsets[i] = NSUInteger(base + a.offset);
+      } else if (a.bytes == nullptr || a.size == 0) {
+        throw BackendError(where() + " is empty");
+      }
+    }
+    const MTLSize group = group_size(d, p);
+
+    std::lock_guard<std::mutex> lock(mu_);
+    id<MTLComputeCommandEncoder> encoder = encoder_locked();
+    [encoder setComputePipelineState:p.state];
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const KernelArg& a = args[i];
+      if (a.storage) {
+        [encoder setBuffer:buffer_of(*a.storage) offset:offsets[i] atIndex:NSUInteger(i)];
+        keep_.push_back(a.storage);
+      } else if (a.size <= kMaxInlineBytes) {
+        [encoder setBytes:a.bytes length:NSUInteger(a.size) atIndex:NSUInteger(i)];
+      } else {
+        // The command buffer retains this temporary until it has run.
+        id<MTLBuffer> block = [device_ newBufferWithBytes:a.bytes
+                                                   length:NSUInteger(a.size)
+                                                  options:MTLResourceStorageModeShared];
+        if (block == nil)
+          throw BackendError("[fastmetal] Metal could not allocate an argument block of " +
+                             std::to_string(a.size) + " bytes");
+        [encoder setBuffer:block offset:0 atIndex:NSUInteger(i)];
+      }
+    }
+    [encoder dispatchThreads:MTLSizeMake(d.grid[0], d.grid[1], d.grid[2])
+        threadsPerThreadgroup:group];
+    if (++dispatches_ >= kMaxDispatchesPerCommandBuffer) flush_locked();
+  }
+
+  // The open compute encoder, creating the command buffer and encoder as needed.
+  id<MTLComputeCommandEncoder> encoder_locked() {
+    if (encoder_ == nil) {
+      if (cb_ == nil) {
+        cb_ = [queue_ commandBuffer];
+        if (cb_ == nil) throw BackendError("[fastmetal] Metal could not create a command buffer");
+      }
+      // Serial: each dispatch starts after the previous one finished, so kernels that read
+      // what an earlier kernel wrote need no explicit barrier.
+      encoder_ = [cb_ computeCommandEncoderWithDispatchType:MTLDispatchTypeSerial];
+      if (encoder_ == nil)
+        throw BackendError("[fastmetal] Metal could not create a compute command encoder");
+    }
+    return encoder_;
+  }
+
+  // Ends encoding and commits the open command buffer (without waiting).
+  void flush_locked() {
+    if (encoder_ != nil) {
+      [encoder_ endEncoding];
+      encoder_ = nil;
+    }
+    if (cb_ != nil) {
+      [cb_ commit];
+      Submitted s;
+      s.keep.swap(keep_);
+      s.cb = cb_;
+      submitted_.push_back(std::move(s));
+      cb_ = nil;
+    }
+    dispatches_ = 0;
+  }
+
+  bool pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cb_ != nil || !submitted_.empty();
+  }
+
+  id<MTLDevice> device_;
+  id<MTLCommandQueue> queue_;
+  id<MTLLibrary> library_;
+  const MTLSize max_group_dims_;
+  const NSUInteger max_buffer_length_;
+  std::unordered_set<std::string> function_names_;  // immutable after construction
+
+  std::mutex pipelines_mu_;
+  std::unordered_map<std::string, Pipeline> pipelines_;
+
+  std::mutex mu_;  // guards everything below
+  id<MTLCommandBuffer> cb_;
+  id<MTLComputeCommandEncoder> encoder_;
+  std::vector<StoragePtr> keep_;  // storages named by the open command buffer
+  std::vector<Submitted> submitted_;
+  int dispatches_ = 0;
+
+  CachingAllocator pool_;  // last: its cached buffers go before the device does
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_metal_backend() {
+  std::unique_ptr<Backend> backend;
+  std::string disabled;  // why a present device is not used
+  @autoreleasepool {
+    id<MTLDevice> device = MTLCreateSystemDefaultDevice();
+    if (device != nil) {
+      const std::size_t size = std::size_t(fastmetal_metallib_end - fastmetal_metallib_start);
+      id<MTLCommandQueue> queue = nil;
+      id<MTLLibrary> library = nil;
+      if (![device supportsFamily:MTLGPUFamilyMetal3]) {
+        disabled = "'" + to_std(device.name) + "' does not support Metal 3";
+      } else if (size == 0) {
+        disabled = "the embedded metallib is empty (broken build)";
+      } else if ((queue = [device newCommandQueue]) == nil) {
+        disabled = "could not create a command queue";
+      } else {
+        // The bytes live in this binary for the life of the process: a no-op destructor
+        // makes dispatch use them in place instead of copying them.
+        dispatch_data_t data =
+            dispatch_data_create(fastmetal_metallib_start, size,
+                                 dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_DEFAULT, 0),
+                                 ^{});
+        NSError* error = nil;
+        library = [device newLibraryWithData:data error:&error];
+        if (library == nil) disabled = "could not load the embedded metallib: " + describe(error);
+      }
+      if (disabled.empty()) {
+        try {
+          backend = std::make_unique<MetalBackend>(device, queue, library);
+        } catch (const std::exception& e) {
+          disabled = e.what();
+        }
+      }
+    }
+  }
+  if (!disabled.empty()) std::fprintf(stderr, "[fastmetal] Metal backend disabled: %s\n", disabled.c_str());
+  return backend;
+}
+
+}  // namespace fm::metal

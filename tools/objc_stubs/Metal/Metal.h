@@ -1,0 +1,162 @@
+// Declaration-only stand-in for Apple's <Metal/Metal.h>, used by tools/check_objc.sh.
+// Only the API fastmetal's backend uses; each declaration copies the macOS SDK header
+// named above it (MTLDevice.h, MTLCommandQueue.h, MTLCommandBuffer.h, MTLCommandEncoder.h,
+// MTLComputeCommandEncoder.h, MTLComputePipeline.h, MTLLibrary.h, MTLBuffer.h,
+// MTLResource.h, MTLTypes.h): nullability, protocol types, NS_ENUM/NS_OPTIONS, blocks.
+#pragma once
+#ifndef __OBJC__
+#error "Metal stubs are Objective-C only"
+#endif
+
+#import <Foundation/Foundation.h>
+#import <dispatch/dispatch.h>
+
+NS_ASSUME_NONNULL_BEGIN
+
+@protocol MTLDevice;
+@protocol MTLCommandQueue;
+@protocol MTLCommandBuffer;
+@protocol MTLComputeCommandEncoder;
+@protocol MTLComputePipelineState;
+@protocol MTLFunction;
+@protocol MTLLibrary;
+@protocol MTLBuffer;
+
+// ---- MTLTypes.h ----------------------------------------------------------------------
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
+
+static inline MTLSize MTLSizeMake(NSUInteger width, NSUInteger height, NSUInteger depth) {
+  MTLSize size = {width, height, depth};
+  return size;
+}
+
+// ---- MTLResource.h -------------------------------------------------------------------
+typedef NS_ENUM(NSUInteger, MTLCPUCacheMode){
+    MTLCPUCacheModeDefaultCache = 0,
+    MTLCPUCacheModeWriteCombined = 1,
+};
+
+typedef NS_ENUM(NSUInteger, MTLStorageMode){
+    MTLStorageModeShared = 0,
+    MTLStorageModeManaged = 1,
+    MTLStorageModePrivate = 2,
+    MTLStorageModeMemoryless = 3,
+};
+
+typedef NS_ENUM(NSUInteger, MTLHazardTrackingMode){
+    MTLHazardTrackingModeDefault = 0,
+    MTLHazardTrackingModeUntracked = 1,
+    MTLHazardTrackingModeTracked = 2,
+};
+
+#define MTLResourceCPUCacheModeShift 0
+#define MTLResourceStorageModeShift 4
+#define MTLResourceHazardTrackingModeShift 8
+
+typedef NS_OPTIONS(NSUInteger, MTLResourceOptions){
+    MTLResourceCPUCacheModeDefaultCache = MTLCPUCacheModeDefaultCache << MTLResourceCPUCacheModeShift,
+    MTLResourceCPUCacheModeWriteCombined = MTLCPUCacheModeWriteCombined << MTLResourceCPUCacheModeShift,
+    MTLResourceStorageModeShared = MTLStorageModeShared << MTLResourceStorageModeShift,
+    MTLResourceStorageModeManaged = MTLStorageModeManaged << MTLResourceStorageModeShift,
+    MTLResourceStorageModePrivate = MTLStorageModePrivate << MTLResourceStorageModeShift,
+    MTLResourceStorageModeMemoryless = MTLStorageModeMemoryless << MTLResourceStorageModeShift,
+    MTLResourceHazardTrackingModeDefault = MTLHazardTrackingModeDefault << MTLResourceHazardTrackingModeShift,
+    MTLResourceHazardTrackingModeUntracked = MTLHazardTrackingModeUntracked << MTLResourceHazardTrackingModeShift,
+    MTLResourceHazardTrackingModeTracked = MTLHazardTrackingModeTracked << MTLResourceHazardTrackingModeShift,
+};
+
+@protocol MTLResource <NSObject>
+@end
+
+// ---- MTLBuffer.h ---------------------------------------------------------------------
+@protocol MTLBuffer <MTLResource>
+@property (readonly) NSUInteger length;
+- (void *)contents NS_RETURNS_INNER_POINTER;
+@end
+
+// ---- MTLLibrary.h --------------------------------------------------------------------
+@protocol MTLFunction <NSObject>
+@end
+
+@protocol MTLLibrary <NSObject>
+- (nullable id<MTLFunction>)newFunctionWithName:(NSString *)functionName;
+@property (readonly) NSArray<NSString *> *functionNames;
+@end
+
+// ---- MTLComputePipeline.h ------------------------------------------------------------
+@protocol MTLComputePipelineState <NSObject>
+@property (readonly) NSUInteger maxTotalThreadsPerThreadgroup;
+@property (readonly) NSUInteger threadExecutionWidth;
+@end
+
+// ---- MTLCommandEncoder.h -------------------------------------------------------------
+@protocol MTLCommandEncoder <NSObject>
+- (void)endEncoding;
+@end
+
+// ---- MTLComputeCommandEncoder.h ------------------------------------------------------
+@protocol MTLComputeCommandEncoder <MTLCommandEncoder>
+- (void)setComputePipelineState:(id<MTLComputePipelineState>)state;
+- (void)setBytes:(const void *)bytes length:(NSUInteger)length atIndex:(NSUInteger)index;
+- (void)setBuffer:(nullable id<MTLBuffer>)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index;
+- (void)dispatchThreads:(MTLSize)threadsPerGrid threadsPerThreadgroup:(MTLSize)threadsPerThreadgroup;
+@end
+
+// ---- MTLCommandBuffer.h --------------------------------------------------------------
+typedef NS_ENUM(NSUInteger, MTLCommandBufferStatus){
+    MTLCommandBufferStatusNotEnqueued = 0,
+    MTLCommandBufferStatusEnqueued = 1,
+    MTLCommandBufferStatusCommitted = 2,
+    MTLCommandBufferStatusScheduled = 3,
+    MTLCommandBufferStatusCompleted = 4,
+    MTLCommandBufferStatusError = 5,
+};
+
+typedef NS_ENUM(NSUInteger, MTLDispatchType){
+    MTLDispatchTypeSerial,
+    MTLDispatchTypeConcurrent,
+};
+
+@protocol MTLCommandBuffer <NSObject>
+- (void)commit;
+- (void)waitUntilCompleted;
+@property (readonly) MTLCommandBufferStatus status;
+@property (nullable, readonly) NSError *error;
+- (nullable id<MTLComputeCommandEncoder>)computeCommandEncoderWithDispatchType:(MTLDispatchType)dispatchType;
+@end
+
+// ---- MTLCommandQueue.h ---------------------------------------------------------------
+@protocol MTLCommandQueue <NSObject>
+- (nullable id<MTLCommandBuffer>)commandBuffer;
+@end
+
+// ---- MTLDevice.h ---------------------------------------------------------------------
+typedef NS_ENUM(NSInteger, MTLGPUFamily){
+    // (the Apple1..Apple10, Mac2, Common1..3 and Metal4 members are not used here)
+    MTLGPUFamilyMetal3 = 5001,
+};
+
+@protocol MTLDevice <NSObject>
+@property (nonnull, readonly) NSString *name;
+@property (readonly) MTLSize maxThreadsPerThreadgroup;
+@property (readonly) NSUInteger maxBufferLength;
+- (BOOL)supportsFamily:(MTLGPUFamily)gpuFamily;
+- (nullable id<MTLCommandQueue>)newCommandQueue;
+- (nullable id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
+- (nullable id<MTLBuffer>)newBufferWithBytes:(const void *)pointer
+                                      length:(NSUInteger)length
+                                     options:(MTLResourceOptions)options;
+- (nullable id<MTLBuffer>)newBufferWithBytesNoCopy:(void *)pointer
+                                            length:(NSUInteger)length
+                                           options:(MTLResourceOptions)options
+                                       deallocator:(void (^NS_SWIFT_SENDABLE __nullable)(void *pointer, NSUInteger length))deallocator;
+- (nullable id<MTLLibrary>)newLibraryWithData:(dispatch_data_t)data error:(__autoreleasing NSError **)error;
+- (nullable id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)computeFunction
+                                                                      error:(__autoreleasing NSError **)error;
+@end
+
+extern "C" id<MTLDevice> __nullable MTLCreateSystemDefaultDevice(void) NS_RETURNS_RETAINED;
+
+NS_ASSUME_NONNULL_END
