@@ -21,7 +21,8 @@ def test_lint_catches_each_rule():
         using namespace metal;
         threadgroup float global_tile[4];
         kernel void k(device float* a [[buffer(0)]], threadgroup float* t [[threadgroup(0)]],
-                      texture2d<float> img [[texture(0)]], uint i [[thread_position_in_grid]]) {
+                      texture2d<float> img [[texture(0)]], constant float* w [[buffer(1)]],
+                      uint i [[thread_position_in_grid]]) {
           threadgroup float tile[64];
           if (i > 10) return;
           float4 v = float4(1.0f); float2 w = v.xy; long q = 0; double d = 1;
@@ -32,7 +33,7 @@ def test_lint_catches_each_rule():
     """)
     rules = {line.split("[")[1].split("]")[0] for line in lint_metal.lint_text("bad.metal", bad)}
     assert rules == {"threadgroup-param", "texture", "int-width", "double", "swizzle",
-                     "fast-math", "threadgroup-scope", "early-return"}
+                     "fast-math", "threadgroup-scope", "early-return", "constant-pointer"}
 
 
 def test_lint_accepts_the_subset():

@@ -12,6 +12,9 @@ CUDA (nvcc shim). This lint enforces the rules of ARCHITECTURE.md that the shims
   double               no double (Apple GPUs have no float64)
   swizzle              no swizzles beyond single components (.xy, .zyx, .rgba ...)
   fast-math            no fast:: math (the library builds with -fno-fast-math)
+  constant-pointer     arrays passed as `constant T*` buffers: use `device const T*` (the
+                       constant address space wants stricter buffer-offset alignment on some
+                       Macs, and user arrays can start anywhere); `constant Args&` is fine
 
 Usage: lint_metal.py [PATHS...]   (default: the metal/ directory beside tools/)
 Exit status 1 and one line per finding ("file:line: [rule] message") on violations.
@@ -29,6 +32,8 @@ RULES = {
     "double": (re.compile(r"\bdouble\b"), "double does not exist on Apple GPUs"),
     "swizzle": (re.compile(r"\.\s*(?:[xyzw]{2,4}|[rgba]{2,4})\b(?!\s*\()"), "swizzles are outside the portable subset; use .x/.y/.z/.w"),
     "fast-math": (re.compile(r"\bfast::"), "fast:: math is not allowed (builds use -fno-fast-math)"),
+    "constant-pointer": (re.compile(r"\bconstant\s+[\w:<>]+\s*\*\s*\w+\s*\[\[\s*buffer"),
+                         "pass arrays as `device const T*`, not `constant T*`"),
 }
 
 KERNEL_RE = re.compile(r"\bkernel\s+void\s+(\w+)\s*\(")
