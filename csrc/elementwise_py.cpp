@@ -65,7 +65,8 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
   if (!float_dtype)
     throw ValueError(message(op, "expected out with a floating dtype, got ",
                              std::string(py::str(py::reinterpret_borrow<py::array>(out).dtype()))));
-  if (native) {
+  // On devices whose memory the CPU cannot see, a NumPy out= is filled from a temporary.
+  if (native && (fm_out || backend.host_visible())) {
     o.user_array = to_array(out, backend, op, "out");
     if (o.user_array.dtype == dtype) {
       bool clash = false;
