@@ -51,6 +51,7 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
     const Array& a = out.cast<const Array&>();
     out_shape = a.shape;
     float_dtype = native = true;
+    o.user_array = a;
   } else {
     py::array arr = py::reinterpret_borrow<py::array>(out);
     out_shape.assign(arr.shape(), arr.shape() + arr.ndim());
@@ -88,7 +89,15 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
 }
 
 py::object finish(Output& o, bool fm_result) {
-  if (o.via_temp) {
+  if (o.via_temp && is_array(o.user) && !o.user_array.backend().host_visible()) {
+    // A device Array of another dtype: cast on the host, copy into its device memory.
+    const Array& dst = o.user_array;
+    if (!dst.contiguous())
+      throw ValueError("[fastmetal] out= of another dtype must be contiguous on '" +
+                       dst.backend().name() + "'");
+    py::array cast = numpy_view(o.target).attr("astype")(numpy_dtype(dst.dtype));
+    dst.backend().copy_from_host(*dst.storage, dst.byte_offset(), cast.data(), dst.nbytes());
+  } else if (o.via_temp) {
     py::object dst = o.user;
     if (is_array(dst)) dst = numpy_view(o.user_array, dst);
     py::module_::import("numpy").attr("copyto")(dst, numpy_view(o.target),
