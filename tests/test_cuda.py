@@ -56,6 +56,9 @@ def test_layouts_on_cuda():
         out = np.empty((200_000, 3), np.float32)
         assert fm.exp(tall, out=out) is out                                 # copied back
         check(out, np.exp(tall.astype(np.float64)))
+        dev_out16 = fm.empty((200_000, 3), dtype="float16", device="cuda")
+        assert fm.exp(fm.asarray(tall), out=dev_out16) is dev_out16       # cast into a device Array
+        check(dev_out16, np.exp(tall.astype(np.float64)), rtol=2e-3, dtype=np.float16)
         e = fm.exp(np.ones((0, 3), np.float32))
         assert e.shape == (0, 3)
     finally:
