@@ -33,24 +33,36 @@
 #include "conv2d_args.h"
 using namespace metal;
 
+// Helpers called by the kernels: device functions on CUDA, inlined on the CPU. fm_kernel.h
+// defines FM_FUNC from the commit that introduced it on; this copy covers older trees.
+#ifndef FM_FUNC
+#if defined(__METAL_VERSION__)
+#define FM_FUNC inline
+#elif defined(__CUDACC__)
+#define FM_FUNC __device__ __forceinline__
+#else
+#define FM_FUNC inline __attribute__((always_inline))
+#endif
+#endif
+
 // ---------------------------------------------------------------- problem descriptions
 // Each problem says, for group g: the GEMM sizes, how to read A[m][k] and B[k][c] (zero
 // outside the tensors: padding, or taps that a stride skips), where C[m][c] goes, and
 // which index of each operand is contiguous in memory (so tile loads can be coalesced).
 
 struct ConvForward {
-  static int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
-  static int32_t cols(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
-  static int32_t depth(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
-  static bool a_k_fast() { return true; }
-  static bool b_k_fast() { return false; }
+  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
+  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
+  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
+  static FM_FUNC bool a_k_fast() { return true; }
+  static FM_FUNC bool b_k_fast() { return false; }
   // A = weight rows of group g: row co holds its C_in/groups * kH * kW taps contiguously.
-  static float load_a(constant Conv2dArgs& a, device const float* w, int32_t g, int32_t m,
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g, int32_t m,
                       int32_t k) {
     return w[(g * rows(a) + m) * depth(a) + k];
   }
   // B = the input patch of output pixel c for tap k.
-  static float load_b(constant Conv2dArgs& a, device const float* x, int32_t g, int32_t k,
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, int32_t g, int32_t k,
                       int32_t c) {
     const int32_t khw = a.kH * a.kW;
     const int32_t ci = k / khw, r = k - ci * khw;
@@ -64,7 +76,7 @@ struct ConvForward {
     const int32_t ch = g * (a.C_in / a.groups) + ci;
     return x[((n * a.C_in + ch) * a.H + ih) * a.W + iw];
   }
-  static void store(constant Conv2dArgs& a, device float* y, device const float* bias,
+  static FM_FUNC void store(constant Conv2dArgs& a, device float* y, device const float* bias,
                     uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c, float v) {
     const int32_t co = g * rows(a) + m;
     const int32_t hw = a.H_out * a.W_out;
@@ -74,20 +86,20 @@ struct ConvForward {
 };
 
 struct ConvBackwardInput {
-  static int32_t rows(constant Conv2dArgs& a) { return a.C_in / a.groups; }
-  static int32_t cols(constant Conv2dArgs& a) { return a.N * a.H * a.W; }
-  static int32_t depth(constant Conv2dArgs& a) { return (a.C_out / a.groups) * a.kH * a.kW; }
-  static bool a_k_fast() { return true; }
-  static bool b_k_fast() { return false; }
+  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_in / a.groups; }
+  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return a.N * a.H * a.W; }
+  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return (a.C_out / a.groups) * a.kH * a.kW; }
+  static FM_FUNC bool a_k_fast() { return true; }
+  static FM_FUNC bool b_k_fast() { return false; }
   // A[ci][co, kh, kw] = w[g*C_out/groups + co][ci][kh][kw] (the transposed weight).
-  static float load_a(constant Conv2dArgs& a, device const float* w, int32_t g, int32_t m,
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g, int32_t m,
                       int32_t k) {
     const int32_t khw = a.kH * a.kW;
     const int32_t co = k / khw, r = k - co * khw;
     return w[((g * (a.C_out / a.groups) + co) * rows(a) + m) * khw + r];
   }
   // B[co, kh, kw][n, ih, iw] = gy at the output pixel whose tap (kh, kw) read (ih, iw).
-  static float load_b(constant Conv2dArgs& a, device const float* gy, int32_t g, int32_t k,
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* gy, int32_t g, int32_t k,
                       int32_t c) {
     const int32_t khw = a.kH * a.kW;
     const int32_t co = k / khw, r = k - co * khw;
@@ -104,7 +116,7 @@ struct ConvBackwardInput {
     const int32_t ch = g * (a.C_out / a.groups) + co;
     return gy[((n * a.C_out + ch) * a.H_out + oh) * a.W_out + ow];
   }
-  static void store(constant Conv2dArgs& a, device float* gx, device const float* unused,
+  static FM_FUNC void store(constant Conv2dArgs& a, device float* gx, device const float* unused,
                     uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c, float v) {
     const int32_t hw = a.H * a.W;
     const int32_t n = c / hw, p = c - n * hw;
@@ -113,20 +125,20 @@ struct ConvBackwardInput {
 };
 
 struct ConvBackwardWeight {
-  static int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
-  static int32_t cols(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
-  static int32_t depth(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
-  static bool a_k_fast() { return true; }
-  static bool b_k_fast() { return true; }
+  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
+  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
+  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
+  static FM_FUNC bool a_k_fast() { return true; }
+  static FM_FUNC bool b_k_fast() { return true; }
   // A[co][n, oh, ow] = gy.
-  static float load_a(constant Conv2dArgs& a, device const float* gy, int32_t g, int32_t m,
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* gy, int32_t g, int32_t m,
                       int32_t k) {
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = k / hw, p = k - n * hw;
     return gy[(n * a.C_out + g * rows(a) + m) * hw + p];
   }
   // B[n, oh, ow][ci, kh, kw] = the input value tap (kh, kw) of output pixel (oh, ow) read.
-  static float load_b(constant Conv2dArgs& a, device const float* x, int32_t g, int32_t k,
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, int32_t g, int32_t k,
                       int32_t c) {
     const int32_t khw = a.kH * a.kW;
     const int32_t ci = c / khw, r = c - ci * khw;
@@ -141,7 +153,7 @@ struct ConvBackwardWeight {
     return x[((n * a.C_in + ch) * a.H + ih) * a.W + iw];
   }
   // Split s writes the s-th weight-sized slice of the output (the workspace when s > 1).
-  static void store(constant Conv2dArgs& a, device float* gw, device const float* unused,
+  static FM_FUNC void store(constant Conv2dArgs& a, device float* gw, device const float* unused,
                     uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c, float v) {
     const int32_t per_split = a.C_out * cols(a);
     gw[split * per_split + (g * rows(a) + m) * cols(a) + c] = v;
@@ -335,7 +347,7 @@ kernel void conv2d_backward_input_direct(device const float* gy [[buffer(0)]],
 // (o = threadgroup_position_in_grid.x). Each thread sums a strided share, then the group
 // adds the shares as a tree in threadgroup memory.
 struct BiasSum {  // o = output channel
-  static float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
+  static FM_FUNC float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
                     int32_t o, int32_t i) {
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = i / hw, p = i - n * hw;
@@ -344,7 +356,7 @@ struct BiasSum {  // o = output channel
 };
 
 struct WeightDot {  // o = flat weight index (co, ci, kh, kw)
-  static float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
+  static FM_FUNC float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
                     int32_t o, int32_t i) {
     const int32_t khw = a.kH * a.kW;
     const int32_t cin_g = a.C_in / a.groups;
