@@ -1,7 +1,11 @@
 """conv2d benchmark: forward and forward+backward of three CNN layers, float32, NCHW.
 
-    python benchmarks/conv2d.py [--cases mnist1,mnist2,resnet] [--budget 1.0] [--json FILE]
+    python benchmarks/conv2d.py [--cases mnist1,mnist2,resnet] [--budget 1.0] [--threads N]
+                                [--device cpu|metal|cuda] [--json FILE]
     python -m fastmetal bench conv2d [...]
+
+On a GPU device (--device cuda / metal) fastmetal runs the MSL kernels on fastmetal.Arrays
+already on the device and torch runs on CUDA where fastmetal does (MLX is left out).
 
 Layers: the MNIST network's two convolutions (batch 64: 1->32 3x3 on 28x28, 32->64 3x3 on
 26x26) and a ResNet-style layer (batch 32, 64->64 3x3, padding 1, on 56x56), each with bias.
@@ -121,8 +125,13 @@ def fmt_ratio(peer, ours):
     return "-" if peer is None or ours is None else f"{peer / ours:.2f}x"
 
 
-def build(case, rng):
-    """{mode: {library: fn}} for one layer; mode is "fwd" or "fwd+bwd"."""
+def build(case, rng, device="cpu"):
+    """{mode: {library: fn}} for one layer; mode is "fwd" or "fwd+bwd".
+
+    On the cpu device fastmetal gets NumPy arrays (NumPy in, NumPy out). On a GPU device it
+    gets fastmetal.Arrays already on the device (no host copies timed), and the torch peer
+    runs on CUDA when fastmetal's device is cuda (torch CPU otherwise); MLX only on cpu.
+    """
     xshape, wshape, padding, input_grad = CASES[case]
     x = rng.standard_normal(xshape).astype(np.float32)
     w = (rng.standard_normal(wshape) / np.sqrt(np.prod(wshape[1:]))).astype(np.float32)
@@ -132,27 +141,43 @@ def build(case, rng):
     needs = ("input", "weight", "bias") if input_grad else ("weight", "bias")
     fwd, both = {}, {}
 
-    fwd["fastmetal"] = lambda: fm.conv2d(x, w, b, padding=padding)
+    fx, fw, fb, fgy = x, w, b, gy
+    if device != "cpu":
+        fx, fw, fb, fgy = (fm.asarray(a, device=device) for a in (x, w, b, gy))
+    # Each call returns once its results are complete (conv2d synchronizes its device).
+    fwd["fastmetal"] = lambda: fm.conv2d(fx, fw, fb, padding=padding)
 
     def fm_both():
-        fm.conv2d(x, w, b, padding=padding)
-        return fm.conv2d_backward(gy, x, w, padding=padding, needs=needs)
+        fm.conv2d(fx, fw, fb, padding=padding)
+        return fm.conv2d_backward(fgy, fx, fw, padding=padding, needs=needs)
     both["fastmetal"] = fm_both
 
     torch = _torch()
     if torch is not None:
         F = torch.nn.functional
         tx, tw, tb, tgy = (torch.from_numpy(a) for a in (x, w, b, gy))
-        fwd["torch"] = lambda: F.conv2d(tx, tw, tb, padding=padding)
+        on_gpu = device == "cuda" and torch.cuda.is_available()
+        if on_gpu:
+            tx, tw, tb, tgy = (t.cuda() for t in (tx, tw, tb, tgy))
+        sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+
+        def torch_fwd():
+            out = F.conv2d(tx, tw, tb, padding=padding)
+            sync()
+            return out
+        fwd["torch"] = torch_fwd
 
         def torch_both():
             xx = tx.detach().requires_grad_(input_grad)
             ww = tw.detach().requires_grad_(True)
             bb = tb.detach().requires_grad_(True)
             F.conv2d(xx, ww, bb, padding=padding).backward(tgy)
+            sync()
             return ww.grad
         both["torch"] = torch_both
 
+    if device != "cpu":
+        return {"fwd": fwd, "fwd+bwd": both}
     mx = _mlx()
     if mx is not None:
         # Channels-last copies, made once (MLX's native layout).
@@ -193,6 +218,7 @@ def main(argv=None):
                     help="comma-separated layers out of %(default)s")
     ap.add_argument("--modes", default="fwd,fwd+bwd", help="fwd, fwd+bwd or both (default)")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
+    ap.add_argument("--device", help="fastmetal device (default: fastmetal's default device)")
     ap.add_argument("--threads", type=int,
                     help="threads for fastmetal (FASTMETAL_NUM_THREADS; effective if its pool has "
                          "not started yet) and torch (set_num_threads); default: their own")
@@ -212,7 +238,13 @@ def main(argv=None):
         if m not in ("fwd", "fwd+bwd"):
             ap.error(f"unknown mode {m!r}")
 
+    device = ns.device or fm.default_device()
+    if device not in fm.devices():
+        ap.error(f"device {device!r} is not available; have {fm.devices()}")
     print(f"# conv2d benchmark, {datetime.date.today()}\n# {machine_summary()}")
+    if device != "cpu":
+        print(f"# fastmetal on {device} with fastmetal.Array inputs already there; torch on "
+              f"{'cuda' if device == 'cuda' else 'cpu'}; no MLX")
     print("# median wall time per call; ratio = peer time / fastmetal time (>1: fastmetal faster)")
     print("# mlx: NHWC arrays prepared in advance; mlx+T: NCHW in/out with transposes in the graph")
     print(f"{'layer':<8}{'mode':<9}{'fastmetal':>11}{'torch':>11}{'mlx':>11}{'mlx+T':>11}"
@@ -220,9 +252,9 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     rows = []
     for case in cases:
-        fns = build(case, rng)
+        fns = build(case, rng, device)
         for mode in modes:
-            row = {"layer": case, "mode": mode, "shape": [list(CASES[case][0]), list(CASES[case][1])],
+            row = {"layer": case, "mode": mode, "device": device, "shape": [list(CASES[case][0]), list(CASES[case][1])],
                    "padding": CASES[case][2]}
             measured = median_times(fns[mode], ns.budget)
             for lib in ("fastmetal", *PEERS):
