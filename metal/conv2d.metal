@@ -49,6 +49,24 @@ using namespace metal;
 // Each problem says, for group g: the GEMM sizes, how to read A[m][k] and B[k][c] (zero
 // outside the tensors: padding, or taps that a stride skips), where C[m][c] goes, and
 // which index of each operand is contiguous in memory (so tile loads can be coalesced).
+//
+// B is a gather whose address splits into a part that depends on k only and a part that
+// depends on c only: k_tap(k) and col_tap(c) return those parts ({offset, row, column}),
+// and load_b combines them. The kernel tabulates col_tap once per tile and k_tap once per
+// K slice in threadgroup memory, so the integer divisions that decompose k and c are paid
+// per table entry rather than per loaded element.
+
+struct Tap {
+  int32_t base, h, w;
+};
+
+FM_FUNC Tap make_tap(int32_t base, int32_t h, int32_t w) {
+  Tap t;
+  t.base = base;
+  t.h = h;
+  t.w = w;
+  return t;
+}
 
 struct ConvForward {
   static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
@@ -57,27 +75,32 @@ struct ConvForward {
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return false; }
   // A = weight rows of group g: row co holds its C_in/groups * kH * kW taps contiguously.
-  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g, int32_t m,
-                      int32_t k) {
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g,
+                              int32_t m, int32_t k) {
     return w[(g * rows(a) + m) * depth(a) + k];
   }
-  // B = the input patch of output pixel c for tap k.
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, int32_t g, int32_t k,
-                      int32_t c) {
+  // B[ci, kh, kw][n, oh, ow] = x[n][g*C_in/groups + ci][oh*s - p + kh*d][ow*s - p + kw*d].
+  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
     const int32_t khw = a.kH * a.kW;
     const int32_t ci = k / khw, r = k - ci * khw;
     const int32_t kh = r / a.kW, kw = r - kh * a.kW;
+    return make_tap(ci * a.H * a.W, kh * a.dil_h, kw * a.dil_w);
+  }
+  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = c / hw, p = c - n * hw;
     const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
-    const int32_t ih = oh * a.stride_h - a.pad_h + kh * a.dil_h;
-    const int32_t iw = ow * a.stride_w - a.pad_w + kw * a.dil_w;
+    return make_tap((n * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
+                    oh * a.stride_h - a.pad_h, ow * a.stride_w - a.pad_w);
+  }
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, Tap kt, Tap ct) {
+    const int32_t ih = ct.h + kt.h, iw = ct.w + kt.w;
     if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) return 0.0f;
-    const int32_t ch = g * (a.C_in / a.groups) + ci;
-    return x[((n * a.C_in + ch) * a.H + ih) * a.W + iw];
+    return x[ct.base + kt.base + ih * a.W + iw];
   }
   static FM_FUNC void store(constant Conv2dArgs& a, device float* y, device const float* bias,
-                    uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c, float v) {
+                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
+                            float v) {
     const int32_t co = g * rows(a) + m;
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = c / hw, p = c - n * hw;
@@ -92,32 +115,38 @@ struct ConvBackwardInput {
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return false; }
   // A[ci][co, kh, kw] = w[g*C_out/groups + co][ci][kh][kw] (the transposed weight).
-  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g, int32_t m,
-                      int32_t k) {
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g,
+                              int32_t m, int32_t k) {
     const int32_t khw = a.kH * a.kW;
     const int32_t co = k / khw, r = k - co * khw;
     return w[((g * (a.C_out / a.groups) + co) * rows(a) + m) * khw + r];
   }
-  // B[co, kh, kw][n, ih, iw] = gy at the output pixel whose tap (kh, kw) read (ih, iw).
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* gy, int32_t g, int32_t k,
-                      int32_t c) {
+  // B[co, kh, kw][n, ih, iw] = gy at the output pixel whose tap (kh, kw) read (ih, iw):
+  // oh = (ih + p - kh*d) / s where that division is exact and oh is in range.
+  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
     const int32_t khw = a.kH * a.kW;
     const int32_t co = k / khw, r = k - co * khw;
     const int32_t kh = r / a.kW, kw = r - kh * a.kW;
+    return make_tap(co * a.H_out * a.W_out, kh * a.dil_h, kw * a.dil_w);
+  }
+  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
     const int32_t hw = a.H * a.W;
     const int32_t n = c / hw, p = c - n * hw;
     const int32_t ih = p / a.W, iw = p - ih * a.W;
-    const int32_t th = ih + a.pad_h - kh * a.dil_h;
-    const int32_t tw = iw + a.pad_w - kw * a.dil_w;
+    return make_tap((n * a.C_out + g * (a.C_out / a.groups)) * a.H_out * a.W_out,
+                    ih + a.pad_h, iw + a.pad_w);
+  }
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* gy, Tap kt, Tap ct) {
+    const int32_t th = ct.h - kt.h, tw = ct.w - kt.w;
     if (th < 0 || tw < 0) return 0.0f;
     const int32_t oh = th / a.stride_h, ow = tw / a.stride_w;
     if (oh * a.stride_h != th || ow * a.stride_w != tw || oh >= a.H_out || ow >= a.W_out)
       return 0.0f;
-    const int32_t ch = g * (a.C_out / a.groups) + co;
-    return gy[((n * a.C_out + ch) * a.H_out + oh) * a.W_out + ow];
+    return gy[ct.base + kt.base + oh * a.W_out + ow];
   }
   static FM_FUNC void store(constant Conv2dArgs& a, device float* gx, device const float* unused,
-                    uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c, float v) {
+                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
+                            float v) {
     const int32_t hw = a.H * a.W;
     const int32_t n = c / hw, p = c - n * hw;
     gx[(n * a.C_in + g * rows(a) + m) * hw + p] = v;
@@ -131,30 +160,36 @@ struct ConvBackwardWeight {
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return true; }
   // A[co][n, oh, ow] = gy.
-  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* gy, int32_t g, int32_t m,
-                      int32_t k) {
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* gy, int32_t g,
+                              int32_t m, int32_t k) {
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = k / hw, p = k - n * hw;
     return gy[(n * a.C_out + g * rows(a) + m) * hw + p];
   }
-  // B[n, oh, ow][ci, kh, kw] = the input value tap (kh, kw) of output pixel (oh, ow) read.
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, int32_t g, int32_t k,
-                      int32_t c) {
-    const int32_t khw = a.kH * a.kW;
-    const int32_t ci = c / khw, r = c - ci * khw;
-    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
+  // B[n, oh, ow][ci, kh, kw] = the input value tap (kh, kw) of output pixel (oh, ow) read:
+  // the forward's gather with the roles of k and c swapped.
+  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = k / hw, p = k - n * hw;
     const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
-    const int32_t ih = oh * a.stride_h - a.pad_h + kh * a.dil_h;
-    const int32_t iw = ow * a.stride_w - a.pad_w + kw * a.dil_w;
+    return make_tap((n * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
+                    oh * a.stride_h - a.pad_h, ow * a.stride_w - a.pad_w);
+  }
+  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+    const int32_t khw = a.kH * a.kW;
+    const int32_t ci = c / khw, r = c - ci * khw;
+    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
+    return make_tap(ci * a.H * a.W, kh * a.dil_h, kw * a.dil_w);
+  }
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, Tap kt, Tap ct) {
+    const int32_t ih = kt.h + ct.h, iw = kt.w + ct.w;
     if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) return 0.0f;
-    const int32_t ch = g * (a.C_in / a.groups) + ci;
-    return x[((n * a.C_in + ch) * a.H + ih) * a.W + iw];
+    return x[kt.base + ct.base + ih * a.W + iw];
   }
   // Split s writes the s-th weight-sized slice of the output (the workspace when s > 1).
   static FM_FUNC void store(constant Conv2dArgs& a, device float* gw, device const float* unused,
-                    uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c, float v) {
+                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
+                            float v) {
     const int32_t per_split = a.C_out * cols(a);
     gw[split * per_split + (g * rows(a) + m) * cols(a) + c] = v;
   }
@@ -178,6 +213,14 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
   // +1: rows written column-wise by the loaders do not all hit one memory bank.
   threadgroup float As[BK][BM + 1];
   threadgroup float Bs[BK][BN + 1];
+  // B's address parts: per column of the tile, and per k of a slice (two slices: the next
+  // slice's table is written while the current one is in use).
+  threadgroup int32_t col_base[BN];
+  threadgroup int32_t col_h[BN];
+  threadgroup int32_t col_w[BN];
+  threadgroup int32_t k_base[2][BK];
+  threadgroup int32_t k_h[2][BK];
+  threadgroup int32_t k_w[2][BK];
 
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
   const int32_t M = P::rows(args), NC = P::cols(args), K = P::depth(args);
@@ -191,6 +234,14 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
   const int32_t k_begin = split * per_split * BK;
   const int32_t k_end = min(K, k_begin + per_split * BK);
 
+  for (uint32_t c = tid; c < uint32_t(BN); c += T) {
+    const int32_t gc = col0 + int32_t(c);
+    const Tap t = gc < NC ? P::col_tap(args, g, gc) : make_tap(0, 0, 0);
+    col_base[c] = t.base;
+    col_h[c] = t.h;
+    col_w[c] = t.w;
+  }
+
   const uint32_t MT = BM / TM, NT = BN / TN;  // virtual threads along rows / columns
   const uint32_t V = MT * NT;
   for (uint32_t pass = 0; pass < V; pass += T) {
@@ -201,6 +252,17 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
     for (int i = 0; i < TM; ++i)
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
+    // The first slice's k table (the previous pass has finished reading both tables).
+    for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
+      const int32_t gk = k_begin + int32_t(kk);
+      const Tap t = gk < k_end ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
+      k_base[0][kk] = t.base;
+      k_h[0][kk] = t.h;
+      k_w[0][kk] = t.w;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    int32_t cur = 0;
     for (int32_t k0 = k_begin; k0 < k_end; k0 += BK) {
       for (uint32_t e = tid; e < uint32_t(BM * BK); e += T) {
         int32_t m, kk;
@@ -223,8 +285,19 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
           kk = int32_t(e) / BN;
           c = int32_t(e) - kk * BN;
         }
-        const int32_t gc = col0 + c, gk = k0 + kk;
-        Bs[kk][c] = (gc < NC && gk < k_end) ? P::load_b(args, bsrc, g, gk, gc) : 0.0f;
+        float value = 0.0f;
+        if (col0 + c < NC && k0 + kk < k_end)
+          value = P::load_b(args, bsrc, make_tap(k_base[cur][kk], k_h[cur][kk], k_w[cur][kk]),
+                            make_tap(col_base[c], col_h[c], col_w[c]));
+        Bs[kk][c] = value;
+      }
+      // The next slice's k table, into the other half.
+      for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
+        const int32_t gk = k0 + BK + int32_t(kk);
+        const Tap t = gk < k_end ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
+        k_base[1 - cur][kk] = t.base;
+        k_h[1 - cur][kk] = t.h;
+        k_w[1 - cur][kk] = t.w;
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
       if (active) {
@@ -238,6 +311,7 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
       }
       // Nobody overwrites the slices until everyone has used them.
       threadgroup_barrier(mem_flags::mem_threadgroup);
+      cur = 1 - cur;
     }
 
     if (active) {
