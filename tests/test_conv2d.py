@@ -469,6 +469,42 @@ def test_msl_kernels_match_fast_path(kernel_path):
         np.testing.assert_allclose(a, bb, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("path", ["fast", "kernels"])
+def test_python_threads_calling_at_once(kernel_path, path):
+    """The GIL is released while computing: concurrent calls give the serial results."""
+    import threading
+    _core._set_cpu_conv_path(path)
+    r = np.random.default_rng(13)
+    cases = []
+    for i in range(4):
+        x = r.standard_normal((2, 6, 9, 8)).astype(np.float32)
+        w = r.standard_normal((8 if i % 2 else 2, 6 // (1 + i % 2), 3, 3)).astype(np.float32)
+        kw = dict(padding=1, groups=1 + i % 2)
+        cases.append((x, w, kw))
+    run = lambda x, w, kw: (fm.conv2d(x, w, **kw),  # noqa: E731
+                            *fm.conv2d_backward(np.ones((2, w.shape[0], 9, 8), np.float32),
+                                                x, w, **kw))
+    expected = [run(*c) for c in cases]
+    errors = []
+
+    def worker(t):
+        try:
+            for it in range(3):
+                i = (t + it) % len(cases)
+                for got, want in zip(run(*cases[i]), expected[i]):
+                    if not np.array_equal(got, want):
+                        errors.append((t, it))
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 def test_private_switches_validate():
     with pytest.raises(ValueError, match="expected 'fast' or 'kernels'"):
         _core._set_cpu_conv_path("gpu")
