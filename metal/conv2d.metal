@@ -23,11 +23,12 @@
 // product to its own slice of a workspace and conv2d_sum_splits adds the slices
 // (deterministic: no atomics).
 //
-// Where the GEMM has a single row (depthwise convolutions: one output channel per group)
-// it would waste the tile, so the host uses direct kernels instead: conv2d_forward_direct
-// and conv2d_backward_input_direct (one thread per output element, no barriers) and
-// conv2d_reduce<WeightDot> (one threadgroup per weight element). conv2d_reduce<BiasSum>
-// is the bias gradient.
+// Where the GEMM has only a few rows (depthwise convolutions: one channel per group) most
+// of a tile would idle, so the host (csrc/conv2d.cpp) uses direct kernels instead:
+// conv2d_forward_direct when C_out/groups <= 4 and conv2d_backward_input_direct when
+// C_in/groups <= 4 (one thread per output element, no barriers), and
+// conv2d_reduce<WeightDot> (one threadgroup per weight element) when
+// (C_out/groups) * (C_in/groups) <= 4. conv2d_reduce<BiasSum> is the bias gradient.
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "conv2d_args.h"
