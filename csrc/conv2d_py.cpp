@@ -1,7 +1,296 @@
-// Python entry points of conv2d (issue 4). Placeholder: bound names are added here as the
-// ops are implemented.
+// Python entry points of conv2d (issue 4): parse the Python arguments, validate
+// everything (conv2d.cpp) before any conversion or launch, convert operands to contiguous
+// float32 on the chosen device, compute without the GIL, return NumPy or fastmetal.Array.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <set>
+
 #include "bindings.h"
+#include "conv2d.h"
+#include "errors.h"
+#include "pyarray.h"
 
 namespace fm::python {
-void bind_conv2d(pybind11::module_&) {}
+namespace {
+
+std::string repr_of(py::handle o) { return py::repr(o); }
+
+// A Python int (or NumPy integer); bools and floats are not ints here.
+std::optional<std::int64_t> as_int(py::handle v) {
+  static auto* np_bool = new py::object(py::module_::import("numpy").attr("bool_"));
+  if (PyBool_Check(v.ptr()) || PyFloat_Check(v.ptr()) || py::isinstance(v, *np_bool))
+    return std::nullopt;
+  PyObject* i = PyNumber_Index(v.ptr());
+  if (i == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i, &overflow);
+  Py_DECREF(i);
+  if (overflow != 0) return overflow > 0 ? std::numeric_limits<std::int64_t>::max()
+                                         : std::numeric_limits<std::int64_t>::min();
+  if (x == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return std::int64_t(x);
+}
+
+// An int (both axes) or a sequence of exactly two ints.
+void parse_pair(py::handle v, const std::string& op, const char* name, const char* what,
+                std::int64_t out[2]) {
+  if (auto i = as_int(v)) {
+    out[0] = out[1] = *i;
+    return;
+  }
+  const bool seq = (py::isinstance<py::tuple>(v) || py::isinstance<py::list>(v));
+  if (!seq)
+    throw TypeError(message(op, "expected ", name, " to be ", what, " int or a pair of ints, got ",
+                            repr_of(v)));
+  py::sequence s = py::reinterpret_borrow<py::sequence>(v);
+  if (s.size() != 2)
+    throw ValueError(message(op, "expected ", name, " to be an int or a pair of 2 ints, got ",
+                             s.size(), " values: ", repr_of(v)));
+  for (std::size_t d = 0; d < 2; ++d) {
+    auto i = as_int(s[d]);
+    if (!i)
+      throw TypeError(message(op, "expected ", name, " to be ", what,
+                              " int or a pair of ints, got ", repr_of(v)));
+    out[d] = *i;
+  }
+}
+
+Conv2dSpec parse_spec(const std::string& op, py::handle stride, py::handle padding,
+                      py::handle dilation, py::handle groups) {
+  Conv2dSpec s;
+  parse_pair(stride, op, "stride", "a positive", s.stride);
+  parse_pair(dilation, op, "dilation", "a positive", s.dilation);
+  if (py::isinstance<py::str>(padding)) {
+    const std::string p = padding.cast<std::string>();
+    if (p == "valid") {
+      s.padding_mode = Conv2dPadding::valid;
+    } else if (p == "same") {
+      s.padding_mode = Conv2dPadding::same;
+    } else {
+      throw ValueError(message(op, "expected padding 'valid', 'same', an int or a pair of ints, "
+                                   "got ",
+                               repr_of(padding)));
+    }
+  } else {
+    parse_pair(padding, op, "padding", "'valid', 'same', a non-negative", s.padding);
+  }
+  auto g = as_int(groups);
+  if (!g) throw TypeError(message(op, "expected groups to be a positive int, got ", repr_of(groups)));
+  s.groups = *g;
+  conv2d_check_spec(op, s);
+  return s;
+}
+
+// An operand seen before any conversion: its shape, with its dtype checked.
+struct Operand {
+  py::object obj;  // a fastmetal.Array or a NumPy array
+  Shape shape;
+  bool fm = false;
+};
+
+Operand inspect(py::handle obj, const std::string& op, const char* arg) {
+  Operand o;
+  if (is_array(obj)) {
+    o.obj = py::reinterpret_borrow<py::object>(obj);
+    o.shape = obj.cast<const Array&>().shape;
+    o.fm = true;
+    return o;
+  }
+  py::array arr;
+  if (py::isinstance<py::array>(obj)) {
+    arr = py::reinterpret_borrow<py::array>(obj);
+  } else {
+    try {
+      arr = py::module_::import("numpy").attr("asarray")(obj);
+    } catch (py::error_already_set& e) {
+      throw TypeError(message(op, "expected an array-like of real numbers for ", arg, ", got ",
+                              std::string(py::str(py::type::handle_of(obj).attr("__name__"))),
+                              " (", e.what(), ")"));
+    }
+  }
+  native_dtype_of(arr, op, arg);  // TypeError for complex, object, string, ... dtypes
+  o.obj = arr;
+  o.shape.assign(arr.shape(), arr.shape() + arr.ndim());
+  return o;
+}
+
+// Contiguous float32 on `b` (zero-copy for contiguous float32 NumPy arrays on host-visible
+// devices; float16 / float64 / integer / bool are converted).
+Array prepare(const Operand& o, Backend& b, const std::string& op, const char* arg) {
+  py::module_ np = py::module_::import("numpy");
+  if (o.fm) {
+    Array a = to_array(o.obj, b, op, arg, DType::float32);
+    if (a.contiguous()) return a;
+    if (!b.host_visible())
+      throw BackendError(message(op, "cannot make a strided ", arg, " contiguous on '", b.name(),
+                                 "'"));
+    py::array c = np.attr("ascontiguousarray")(numpy_view(a));
+    return to_array(c, b, op, arg, DType::float32);
+  }
+  py::array arr = to_native_numpy(o.obj, op, arg, DType::float32);
+  arr = np.attr("ascontiguousarray")(arr);
+  return to_array(arr, b, op, arg, DType::float32);
+}
+
+py::object conv2d_py(py::handle input, py::handle weight, py::handle bias, py::handle stride,
+                     py::handle padding, py::handle dilation, py::handle groups) {
+  const std::string op = "conv2d";
+  Backend& b = pick_backend(op, {{"input", input}, {"weight", weight}, {"bias", bias}});
+  const bool fm_result = any_array({input, weight, bias});
+  const Conv2dSpec spec = parse_spec(op, stride, padding, dilation, groups);
+  const Operand xo = inspect(input, op, "input"), wo = inspect(weight, op, "weight");
+  std::optional<Operand> bo;
+  if (!bias.is_none()) bo = inspect(bias, op, "bias");
+  const Conv2dArgs a = conv2d_resolve(op, xo.shape, wo.shape, bo ? &bo->shape : nullptr, spec);
+
+  const Array x = prepare(xo, b, op, "input"), w = prepare(wo, b, op, "weight");
+  std::optional<Array> bb;
+  if (bo) bb = prepare(*bo, b, op, "bias");
+  Array y = Array::empty(b, conv2d_output_shape(a, xo.shape.size() == 4), DType::float32);
+  {
+    py::gil_scoped_release nogil;
+    conv2d_forward(a, x, w, bb ? &*bb : nullptr, y);
+    b.synchronize();
+  }
+  return wrap_result(std::move(y), fm_result);
+}
+
+py::tuple conv2d_backward_py(py::handle grad_output, py::handle input, py::handle weight,
+                             py::handle stride, py::handle padding, py::handle dilation,
+                             py::handle groups, py::handle needs) {
+  const std::string op = "conv2d_backward";
+  Backend& b = pick_backend(
+      op, {{"grad_output", grad_output}, {"input", input}, {"weight", weight}});
+  const bool fm_result = any_array({grad_output, input, weight});
+  const Conv2dSpec spec = parse_spec(op, stride, padding, dilation, groups);
+
+  // needs: names out of {"input", "weight", "bias"} (a single name as a str is accepted).
+  bool want_x = false, want_w = false, want_b = false;
+  {
+    std::vector<py::object> items;
+    if (py::isinstance<py::str>(needs)) {
+      items.push_back(py::reinterpret_borrow<py::object>(needs));
+    } else {
+      PyObject* it = PyObject_GetIter(needs.ptr());
+      if (it == nullptr) {
+        PyErr_Clear();
+        throw TypeError(message(op, "expected needs to be a sequence of 'input', 'weight', "
+                                    "'bias', got ",
+                                repr_of(needs)));
+      }
+      py::iterator iter = py::reinterpret_steal<py::iterator>(it);
+      for (auto item : iter) items.push_back(py::reinterpret_borrow<py::object>(item));
+    }
+    for (auto& item : items) {
+      if (!py::isinstance<py::str>(item))
+        throw TypeError(message(op, "expected needs entries to be 'input', 'weight' or 'bias', "
+                                    "got ",
+                                repr_of(item), " in ", repr_of(needs)));
+      const std::string name = item.cast<std::string>();
+      if (name == "input")
+        want_x = true;
+      else if (name == "weight")
+        want_w = true;
+      else if (name == "bias")
+        want_b = true;
+      else
+        throw ValueError(message(op, "expected needs entries to be 'input', 'weight' or "
+                                     "'bias', got ",
+                                 repr_of(item), " in ", repr_of(needs)));
+    }
+  }
+
+  const Operand go = inspect(grad_output, op, "grad_output");
+  const Operand xo = inspect(input, op, "input"), wo = inspect(weight, op, "weight");
+  const Conv2dArgs a = conv2d_resolve(op, xo.shape, wo.shape, nullptr, spec);
+  const Shape out_shape = conv2d_output_shape(a, xo.shape.size() == 4);
+  if (go.shape != out_shape)
+    throw ValueError(message(op, "expected grad_output of shape ", shape_str(out_shape),
+                             " (the conv2d output for input ", shape_str(xo.shape),
+                             " and weight ", shape_str(wo.shape), "), got shape ",
+                             shape_str(go.shape)));
+
+  const Array gy = prepare(go, b, op, "grad_output");
+  // Only what the asked-for gradients read is converted.
+  std::optional<Array> x, w, gx, gw, gb;
+  if (want_w) x = prepare(xo, b, op, "input");
+  if (want_x) w = prepare(wo, b, op, "weight");
+  if (want_x) gx = Array::empty(b, xo.shape, DType::float32);
+  if (want_w) gw = Array::empty(b, wo.shape, DType::float32);
+  if (want_b) gb = Array::empty(b, {a.C_out}, DType::float32);
+  {
+    py::gil_scoped_release nogil;
+    if (want_x) conv2d_backward_input(a, gy, *w, *gx);
+    if (want_w) conv2d_backward_weight(a, gy, *x, *gw);
+    if (want_b) conv2d_backward_bias(a, gy, *gb);
+    b.synchronize();
+  }
+  auto result = [&](std::optional<Array>& r) -> py::object {
+    if (!r) return py::none();
+    return wrap_result(std::move(*r), fm_result);
+  };
+  return py::make_tuple(result(gx), result(gw), result(gb));
+}
+
+}  // namespace
+
+void bind_conv2d(py::module_& m) {
+  m.def("conv2d", &conv2d_py, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(),
+        py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1,
+        py::arg("groups") = 1);
+  m.def("conv2d_backward", &conv2d_backward_py, py::arg("grad_output"), py::arg("input"),
+        py::arg("weight"), py::arg("stride") = 1, py::arg("padding") = 0,
+        py::arg("dilation") = 1, py::arg("groups") = 1,
+        py::arg("needs") = py::make_tuple("input", "weight", "bias"));
+
+  // Normalised hyper-parameters (nn.Conv2d validates its constructor arguments with this).
+  m.def(
+      "_conv2d_spec",
+      [](py::handle stride, py::handle padding, py::handle dilation, py::handle groups,
+         const std::string& op) {
+        const Conv2dSpec s = parse_spec(op, stride, padding, dilation, groups);
+        py::object pad;
+        if (s.padding_mode == Conv2dPadding::valid)
+          pad = py::str("valid");
+        else if (s.padding_mode == Conv2dPadding::same)
+          pad = py::str("same");
+        else
+          pad = py::make_tuple(s.padding[0], s.padding[1]);
+        return py::make_tuple(py::make_tuple(s.stride[0], s.stride[1]), pad,
+                              py::make_tuple(s.dilation[0], s.dilation[1]), s.groups);
+      },
+      py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
+      py::arg("op") = "conv2d");
+
+  // Private switches: which conv2d implementation the cpu backend runs ("fast": the CPU
+  // algorithms; "kernels": the MSL kernels, the GEMMs under the fiber emulator), and the
+  // threadgroup size of the kernels with barriers (0 = automatic).
+  m.def("_set_cpu_conv_path", [](const std::string& path) {
+    if (path == "fast")
+      set_cpu_conv_path(CpuConvPath::fast);
+    else if (path == "kernels")
+      set_cpu_conv_path(CpuConvPath::kernels);
+    else
+      throw ValueError("[fastmetal._set_cpu_conv_path] expected 'fast' or 'kernels', got '" +
+                       path + "'");
+  });
+  m.def("_cpu_conv_path",
+        [] { return std::string(cpu_conv_path() == CpuConvPath::fast ? "fast" : "kernels"); });
+  m.def("_set_conv_group_size", [](std::int64_t threads) {
+    if (threads < 0 || threads > 4096)
+      throw ValueError("[fastmetal._set_conv_group_size] expected 0..4096, got " +
+                       std::to_string(threads));
+    set_conv_group_size(std::uint32_t(threads));
+  });
+  m.def("_conv_group_size", [] { return conv_group_size(); });
+}
+
 }  // namespace fm::python

@@ -1,7 +1,143 @@
-"""Neural-network layers (issue 4): placeholder."""
+"""Neural-network layers with explicit forward and backward passes.
+
+There is no autograd: a layer remembers what its ``forward`` saw, and ``backward`` takes
+the gradient of the loss with respect to the layer's output and returns the gradient with
+respect to its input, storing the parameter gradients on the layer.
+"""
 from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import _core
+from .conv import conv2d, conv2d_backward
+
+__all__ = ["Conv2d"]
+
+
+def _positive_int(value, name):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"[fastmetal.nn.Conv2d] expected {name} to be a positive int, "
+                        f"got {value!r}")
+    if value < 1:
+        raise ValueError(f"[fastmetal.nn.Conv2d] expected {name} to be a positive int, "
+                         f"got {value!r}")
+    return int(value)
+
+
+def _kernel_size(value):
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError("[fastmetal.nn.Conv2d] expected kernel_size to be an int or a pair "
+                             f"of 2 ints, got {len(value)} values: {value!r}")
+        return (_positive_int(value[0], "kernel_size"), _positive_int(value[1], "kernel_size"))
+    k = _positive_int(value, "kernel_size")
+    return (k, k)
 
 
 class Conv2d:
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("fastmetal.nn.Conv2d is not implemented yet")
+    """2-D convolution layer, as ``torch.nn.Conv2d`` (``padding_mode="zeros"``).
+
+    Parameters are those of ``torch.nn.Conv2d``; ``padding`` may also be ``"valid"`` or
+    ``"same"``. Keyword-only extras: ``seed`` (an int) or ``rng`` (a
+    ``numpy.random.Generator``) for the initialisation, and ``device`` (where the
+    parameters live: ``None`` keeps them as NumPy arrays; a device name stores them as
+    ``fastmetal.Array``).
+
+    Attributes
+    ----------
+    weight : (out_channels, in_channels // groups, kH, kW) float32
+    bias : (out_channels,) float32, or None when ``bias=False``
+        Initialised like PyTorch: ``kaiming_uniform_(a=sqrt(5))``, i.e. both uniform in
+        ``[-1/sqrt(fan_in), 1/sqrt(fan_in)]`` with ``fan_in = in_channels // groups * kH * kW``.
+    weight_grad, bias_grad
+        Set by :meth:`backward` (overwritten by each call, not accumulated); ``None`` before.
+
+    ``forward(x)`` (or calling the layer) returns ``conv2d(x, weight, bias, ...)`` and keeps
+    ``x`` for ``backward(grad_output)``, which returns the gradient with respect to ``x``.
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, *, seed=None, rng=None, device=None):
+        self.in_channels = _positive_int(in_channels, "in_channels")
+        self.out_channels = _positive_int(out_channels, "out_channels")
+        self.kernel_size = _kernel_size(kernel_size)
+        # Same checks and normal form as the functional op (stride/padding/dilation/groups).
+        self.stride, self.padding, self.dilation, self.groups = _core._conv2d_spec(
+            stride, padding, dilation, groups, "nn.Conv2d")
+        if self.in_channels % self.groups:
+            raise ValueError(f"[fastmetal.nn.Conv2d] expected in_channels ({self.in_channels}) "
+                             f"to be divisible by groups ({self.groups})")
+        if self.out_channels % self.groups:
+            raise ValueError(f"[fastmetal.nn.Conv2d] expected out_channels "
+                             f"({self.out_channels}) to be divisible by groups ({self.groups})")
+        if not isinstance(bias, (bool, np.bool_)):
+            raise TypeError(f"[fastmetal.nn.Conv2d] expected bias to be True or False, "
+                            f"got {bias!r}")
+        if seed is not None and rng is not None:
+            raise ValueError("[fastmetal.nn.Conv2d] expected at most one of seed and rng, "
+                             "got both")
+        if rng is None:
+            rng = np.random.default_rng(seed)
+        elif not isinstance(rng, np.random.Generator):
+            raise TypeError("[fastmetal.nn.Conv2d] expected rng to be a numpy.random.Generator, "
+                            f"got {type(rng).__name__}")
+
+        kh, kw = self.kernel_size
+        fan_in = self.in_channels // self.groups * kh * kw
+        bound = 1.0 / math.sqrt(fan_in)  # kaiming_uniform(a=sqrt(5)): sqrt(6/((1+5)*fan_in))
+        shape = (self.out_channels, self.in_channels // self.groups, kh, kw)
+        weight = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+        b = rng.uniform(-bound, bound, size=self.out_channels).astype(np.float32) if bias else None
+        self.device = device
+        if device is not None:
+            weight = _core.asarray(weight, device=device)
+            b = None if b is None else _core.asarray(b, device=device)
+        self.weight = weight
+        self.bias = b
+        self.weight_grad = None
+        self.bias_grad = None
+        self._input = None
+
+    def _args(self):
+        return dict(stride=self.stride, padding=self.padding, dilation=self.dilation,
+                    groups=self.groups)
+
+    def forward(self, x):
+        y = conv2d(x, self.weight, self.bias, **self._args())
+        self._input = x  # after the call: a failed forward keeps the previous input
+        return y
+
+    __call__ = forward
+
+    def backward(self, grad_output):
+        if self._input is None:
+            raise ValueError("[fastmetal.nn.Conv2d] expected forward() to be called before "
+                             "backward(), got no saved input")
+        needs = ("input", "weight", "bias") if self.bias is not None else ("input", "weight")
+        gx, gw, gb = conv2d_backward(grad_output, self._input, self.weight, needs=needs,
+                                     **self._args())
+        self.weight_grad = gw
+        self.bias_grad = gb
+        return gx
+
+    def parameters(self):
+        """[weight] or [weight, bias]."""
+        return [self.weight] if self.bias is None else [self.weight, self.bias]
+
+    def __repr__(self):
+        extra = ""
+        if self.stride != (1, 1):
+            extra += f", stride={self.stride}"
+        if self.padding != (0, 0):
+            extra += f", padding={self.padding!r}"
+        if self.dilation != (1, 1):
+            extra += f", dilation={self.dilation}"
+        if self.groups != 1:
+            extra += f", groups={self.groups}"
+        if self.bias is None:
+            extra += ", bias=False"
+        return (f"Conv2d({self.in_channels}, {self.out_channels}, "
+                f"kernel_size={self.kernel_size}{extra})")

@@ -1,0 +1,354 @@
+#include "conv2d.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/conv2d_cpu.h"
+#include "errors.h"
+
+namespace fm {
+namespace {
+
+constexpr std::int64_t kMaxIndex = std::numeric_limits<std::int32_t>::max();
+
+std::atomic<int> g_cpu_path{int(CpuConvPath::fast)};
+std::atomic<std::uint32_t> g_group_size{0};
+
+std::string pair_str(std::int64_t a, std::int64_t b) {
+  return "(" + std::to_string(a) + ", " + std::to_string(b) + ")";
+}
+
+// ---- small helpers for the kernel path ----
+
+std::uint32_t ceil_div(std::int64_t a, std::int64_t b) { return std::uint32_t((a + b - 1) / b); }
+
+// Threads per group for a kernel with barriers: the test override, else 256 (the number of
+// virtual threads of the GEMM tiles), never more than the pipeline allows, and few enough
+// that `groups_along_x * threads` fits a 32-bit grid.
+std::uint32_t group_threads(Backend& b, const std::string& kernel, std::uint64_t groups_along_x) {
+  std::uint32_t t = g_group_size.load();
+  if (t == 0) t = 256;
+  t = std::max<std::uint32_t>(1, std::min(t, b.max_group_size(kernel)));
+  while (t > 1 && groups_along_x * t > std::numeric_limits<std::uint32_t>::max()) t /= 2;
+  return t;
+}
+
+KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
+KernelArg bytes(const void* p, std::size_t n) { return KernelArg::inline_bytes(p, n); }
+
+bool fast_cpu(const Backend& b) {
+  return b.name() == "cpu" && g_cpu_path.load() == int(CpuConvPath::fast);
+}
+
+float* host_f32(const Array& a) { return reinterpret_cast<float*>(a.host_data()); }
+
+void fill_zero(const Array& a) {
+  if (a.size() == 0) return;
+  if (a.backend().host_visible()) {
+    std::memset(a.host_data(), 0, a.nbytes());
+  } else {
+    std::vector<char> zeros(a.nbytes(), 0);
+    a.backend().copy_from_host(*a.storage, a.byte_offset(), zeros.data(), zeros.size());
+  }
+}
+
+// The GEMM kernels: a 32-row tile where the product has at most 32 rows, else 64.
+std::string gemm_kernel(const char* base, std::int64_t rows, int& tile_rows) {
+  tile_rows = rows <= 32 ? 32 : 64;
+  return std::string(base) + (rows <= 32 ? "_32x64" : "_64x64");
+}
+constexpr int kTileCols = 64, kTileDepth = 16;
+
+void launch_gemm(Backend& b, const std::string& kernel, int tile_rows, const Conv2dArgs& a,
+                 std::int64_t rows, std::int64_t cols, std::int64_t splits,
+                 const std::vector<KernelArg>& buffers, std::uint32_t flags) {
+  const std::uint64_t col_tiles = ceil_div(cols, kTileCols);
+  const std::uint32_t t = group_threads(b, kernel, col_tiles);
+  Dispatch d;
+  d.group[0] = t;
+  d.grid[0] = std::uint32_t(col_tiles * t);
+  d.grid[1] = ceil_div(rows, tile_rows);
+  d.grid[2] = std::uint32_t(a.groups * splits);
+  std::vector<KernelArg> args = buffers;
+  args.push_back(bytes(&a, sizeof a));
+  args.push_back(bytes(&flags, sizeof flags));
+  b.launch(kernel, d, args);
+}
+
+// One thread per element of a (count, channels, N) grid.
+Dispatch direct_dispatch(Backend& b, const std::string& kernel, std::int64_t plane,
+                         std::int64_t channels, std::int64_t n) {
+  Dispatch d;
+  d.grid[0] = std::uint32_t(plane);
+  d.grid[1] = std::uint32_t(channels);
+  d.grid[2] = std::uint32_t(n);
+  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(kernel), plane));
+  return d;
+}
+
+void launch_reduce(Backend& b, const std::string& kernel, const Conv2dArgs& a,
+                   std::int64_t outputs, const Array& gy, const Array& x, const Array& out) {
+  const std::uint32_t t = group_threads(b, kernel, std::uint64_t(outputs));
+  Dispatch d;
+  d.group[0] = t;
+  d.grid[0] = std::uint32_t(std::uint64_t(outputs) * t);
+  b.launch(kernel, d, {buf(gy), buf(x), buf(out), bytes(&a, sizeof a)});
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- switches
+
+void set_cpu_conv_path(CpuConvPath path) { g_cpu_path.store(int(path)); }
+CpuConvPath cpu_conv_path() { return CpuConvPath(g_cpu_path.load()); }
+void set_conv_group_size(std::uint32_t threads) { g_group_size.store(threads); }
+std::uint32_t conv_group_size() { return g_group_size.load(); }
+
+// ---------------------------------------------------------------- validation
+
+void conv2d_check_spec(const std::string& op, const Conv2dSpec& s) {
+  if (s.stride[0] < 1 || s.stride[1] < 1 || s.stride[0] > kMaxIndex || s.stride[1] > kMaxIndex)
+    throw ValueError(message(op, "expected stride to be positive (at most 2**31-1), got ",
+                             pair_str(s.stride[0], s.stride[1])));
+  if (s.dilation[0] < 1 || s.dilation[1] < 1 || s.dilation[0] > kMaxIndex ||
+      s.dilation[1] > kMaxIndex)
+    throw ValueError(message(op, "expected dilation to be positive (at most 2**31-1), got ",
+                             pair_str(s.dilation[0], s.dilation[1])));
+  if (s.padding_mode == Conv2dPadding::explicit_ &&
+      (s.padding[0] < 0 || s.padding[1] < 0 || s.padding[0] > kMaxIndex ||
+       s.padding[1] > kMaxIndex))
+    throw ValueError(message(op, "expected padding to be non-negative (at most 2**31-1), got ",
+                             pair_str(s.padding[0], s.padding[1])));
+  if (s.groups < 1 || s.groups > kMaxIndex)
+    throw ValueError(message(op, "expected groups to be a positive int, got ", s.groups));
+  if (s.padding_mode == Conv2dPadding::same && (s.stride[0] != 1 || s.stride[1] != 1))
+    throw ValueError(message(op,
+                             "expected stride 1 with padding='same' (as PyTorch, 'same' is not "
+                             "supported for strided convolutions), got stride ",
+                             pair_str(s.stride[0], s.stride[1])));
+}
+
+Conv2dArgs conv2d_resolve(const std::string& op, const Shape& input, const Shape& weight,
+                          const Shape* bias, const Conv2dSpec& s) {
+  conv2d_check_spec(op, s);
+  if (input.size() != 4 && input.size() != 3)
+    throw ValueError(message(op,
+                             "expected a 4-D input (N, C, H, W) or a 3-D unbatched input "
+                             "(C, H, W), got shape ",
+                             shape_str(input)));
+  if (weight.size() != 4)
+    throw ValueError(message(op, "expected a 4-D weight (C_out, C_in/groups, kH, kW), got shape ",
+                             shape_str(weight)));
+  const bool batched = input.size() == 4;
+  const std::int64_t N = batched ? input[0] : 1;
+  const std::int64_t C = input[batched ? 1 : 0], H = input[batched ? 2 : 1],
+                     W = input[batched ? 3 : 2];
+  const std::int64_t C_out = weight[0], cin_g = weight[1], kH = weight[2], kW = weight[3];
+  const std::int64_t G = s.groups;
+  if (C_out < 1 || cin_g < 1 || kH < 1 || kW < 1)
+    throw ValueError(message(op,
+                             "expected a weight (C_out, C_in/groups, kH, kW) with every "
+                             "dimension at least 1, got shape ",
+                             shape_str(weight)));
+  if (C < 1)
+    throw ValueError(message(op, "expected an input with at least 1 channel, got shape ",
+                             shape_str(input)));
+  if (C % G != 0)
+    throw ValueError(message(op, "expected the input channels (C_in = ", C,
+                             ") to be divisible by groups = ", G, ", got input shape ",
+                             shape_str(input)));
+  if (C_out % G != 0)
+    throw ValueError(message(op, "expected the weight's output channels (weight.shape[0] = ",
+                             C_out, ") to be divisible by groups = ", G, ", got weight shape ",
+                             shape_str(weight)));
+  if (cin_g * G != C)
+    throw ValueError(message(op, "expected an input with weight.shape[1] * groups = ", cin_g,
+                             " * ", G, " = ", cin_g * G, " channels, got ", C,
+                             " channels (input shape ", shape_str(input), ", weight shape ",
+                             shape_str(weight), ")"));
+  if (H < 1 || W < 1)
+    throw ValueError(message(op, "expected an input with non-zero height and width, got shape ",
+                             shape_str(input)));
+  if (bias != nullptr && (bias->size() != 1 || (*bias)[0] != C_out))
+    throw ValueError(message(op, "expected a bias of shape (C_out,) = (", C_out,
+                             ",), got shape ", shape_str(*bias)));
+
+  // Padding per axis: top/left, and the total.
+  std::int64_t pad_top[2], pad_total[2];
+  const std::int64_t k[2] = {kH, kW}, in[2] = {H, W};
+  for (int d = 0; d < 2; ++d) {
+    const std::int64_t span = s.dilation[d] * (k[d] - 1);  // dilated kernel extent - 1
+    if (span > kMaxIndex)
+      throw ValueError(message(op, "expected a dilated kernel that fits 32-bit indices, got "
+                                   "kernel ", pair_str(kH, kW), " with dilation ",
+                               pair_str(s.dilation[0], s.dilation[1])));
+    switch (s.padding_mode) {
+      case Conv2dPadding::explicit_:
+        pad_top[d] = s.padding[d];
+        pad_total[d] = 2 * s.padding[d];
+        break;
+      case Conv2dPadding::valid:
+        pad_top[d] = pad_total[d] = 0;
+        break;
+      case Conv2dPadding::same:
+        pad_total[d] = span;
+        pad_top[d] = span / 2;
+        break;
+    }
+    if (in[d] + pad_total[d] > kMaxIndex)
+      throw ValueError(message(op, "expected the padded input to fit 32-bit indices, got input ",
+                               "shape ", shape_str(input), " with padding ",
+                               pair_str(pad_total[0] / 2, pad_total[1] / 2)));
+  }
+  std::int64_t out[2];
+  for (int d = 0; d < 2; ++d) {
+    const std::int64_t room = in[d] + pad_total[d] - s.dilation[d] * (k[d] - 1) - 1;
+    if (room < 0) {
+      throw ValueError(message(
+          op, "expected the padded input (", H + pad_total[0], " x ", W + pad_total[1],
+          ") to be at least as large as the dilated kernel (", s.dilation[0] * (kH - 1) + 1,
+          " x ", s.dilation[1] * (kW - 1) + 1, "), got input shape ", shape_str(input),
+          ", weight shape ", shape_str(weight), ", dilation ",
+          pair_str(s.dilation[0], s.dilation[1])));
+    }
+    out[d] = room / s.stride[d] + 1;
+  }
+  const Shape out_shape = {N, C_out, out[0], out[1]};
+  for (const Shape* t : {&input, &weight, &out_shape})
+    if (numel(*t) > kMaxIndex)
+      throw ValueError(message(op, "expected tensors of fewer than 2**31 elements (the kernels "
+                                   "index with 32 bits), got shape ",
+                               shape_str(*t)));
+
+  Conv2dArgs a{};
+  a.N = std::int32_t(N);
+  a.C_in = std::int32_t(C);
+  a.H = std::int32_t(H);
+  a.W = std::int32_t(W);
+  a.C_out = std::int32_t(C_out);
+  a.kH = std::int32_t(kH);
+  a.kW = std::int32_t(kW);
+  a.groups = std::int32_t(G);
+  a.H_out = std::int32_t(out[0]);
+  a.W_out = std::int32_t(out[1]);
+  a.stride_h = std::int32_t(s.stride[0]);
+  a.stride_w = std::int32_t(s.stride[1]);
+  a.pad_h = std::int32_t(pad_top[0]);
+  a.pad_w = std::int32_t(pad_top[1]);
+  a.dil_h = std::int32_t(s.dilation[0]);
+  a.dil_w = std::int32_t(s.dilation[1]);
+  return a;
+}
+
+Shape conv2d_output_shape(const Conv2dArgs& a, bool batched) {
+  if (batched) return {a.N, a.C_out, a.H_out, a.W_out};
+  return {a.C_out, a.H_out, a.W_out};
+}
+
+// ---------------------------------------------------------------- compute
+
+void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const Array* bias,
+                    const Array& y) {
+  if (y.size() == 0) return;
+  Backend& b = y.backend();
+  if (fast_cpu(b)) {
+    cpu::conv2d_forward(a, host_f32(x), host_f32(w), bias ? host_f32(*bias) : nullptr,
+                        host_f32(y));
+    return;
+  }
+  const std::uint32_t flags = bias ? 1u : 0u;
+  // Without a bias the kernel never reads buffer(2); bind any valid buffer there.
+  const KernelArg bias_arg = bias ? buf(*bias) : buf(w);
+  const std::int64_t cout_g = a.C_out / a.groups;
+  if (cout_g <= 4) {
+    // Few output channels per group (depthwise): a GEMM tile would be mostly idle rows.
+    const std::string k = "conv2d_forward_direct";
+    b.launch(k, direct_dispatch(b, k, std::int64_t(a.H_out) * a.W_out, a.C_out, a.N),
+             {buf(x), buf(w), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&flags, sizeof flags)});
+    return;
+  }
+  int tile_rows = 0;
+  const std::string k = gemm_kernel("conv2d_forward", cout_g, tile_rows);
+  launch_gemm(b, k, tile_rows, a, cout_g, std::int64_t(a.N) * a.H_out * a.W_out, 1,
+              {buf(w), buf(x), bias_arg, buf(y)}, flags);
+}
+
+void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
+                           const Array& gx) {
+  if (gx.size() == 0) return;
+  Backend& b = gx.backend();
+  if (fast_cpu(b)) {
+    cpu::conv2d_backward_input(a, host_f32(gy), host_f32(w), host_f32(gx));
+    return;
+  }
+  const std::int64_t cin_g = a.C_in / a.groups;
+  if (cin_g <= 4) {
+    const std::string k = "conv2d_backward_input_direct";
+    b.launch(k, direct_dispatch(b, k, std::int64_t(a.H) * a.W, a.C_in, a.N),
+             {buf(gy), buf(w), buf(gx), bytes(&a, sizeof a)});
+    return;
+  }
+  int tile_rows = 0;
+  const std::string k = gemm_kernel("conv2d_backward_input", cin_g, tile_rows);
+  launch_gemm(b, k, tile_rows, a, cin_g, std::int64_t(a.N) * a.H * a.W, 1,
+              {buf(w), buf(gy), buf(w), buf(gx)}, 0);
+}
+
+void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
+                            const Array& gw) {
+  if (a.N == 0) return fill_zero(gw);
+  Backend& b = gw.backend();
+  if (fast_cpu(b)) {
+    cpu::conv2d_backward_weight(a, host_f32(gy), host_f32(x), host_f32(gw));
+    return;
+  }
+  const std::int64_t cout_g = a.C_out / a.groups, cin_g = a.C_in / a.groups;
+  if (cout_g * cin_g <= 4) {
+    // Depthwise: a few weights per group, each a long dot product -> one group per weight.
+    launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
+    return;
+  }
+  int tile_rows = 0;
+  const std::string k = gemm_kernel("conv2d_backward_weight", cout_g, tile_rows);
+  const std::int64_t cols = cin_g * a.kH * a.kW;
+  const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
+  // Split K over more threadgroups when the output alone gives too few to fill a GPU
+  // (about 256 groups), keeping at least 4 slices of K per split.
+  const std::int64_t tiles = std::int64_t(ceil_div(cout_g, tile_rows)) * ceil_div(cols, kTileCols) *
+                             a.groups;
+  const std::int64_t slices = (depth + kTileDepth - 1) / kTileDepth;
+  std::int64_t splits = std::min<std::int64_t>({(256 + tiles - 1) / tiles, slices / 4, 64,
+                                                kMaxIndex / gw.size()});
+  splits = std::max<std::int64_t>(splits, 1);
+  // Every split must own at least one slice (the kernel rounds slices per split up).
+  const std::int64_t per_split = (slices + splits - 1) / splits;
+  splits = (slices + per_split - 1) / per_split;
+  if (splits == 1) {
+    launch_gemm(b, k, tile_rows, a, cout_g, cols, 1, {buf(gy), buf(x), buf(gy), buf(gw)}, 0);
+    return;
+  }
+  Array ws = Array::empty(b, {splits, gw.size()}, DType::float32);
+  launch_gemm(b, k, tile_rows, a, cout_g, cols, splits, {buf(gy), buf(x), buf(gy), buf(ws)}, 0);
+  const std::uint32_t n_splits = std::uint32_t(splits);
+  const std::string sum = "conv2d_sum_splits";
+  Dispatch d;
+  d.grid[0] = std::uint32_t(gw.size());
+  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(sum), gw.size()));
+  b.launch(sum, d, {buf(ws), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
+}
+
+void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb) {
+  if (a.N == 0) return fill_zero(gb);
+  Backend& b = gb.backend();
+  if (fast_cpu(b)) {
+    cpu::conv2d_backward_bias(a, host_f32(gy), host_f32(gb));
+    return;
+  }
+  // buffer(1) (the input) is not read by the bias sum; bind gy there.
+  launch_reduce(b, "conv2d_backward_bias", a, a.C_out, gy, gy, gb);
+}
+
+}  // namespace fm

@@ -1,0 +1,486 @@
+// conv2d kernels: forward, input gradient, weight gradient, bias gradient.
+//
+// Tensors are contiguous float32: x (N, C_in, H, W), w (C_out, C_in/groups, kH, kW),
+// y / gy (N, C_out, H_out, W_out). The argument block is Conv2dArgs (conv2d_args.h).
+//
+// The three big products are implicit GEMMs, one per group g (no im2col buffer: the tile
+// loaders gather straight from the tensors):
+//
+//   forward       C[co][n,oh,ow]  = sum_{ci,kh,kw}  w[co][ci,kh,kw]  * x(n, ci, oh*s-p+kh*d, ...)
+//   input grad    C[ci][n,ih,iw]  = sum_{co,kh,kw}  w[co][ci,kh,kw]  * gy(n, co, (ih+p-kh*d)/s, ...)
+//                 (the tap exists only where the division is exact and in range)
+//   weight grad   C[co][ci,kh,kw] = sum_{n,oh,ow}   gy[n,co][oh,ow]  * x(n, ci, oh*s-p+kh*d, ...)
+//
+// conv2d_gemm<Problem, BM, BN, BK, TM, TN> computes a BM x BN tile of C per threadgroup,
+// stepping through K in BK-deep slices staged in threadgroup memory. The tile is covered
+// by (BM/TM) * (BN/TN) "virtual threads" of TM x TN outputs each; a threadgroup of T
+// threads runs them in ceil(V/T) passes, and loads the staged slices with a stride of T,
+// so the result is the same for ANY threadgroup size (T == V is the fast case). All
+// barriers sit in loops whose trip counts are uniform across the group.
+//
+// The weight gradient has a long K (N*H_out*W_out) and a small output: it is split over
+// K ("split-K"): threadgroups_per_grid.z = groups * splits, each split writes its partial
+// product to its own slice of a workspace and conv2d_sum_splits adds the slices
+// (deterministic: no atomics).
+//
+// Where the GEMM has only a few rows (depthwise convolutions: one channel per group) most
+// of a tile would idle, so the host (csrc/conv2d.cpp) uses direct kernels instead:
+// conv2d_forward_direct when C_out/groups <= 4 and conv2d_backward_input_direct when
+// C_in/groups <= 4 (one thread per output element, no barriers), and
+// conv2d_reduce<WeightDot> (one threadgroup per weight element) when
+// (C_out/groups) * (C_in/groups) <= 4. conv2d_reduce<BiasSum> is the bias gradient.
+#include <metal_stdlib>
+#include "fm_kernel.h"
+#include "conv2d_args.h"
+using namespace metal;
+
+// Helpers called by the kernels: device functions on CUDA, inlined on the CPU. fm_kernel.h
+// defines FM_FUNC from the commit that introduced it on; this copy covers older trees.
+#ifndef FM_FUNC
+#if defined(__METAL_VERSION__)
+#define FM_FUNC inline
+#elif defined(__CUDACC__)
+#define FM_FUNC __device__ __forceinline__
+#else
+#define FM_FUNC inline __attribute__((always_inline))
+#endif
+#endif
+
+// ---------------------------------------------------------------- problem descriptions
+// Each problem says, for group g: the GEMM sizes, how to read A[m][k] and B[k][c] (zero
+// outside the tensors: padding, or taps that a stride skips), where C[m][c] goes, and
+// which index of each operand is contiguous in memory (so tile loads can be coalesced).
+//
+// B is a gather whose address splits into a part that depends on k only and a part that
+// depends on c only: k_tap(k) and col_tap(c) return those parts ({offset, row, column}),
+// and load_b combines them. The kernel tabulates col_tap once per tile and k_tap once per
+// K slice in threadgroup memory, so the integer divisions that decompose k and c are paid
+// per table entry rather than per loaded element.
+
+struct Tap {
+  int32_t base, h, w;
+};
+
+FM_FUNC Tap make_tap(int32_t base, int32_t h, int32_t w) {
+  Tap t;
+  t.base = base;
+  t.h = h;
+  t.w = w;
+  return t;
+}
+
+struct ConvForward {
+  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
+  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
+  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
+  static FM_FUNC bool a_k_fast() { return true; }
+  static FM_FUNC bool b_k_fast() { return false; }
+  // A = weight rows of group g: row co holds its C_in/groups * kH * kW taps contiguously.
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g,
+                              int32_t m, int32_t k) {
+    return w[(g * rows(a) + m) * depth(a) + k];
+  }
+  // B[ci, kh, kw][n, oh, ow] = x[n][g*C_in/groups + ci][oh*s - p + kh*d][ow*s - p + kw*d].
+  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
+    const int32_t khw = a.kH * a.kW;
+    const int32_t ci = k / khw, r = k - ci * khw;
+    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
+    return make_tap(ci * a.H * a.W, kh * a.dil_h, kw * a.dil_w);
+  }
+  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+    const int32_t hw = a.H_out * a.W_out;
+    const int32_t n = c / hw, p = c - n * hw;
+    const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
+    return make_tap((n * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
+                    oh * a.stride_h - a.pad_h, ow * a.stride_w - a.pad_w);
+  }
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, Tap kt, Tap ct) {
+    const int32_t ih = ct.h + kt.h, iw = ct.w + kt.w;
+    if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) return 0.0f;
+    return x[ct.base + kt.base + ih * a.W + iw];
+  }
+  static FM_FUNC void store(constant Conv2dArgs& a, device float* y, device const float* bias,
+                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
+                            float v) {
+    const int32_t co = g * rows(a) + m;
+    const int32_t hw = a.H_out * a.W_out;
+    const int32_t n = c / hw, p = c - n * hw;
+    y[(n * a.C_out + co) * hw + p] = (flags & 1u) != 0 ? v + bias[co] : v;
+  }
+};
+
+struct ConvBackwardInput {
+  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_in / a.groups; }
+  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return a.N * a.H * a.W; }
+  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return (a.C_out / a.groups) * a.kH * a.kW; }
+  static FM_FUNC bool a_k_fast() { return true; }
+  static FM_FUNC bool b_k_fast() { return false; }
+  // A[ci][co, kh, kw] = w[g*C_out/groups + co][ci][kh][kw] (the transposed weight).
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g,
+                              int32_t m, int32_t k) {
+    const int32_t khw = a.kH * a.kW;
+    const int32_t co = k / khw, r = k - co * khw;
+    return w[((g * (a.C_out / a.groups) + co) * rows(a) + m) * khw + r];
+  }
+  // B[co, kh, kw][n, ih, iw] = gy at the output pixel whose tap (kh, kw) read (ih, iw):
+  // oh = (ih + p - kh*d) / s where that division is exact and oh is in range.
+  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
+    const int32_t khw = a.kH * a.kW;
+    const int32_t co = k / khw, r = k - co * khw;
+    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
+    return make_tap(co * a.H_out * a.W_out, kh * a.dil_h, kw * a.dil_w);
+  }
+  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+    const int32_t hw = a.H * a.W;
+    const int32_t n = c / hw, p = c - n * hw;
+    const int32_t ih = p / a.W, iw = p - ih * a.W;
+    return make_tap((n * a.C_out + g * (a.C_out / a.groups)) * a.H_out * a.W_out,
+                    ih + a.pad_h, iw + a.pad_w);
+  }
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* gy, Tap kt, Tap ct) {
+    const int32_t th = ct.h - kt.h, tw = ct.w - kt.w;
+    if (th < 0 || tw < 0) return 0.0f;
+    const int32_t oh = th / a.stride_h, ow = tw / a.stride_w;
+    if (oh * a.stride_h != th || ow * a.stride_w != tw || oh >= a.H_out || ow >= a.W_out)
+      return 0.0f;
+    return gy[ct.base + kt.base + oh * a.W_out + ow];
+  }
+  static FM_FUNC void store(constant Conv2dArgs& a, device float* gx, device const float* unused,
+                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
+                            float v) {
+    const int32_t hw = a.H * a.W;
+    const int32_t n = c / hw, p = c - n * hw;
+    gx[(n * a.C_in + g * rows(a) + m) * hw + p] = v;
+  }
+};
+
+struct ConvBackwardWeight {
+  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
+  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
+  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
+  static FM_FUNC bool a_k_fast() { return true; }
+  static FM_FUNC bool b_k_fast() { return true; }
+  // A[co][n, oh, ow] = gy.
+  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* gy, int32_t g,
+                              int32_t m, int32_t k) {
+    const int32_t hw = a.H_out * a.W_out;
+    const int32_t n = k / hw, p = k - n * hw;
+    return gy[(n * a.C_out + g * rows(a) + m) * hw + p];
+  }
+  // B[n, oh, ow][ci, kh, kw] = the input value tap (kh, kw) of output pixel (oh, ow) read:
+  // the forward's gather with the roles of k and c swapped.
+  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
+    const int32_t hw = a.H_out * a.W_out;
+    const int32_t n = k / hw, p = k - n * hw;
+    const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
+    return make_tap((n * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
+                    oh * a.stride_h - a.pad_h, ow * a.stride_w - a.pad_w);
+  }
+  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+    const int32_t khw = a.kH * a.kW;
+    const int32_t ci = c / khw, r = c - ci * khw;
+    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
+    return make_tap(ci * a.H * a.W, kh * a.dil_h, kw * a.dil_w);
+  }
+  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, Tap kt, Tap ct) {
+    const int32_t ih = kt.h + ct.h, iw = kt.w + ct.w;
+    if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) return 0.0f;
+    return x[kt.base + ct.base + ih * a.W + iw];
+  }
+  // Split s writes the s-th weight-sized slice of the output (the workspace when s > 1).
+  static FM_FUNC void store(constant Conv2dArgs& a, device float* gw, device const float* unused,
+                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
+                            float v) {
+    const int32_t per_split = a.C_out * cols(a);
+    gw[split * per_split + (g * rows(a) + m) * cols(a) + c] = v;
+  }
+};
+
+// ---------------------------------------------------------------- tiled implicit GEMM
+// Grid (in threadgroups): x = column tiles, y = row tiles, z = groups * splits.
+// buffer(0) = A source, buffer(1) = B source, buffer(2) = bias (read only where flags & 1),
+// buffer(3) = output, buffer(4) = Conv2dArgs, buffer(5) = flags.
+template <typename P, int BM, int BN, int BK, int TM, int TN>
+kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
+                        device const float* bsrc [[buffer(1)]],
+                        device const float* bias [[buffer(2)]],
+                        device float* out [[buffer(3)]],
+                        constant Conv2dArgs& args [[buffer(4)]],
+                        constant uint32_t& flags [[buffer(5)]],
+                        uint3 tg_pos [[threadgroup_position_in_grid]],
+                        uint3 tg_count [[threadgroups_per_grid]],
+                        uint32_t tid [[thread_index_in_threadgroup]],
+                        uint3 tg_size [[threads_per_threadgroup]]) {
+  // +1: rows written column-wise by the loaders do not all hit one memory bank.
+  threadgroup float As[BK][BM + 1];
+  threadgroup float Bs[BK][BN + 1];
+  // B's address parts: per column of the tile, and per k of a slice (two slices: the next
+  // slice's table is written while the current one is in use).
+  threadgroup int32_t col_base[BN];
+  threadgroup int32_t col_h[BN];
+  threadgroup int32_t col_w[BN];
+  threadgroup int32_t k_base[2][BK];
+  threadgroup int32_t k_h[2][BK];
+  threadgroup int32_t k_w[2][BK];
+
+  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  const int32_t M = P::rows(args), NC = P::cols(args), K = P::depth(args);
+  const int32_t splits = int32_t(tg_count.z) / args.groups;
+  const int32_t g = int32_t(tg_pos.z) / splits;
+  const int32_t split = int32_t(tg_pos.z) - g * splits;
+  const int32_t row0 = int32_t(tg_pos.y) * BM, col0 = int32_t(tg_pos.x) * BN;
+  // This split's K range, whole BK slices.
+  const int32_t slices = (K + BK - 1) / BK;
+  const int32_t per_split = (slices + splits - 1) / splits;
+  const int32_t k_begin = split * per_split * BK;
+  const int32_t k_end = min(K, k_begin + per_split * BK);
+
+  for (uint32_t c = tid; c < uint32_t(BN); c += T) {
+    const int32_t gc = col0 + int32_t(c);
+    const Tap t = gc < NC ? P::col_tap(args, g, gc) : make_tap(0, 0, 0);
+    col_base[c] = t.base;
+    col_h[c] = t.h;
+    col_w[c] = t.w;
+  }
+
+  const uint32_t MT = BM / TM, NT = BN / TN;  // virtual threads along rows / columns
+  const uint32_t V = MT * NT;
+  for (uint32_t pass = 0; pass < V; pass += T) {
+    const uint32_t v = pass + tid;
+    const bool active = v < V;
+    const int32_t tr = int32_t(v / NT), tc = int32_t(v % NT);
+    float acc[TM][TN];
+    for (int i = 0; i < TM; ++i)
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+    // The first slice's k table (the previous pass has finished reading both tables).
+    for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
+      const int32_t gk = k_begin + int32_t(kk);
+      const Tap t = gk < k_end ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
+      k_base[0][kk] = t.base;
+      k_h[0][kk] = t.h;
+      k_w[0][kk] = t.w;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    int32_t cur = 0;
+    for (int32_t k0 = k_begin; k0 < k_end; k0 += BK) {
+      for (uint32_t e = tid; e < uint32_t(BM * BK); e += T) {
+        int32_t m, kk;
+        if (P::a_k_fast()) {
+          m = int32_t(e) / BK;
+          kk = int32_t(e) - m * BK;
+        } else {
+          kk = int32_t(e) / BM;
+          m = int32_t(e) - kk * BM;
+        }
+        const int32_t gm = row0 + m, gk = k0 + kk;
+        As[kk][m] = (gm < M && gk < k_end) ? P::load_a(args, asrc, g, gm, gk) : 0.0f;
+      }
+      for (uint32_t e = tid; e < uint32_t(BN * BK); e += T) {
+        int32_t c, kk;
+        if (P::b_k_fast()) {
+          c = int32_t(e) / BK;
+          kk = int32_t(e) - c * BK;
+        } else {
+          kk = int32_t(e) / BN;
+          c = int32_t(e) - kk * BN;
+        }
+        float value = 0.0f;
+        if (col0 + c < NC && k0 + kk < k_end)
+          value = P::load_b(args, bsrc, make_tap(k_base[cur][kk], k_h[cur][kk], k_w[cur][kk]),
+                            make_tap(col_base[c], col_h[c], col_w[c]));
+        Bs[kk][c] = value;
+      }
+      // The next slice's k table, into the other half.
+      for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
+        const int32_t gk = k0 + BK + int32_t(kk);
+        const Tap t = gk < k_end ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
+        k_base[1 - cur][kk] = t.base;
+        k_h[1 - cur][kk] = t.h;
+        k_w[1 - cur][kk] = t.w;
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      if (active) {
+        for (int kk = 0; kk < BK; ++kk) {
+          float av[TM], bv[TN];
+          for (int i = 0; i < TM; ++i) av[i] = As[kk][tr + i * int32_t(MT)];
+          for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tc + j * int32_t(NT)];
+          for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+        }
+      }
+      // Nobody overwrites the slices until everyone has used them.
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      cur = 1 - cur;
+    }
+
+    if (active) {
+      for (int i = 0; i < TM; ++i) {
+        const int32_t gm = row0 + tr + i * int32_t(MT);
+        if (gm >= M) continue;
+        for (int j = 0; j < TN; ++j) {
+          const int32_t gc = col0 + tc + j * int32_t(NT);
+          if (gc < NC) P::store(args, out, bias, flags, g, split, gm, gc, acc[i][j]);
+        }
+      }
+    }
+  }
+}
+
+FM_INSTANTIATE("conv2d_forward_64x64", conv2d_gemm, ConvForward, 64, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_forward_32x64", conv2d_gemm, ConvForward, 32, 64, 16, 2, 4);
+FM_INSTANTIATE("conv2d_backward_input_64x64", conv2d_gemm, ConvBackwardInput, 64, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_backward_input_32x64", conv2d_gemm, ConvBackwardInput, 32, 64, 16, 2, 4);
+FM_INSTANTIATE("conv2d_backward_weight_64x64", conv2d_gemm, ConvBackwardWeight, 64, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_backward_weight_32x64", conv2d_gemm, ConvBackwardWeight, 32, 64, 16, 2, 4);
+
+// out[i] = sum over s of ws[s * n + i], n = C_out * C_in/groups * kH * kW (one weight).
+kernel void conv2d_sum_splits(device const float* ws [[buffer(0)]],
+                              device float* out [[buffer(1)]],
+                              constant Conv2dArgs& a [[buffer(2)]],
+                              constant uint32_t& splits [[buffer(3)]],
+                              uint32_t i [[thread_position_in_grid]]) {
+  const uint32_t n = uint32_t(a.C_out * (a.C_in / a.groups) * a.kH * a.kW);
+  if (i >= n) return;
+  float s = 0.0f;
+  for (uint32_t p = 0; p < splits; ++p) s += ws[p * n + i];
+  out[i] = s;
+}
+
+// ---------------------------------------------------------------- direct kernels
+// One thread per output element; grid = (H_out * W_out, C_out, N).
+kernel void conv2d_forward_direct(device const float* x [[buffer(0)]],
+                                  device const float* w [[buffer(1)]],
+                                  device const float* bias [[buffer(2)]],
+                                  device float* y [[buffer(3)]],
+                                  constant Conv2dArgs& a [[buffer(4)]],
+                                  constant uint32_t& flags [[buffer(5)]],
+                                  uint3 gid [[thread_position_in_grid]]) {
+  const int32_t hw = a.H_out * a.W_out;
+  const int32_t p = int32_t(gid.x), co = int32_t(gid.y), n = int32_t(gid.z);
+  if (p >= hw || co >= a.C_out || n >= a.N) return;
+  const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
+  const int32_t cin_g = a.C_in / a.groups;
+  const int32_t c0 = (co / (a.C_out / a.groups)) * cin_g;
+  const int32_t ih0 = oh * a.stride_h - a.pad_h, iw0 = ow * a.stride_w - a.pad_w;
+  float acc = 0.0f;
+  for (int32_t ci = 0; ci < cin_g; ++ci) {
+    device const float* xc = x + (n * a.C_in + c0 + ci) * a.H * a.W;
+    device const float* wc = w + (co * cin_g + ci) * a.kH * a.kW;
+    for (int32_t kh = 0; kh < a.kH; ++kh) {
+      const int32_t ih = ih0 + kh * a.dil_h;
+      if (ih < 0 || ih >= a.H) continue;
+      for (int32_t kw = 0; kw < a.kW; ++kw) {
+        const int32_t iw = iw0 + kw * a.dil_w;
+        if (iw < 0 || iw >= a.W) continue;
+        acc = fma(xc[ih * a.W + iw], wc[kh * a.kW + kw], acc);
+      }
+    }
+  }
+  if ((flags & 1u) != 0) acc += bias[co];
+  y[(n * a.C_out + co) * hw + p] = acc;
+}
+
+// One thread per input element; grid = (H * W, C_in, N). Gathers every (output pixel,
+// tap) that read this element: oh = (ih + pad - kh * dil) / stride where exact.
+kernel void conv2d_backward_input_direct(device const float* gy [[buffer(0)]],
+                                         device const float* w [[buffer(1)]],
+                                         device float* gx [[buffer(2)]],
+                                         constant Conv2dArgs& a [[buffer(3)]],
+                                         uint3 gid [[thread_position_in_grid]]) {
+  const int32_t hw = a.H * a.W;
+  const int32_t p = int32_t(gid.x), c = int32_t(gid.y), n = int32_t(gid.z);
+  if (p >= hw || c >= a.C_in || n >= a.N) return;
+  const int32_t ih = p / a.W, iw = p - ih * a.W;
+  const int32_t cin_g = a.C_in / a.groups, cout_g = a.C_out / a.groups;
+  const int32_t g = c / cin_g, ci = c - g * cin_g;
+  float acc = 0.0f;
+  for (int32_t col = 0; col < cout_g; ++col) {
+    const int32_t co = g * cout_g + col;
+    device const float* gyc = gy + (n * a.C_out + co) * a.H_out * a.W_out;
+    device const float* wc = w + (co * cin_g + ci) * a.kH * a.kW;
+    for (int32_t kh = 0; kh < a.kH; ++kh) {
+      const int32_t th = ih + a.pad_h - kh * a.dil_h;
+      if (th < 0) continue;
+      const int32_t oh = th / a.stride_h;
+      if (oh * a.stride_h != th || oh >= a.H_out) continue;
+      for (int32_t kw = 0; kw < a.kW; ++kw) {
+        const int32_t tw = iw + a.pad_w - kw * a.dil_w;
+        if (tw < 0) continue;
+        const int32_t ow = tw / a.stride_w;
+        if (ow * a.stride_w != tw || ow >= a.W_out) continue;
+        acc = fma(gyc[oh * a.W_out + ow], wc[kh * a.kW + kw], acc);
+      }
+    }
+  }
+  gx[(n * a.C_in + c) * hw + p] = acc;
+}
+
+// ---------------------------------------------------------------- reductions
+// out[o] = sum over i < N * H_out * W_out of R::term(o, i); one threadgroup per o
+// (o = threadgroup_position_in_grid.x). Each thread sums a strided share, then the group
+// adds the shares as a tree in threadgroup memory.
+struct BiasSum {  // o = output channel
+  static FM_FUNC float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
+                    int32_t o, int32_t i) {
+    const int32_t hw = a.H_out * a.W_out;
+    const int32_t n = i / hw, p = i - n * hw;
+    return gy[(n * a.C_out + o) * hw + p];
+  }
+};
+
+struct WeightDot {  // o = flat weight index (co, ci, kh, kw)
+  static FM_FUNC float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
+                    int32_t o, int32_t i) {
+    const int32_t khw = a.kH * a.kW;
+    const int32_t cin_g = a.C_in / a.groups;
+    const int32_t co = o / (cin_g * khw), r = o - co * (cin_g * khw);
+    const int32_t ci = r / khw, t = r - ci * khw;
+    const int32_t kh = t / a.kW, kw = t - kh * a.kW;
+    const int32_t hw = a.H_out * a.W_out;
+    const int32_t n = i / hw, p = i - n * hw;
+    const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
+    const int32_t ih = oh * a.stride_h - a.pad_h + kh * a.dil_h;
+    const int32_t iw = ow * a.stride_w - a.pad_w + kw * a.dil_w;
+    if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) return 0.0f;
+    const int32_t ch = (co / (a.C_out / a.groups)) * cin_g + ci;
+    return gy[(n * a.C_out + co) * hw + p] * x[((n * a.C_in + ch) * a.H + ih) * a.W + iw];
+  }
+};
+
+enum : uint32_t { kReduceSlots = 1024 };  // Metal's largest threadgroup
+
+template <typename R>
+kernel void conv2d_reduce(device const float* gy [[buffer(0)]],
+                          device const float* x [[buffer(1)]],
+                          device float* out [[buffer(2)]],
+                          constant Conv2dArgs& a [[buffer(3)]],
+                          uint3 tg_pos [[threadgroup_position_in_grid]],
+                          uint32_t tid [[thread_index_in_threadgroup]],
+                          uint3 tg_size [[threads_per_threadgroup]]) {
+  threadgroup float partial[kReduceSlots];
+  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  const int32_t o = int32_t(tg_pos.x);
+  const int32_t count = a.N * a.H_out * a.W_out;
+  float mine = 0.0f;
+  for (int32_t i = int32_t(tid); i < count; i += int32_t(T)) mine += R::term(a, gy, x, o, i);
+  // Fold threads beyond the slot count in, one round of kReduceSlots threads at a time.
+  const uint32_t slots = min(T, uint32_t(kReduceSlots));
+  for (uint32_t rnd = 0; rnd * kReduceSlots < T; ++rnd) {
+    if (tid / kReduceSlots == rnd)
+      partial[tid % kReduceSlots] = rnd == 0 ? mine : partial[tid % kReduceSlots] + mine;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  // Tree over `slots` entries (any count): halve a power-of-two span, skip missing partners.
+  uint32_t span = 1;
+  while (span < slots) span *= 2;
+  for (uint32_t s = span / 2; s > 0; s /= 2) {
+    if (tid < s && tid + s < slots) partial[tid] += partial[tid + s];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0) out[o] = partial[0];
+}
+
+FM_INSTANTIATE("conv2d_backward_bias", conv2d_reduce, BiasSum);
+FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
