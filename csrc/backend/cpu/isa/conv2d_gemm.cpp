@@ -1,0 +1,659 @@
+// Fast CPU conv2d (compiled once per ISA; see isa_dispatch.h). Two register-blocked
+// micro-kernels do all the arithmetic:
+//
+//  * kern<M>: C[M x NR] = A[M x K] * B[K x NR], A packed (k-major, MR rows per strip),
+//    B read straight from memory as "row k starts at src + off[k]". With a zero-padded copy
+//    of one image and off[k] = channel/tap offsets, the flattened padded image IS the
+//    im2col matrix for stride 1 (output q = oh * Wp + ow, the Wp - W_out columns past each
+//    row are junk and dropped), so stride-1 forward and backward-input (a stride-1 conv of
+//    the padded output gradient with flipped, transposed weights) need no im2col at all.
+//    Strided convs build an im2col chunk and use off[k] = k * ld.
+//  * dot<MA, NB>: out[MA x NB] += A_i . B_j over a long contiguous range, for the weight
+//    gradient gW[co, (ci,kh,kw)] = sum_q gY[co, q] * x_padded[ci, q + tap offset]; again
+//    no im2col for stride 1, only a zero-padded copy of gY in the padded row pitch.
+//
+// Work is spread over images (per-thread scratch reused across calls), or over chunks of one
+// image when the batch is smaller than the pool.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "conv2d_args.h"
+#include "thread_pool.h"
+
+namespace fm::cpu::FM_CPU_ISA {
+namespace {
+
+using i64 = std::int64_t;
+
+// ------------------------------------------------------------------ vector abstraction
+#if defined(__AVX512F__)
+using V = __m512;
+constexpr int VL = 16;
+constexpr int MR = 8, NV = 3;    // 8 x 48 tile: 24 accumulators of 32 zmm
+constexpr int DMA = 4, DNB = 6;  // 4 x 6 dot tile: 24 accumulators
+inline V vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
+inline V vset1(float x) { return _mm512_set1_ps(x); }
+inline V vzero() { return _mm512_setzero_ps(); }
+inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+inline float vsum(V v) { return _mm512_reduce_add_ps(v); }
+#elif defined(__AVX2__) && defined(__FMA__)
+using V = __m256;
+constexpr int VL = 8;
+constexpr int MR = 6, NV = 2;  // 6 x 16 tile: 12 accumulators of 16 ymm
+constexpr int DMA = 2, DNB = 5;
+inline V vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
+inline V vset1(float x) { return _mm256_set1_ps(x); }
+inline V vzero() { return _mm256_setzero_ps(); }
+inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+inline float vsum(V v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#else
+// Portable: GCC/Clang vector extension (SSE2 / NEON registers).
+typedef float V __attribute__((vector_size(16)));
+constexpr int VL = 4;
+constexpr int MR = 6, NV = 2;
+constexpr int DMA = 2, DNB = 5;
+inline V vload(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void vstore(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+inline V vset1(float x) { return V{x, x, x, x}; }
+inline V vzero() { return V{0, 0, 0, 0}; }
+inline V vfma(V a, V b, V c) { return a * b + c; }
+inline V vadd(V a, V b) { return a + b; }
+inline float vsum(V v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+#endif
+constexpr int NR = NV * VL;
+
+inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
+inline i64 ceil_div(i64 x, i64 m) { return (x + m - 1) / m; }
+
+// Per-thread scratch, reused across calls (pool workers and Python threads each have their own).
+float* scratch(int slot, i64 n) {
+  static thread_local std::vector<float> bufs[4];
+  auto& b = bufs[slot];
+  if (i64(b.size()) < n) b.resize(std::size_t(n));
+  return b.data();
+}
+
+// ------------------------------------------------------------------ micro-kernels
+template <int M>
+void kern(int K, const float* __restrict A, const float* __restrict B, const i64* __restrict off,
+          float* __restrict C, i64 ldc) {
+  V acc[M][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = vzero();
+  for (int k = 0; k < K; ++k) {
+    const float* b = B + off[k];
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = vload(b + j * VL);
+    const float* a = A + i64(k) * MR;
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const V av = vset1(a[i]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = vfma(av, bv[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) vstore(C + i * ldc + j * VL, acc[i][j]);
+}
+
+using KernFn = void (*)(int, const float*, const float*, const i64*, float*, i64);
+template <std::size_t... I>
+constexpr auto kern_table(std::index_sequence<I...>) {
+  return std::array<KernFn, sizeof...(I)>{&kern<int(I) + 1>...};
+}
+
+// out[i * ldo + j] += sum_q a[i][q] * b[j][q], q in [0, L), L a multiple of VL.
+template <int MA, int NB>
+void dot(i64 L, const float* const* a, const float* const* b, float* out, i64 ldo) {
+  V acc[MA][NB];
+#pragma GCC unroll 8
+  for (int i = 0; i < MA; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) acc[i][j] = vzero();
+  const float* ap[MA];
+  const float* bp[NB];
+  for (int i = 0; i < MA; ++i) ap[i] = a[i];
+  for (int j = 0; j < NB; ++j) bp[j] = b[j];
+  for (i64 q = 0; q < L; q += VL) {
+    V av[MA];
+#pragma GCC unroll 8
+    for (int i = 0; i < MA; ++i) av[i] = vload(ap[i] + q);
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) {
+      const V bv = vload(bp[j] + q);
+#pragma GCC unroll 8
+      for (int i = 0; i < MA; ++i) acc[i][j] = vfma(av[i], bv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MA; ++i)
+    for (int j = 0; j < NB; ++j) out[i * ldo + j] += vsum(acc[i][j]);
+}
+
+using DotFn = void (*)(i64, const float* const*, const float* const*, float*, i64);
+template <int MA, std::size_t... J>
+constexpr auto dot_row(std::index_sequence<J...>) {
+  return std::array<DotFn, sizeof...(J)>{&dot<MA, int(J) + 1>...};
+}
+template <std::size_t... I>
+constexpr auto dot_table(std::index_sequence<I...>) {
+  return std::array<std::array<DotFn, DNB>, sizeof...(I)>{
+      dot_row<int(I) + 1>(std::make_index_sequence<DNB>{})...};
+}
+
+// C[m][q] (m < M, q < nq, nq a multiple of NR) = sum_k A(m, k) * src[off[k] + q].
+void gemm_block(int M, int K, const float* Ap, const i64* off, const float* src, i64 nq,
+                float* C, i64 ldc) {
+  static constexpr auto table = kern_table(std::make_index_sequence<MR>{});
+  const int strips = int(ceil_div(M, MR));
+  for (i64 q = 0; q < nq; q += NR)
+    for (int s = 0; s < strips; ++s) {
+      const int m = std::min(MR, M - s * MR);
+      table[m - 1](K, Ap + i64(s) * K * MR, src + q, off, C + i64(s) * MR * ldc + q, ldc);
+    }
+}
+
+// out[i][j] (i < M rows of A, j < Nb rows of B) += A_i . B_j over L (a multiple of VL).
+void dot_block(int M, int Nb, const float* const* arows, const float* const* brows, i64 L,
+               float* out, i64 ldo) {
+  static constexpr auto table = dot_table(std::make_index_sequence<DMA>{});
+  for (int i = 0; i < M; i += DMA) {
+    const int ma = std::min(DMA, M - i);
+    for (int j = 0; j < Nb; j += DNB) {
+      const int nb = std::min(DNB, Nb - j);
+      table[ma - 1][nb - 1](L, arows + i, brows + j, out + i64(i) * ldo + j, ldo);
+    }
+  }
+}
+
+// Packs A(m, k) for m < M, k < K into MR-row strips, k-major, zero rows past M.
+template <class F>
+void pack_a(int M, int K, F at, float* dst) {
+  const int strips = int(ceil_div(M, MR));
+  for (int s = 0; s < strips; ++s)
+    for (int k = 0; k < K; ++k)
+      for (int r = 0; r < MR; ++r) {
+        const int m = s * MR + r;
+        dst[(i64(s) * K + k) * MR + r] = m < M ? at(m, k) : 0.f;
+      }
+}
+inline i64 packed_size(int M, int K) { return ceil_div(M, MR) * MR * i64(K); }
+
+// Copies C planes (Hs x Ws) into a zeroed (Hp x Wp) frame at (top, left) (negative: cropped),
+// then zeroes `slack` floats after the last plane.
+void pad_copy(const float* src, int C, int Hs, int Ws, float* dst, int Hp, int Wp, int top,
+              int left, i64 slack) {
+  const i64 plane = i64(Hp) * Wp;
+  const int c0 = std::max(0, left), c1 = std::min(Wp, left + Ws);
+  for (int c = 0; c < C; ++c) {
+    const float* s = src + i64(c) * Hs * Ws;
+    float* d = dst + c * plane;
+    for (int r = 0; r < Hp; ++r) {
+      float* row = d + i64(r) * Wp;
+      const int sr = r - top;
+      if (sr < 0 || sr >= Hs || c1 <= c0) {
+        std::memset(row, 0, sizeof(float) * Wp);
+        continue;
+      }
+      if (c0 > 0) std::memset(row, 0, sizeof(float) * c0);
+      std::memcpy(row + c0, s + i64(sr) * Ws + (c0 - left), sizeof(float) * (c1 - c0));
+      if (c1 < Wp) std::memset(row + c1, 0, sizeof(float) * (Wp - c1));
+    }
+  }
+  if (slack > 0) std::memset(dst + C * plane, 0, sizeof(float) * slack);
+}
+
+// im2col rows k = (ci, kh, kw) of one image for compact output positions [q0, q0 + ld),
+// positions at or past q1 zero.
+void im2col(const Conv2dArgs& a, const float* x /*image, first channel of the group*/, int Cg,
+            i64 q0, i64 q1, float* col, i64 ld) {
+  for (int ci = 0; ci < Cg; ++ci)
+    for (int kh = 0; kh < a.kH; ++kh)
+      for (int kw = 0; kw < a.kW; ++kw) {
+        float* dst = col + (i64(ci * a.kH + kh) * a.kW + kw) * ld;
+        const float* plane = x + i64(ci) * a.H * a.W;
+        i64 q = q0;
+        while (q < q1) {
+          const i64 oh = q / a.W_out;
+          const int ow0 = int(q - oh * a.W_out);
+          const int ow1 = int(std::min<i64>(a.W_out, ow0 + (q1 - q)));
+          float* d = dst + (q - q0);
+          const i64 ih = oh * a.stride_h - a.pad_h + i64(kh) * a.dil_h;
+          if (ih < 0 || ih >= a.H) {
+            std::memset(d, 0, sizeof(float) * (ow1 - ow0));
+          } else {
+            const float* row = plane + ih * a.W;
+            const int iw0 = -a.pad_w + kw * a.dil_w;
+            for (int ow = ow0; ow < ow1; ++ow) {
+              const i64 iw = i64(ow) * a.stride_w + iw0;
+              d[ow - ow0] = (iw >= 0 && iw < a.W) ? row[iw] : 0.f;
+            }
+          }
+          q += ow1 - ow0;
+        }
+        std::fill(dst + (q1 - q0), dst + ld, 0.f);
+      }
+}
+
+// gx (image, first channel of the group) += col2im of gcol rows k = (ci, kh, kw) over
+// compact output positions [q0, q1).
+void col2im_add(const Conv2dArgs& a, const float* col, i64 ld, int Cg, i64 q0, i64 q1,
+                float* gx) {
+  for (int ci = 0; ci < Cg; ++ci)
+    for (int kh = 0; kh < a.kH; ++kh)
+      for (int kw = 0; kw < a.kW; ++kw) {
+        const float* s = col + (i64(ci * a.kH + kh) * a.kW + kw) * ld;
+        float* plane = gx + i64(ci) * a.H * a.W;
+        i64 q = q0;
+        while (q < q1) {
+          const i64 oh = q / a.W_out;
+          const int ow0 = int(q - oh * a.W_out);
+          const int ow1 = int(std::min<i64>(a.W_out, ow0 + (q1 - q)));
+          const i64 ih = oh * a.stride_h - a.pad_h + i64(kh) * a.dil_h;
+          if (ih >= 0 && ih < a.H) {
+            float* row = plane + ih * a.W;
+            const int iw0 = -a.pad_w + kw * a.dil_w;
+            const float* sp = s + (q - q0);
+            for (int ow = ow0; ow < ow1; ++ow) {
+              const i64 iw = i64(ow) * a.stride_w + iw0;
+              if (iw >= 0 && iw < a.W) row[iw] += sp[ow - ow0];
+            }
+          }
+          q += ow1 - ow0;
+        }
+      }
+}
+
+// Wide scratch rows C[m][q - q0] -> compact dst[m][oh * outW + ow] (+ bias[m]) for the
+// wide positions [q0, q1) of pitch Wp (columns >= outW are junk).
+void copy_out(const float* C, i64 ldc, int M, i64 q0, i64 q1, int Wp, int outW, float* dst,
+              i64 dst_plane, const float* bias) {
+  for (int m = 0; m < M; ++m) {
+    const float b = bias ? bias[m] : 0.f;
+    const float* c = C + m * ldc;
+    float* d = dst + m * dst_plane;
+    i64 q = q0;
+    while (q < q1) {
+      const i64 oh = q / Wp;
+      const i64 ow = q - oh * Wp;
+      const i64 row_end = std::min(q1, (oh + 1) * Wp);
+      if (ow < outW) {
+        const i64 e = std::min(row_end, oh * Wp + outW);
+        const float* s = c + (q - q0);
+        float* o = d + oh * outW + ow;
+        const i64 n = e - q;
+        if (bias)
+          for (i64 i = 0; i < n; ++i) o[i] = s[i] + b;
+        else
+          std::memcpy(o, s, sizeof(float) * n);
+      }
+      q = row_end;
+    }
+  }
+}
+
+int pool_threads() { return ThreadPool::instance().num_threads(); }
+
+// Wide positions per chunk: enough for several NR tiles, scratch (M x chunk) within L2.
+i64 chunk_size(int M, i64 total) {
+  i64 c = std::max<i64>(NR, round_up(std::max<i64>(1, (1 << 16) / std::max(1, M)), NR));
+  c = std::min(c, round_up(total, NR));
+  return c;
+}
+
+// Runs `image(n)` for every image, or, when the batch is smaller than the pool,
+// `prepare(n)` on this thread and `chunk(n, i)` for i < nchunks in parallel.
+template <class Image, class Prepare, class Chunk>
+void over_images(int N, i64 nchunks, Image image, Prepare prepare, Chunk chunk) {
+  auto& pool = ThreadPool::instance();
+  if (N >= pool.num_threads() || nchunks <= 1) {
+    pool.parallel_for(N, [&](i64 n) { image(int(n)); });
+  } else {
+    for (int n = 0; n < N; ++n) {
+      prepare(n);
+      pool.parallel_for(nchunks, [&](i64 i) { chunk(n, i); });
+    }
+  }
+}
+
+// A stride-1 "forward" of G groups over padded sources: dst[g*M + m] = sum_k A_g(m,k) *
+// src_g[off[k] + q] on wide positions q of pitch Wp, compacted to outH x outW.
+struct Direct {
+  int G, M, K;
+  const float* Ap;
+  i64 ap_group;
+  const i64* off;
+  i64 src_group;  // floats between groups in the padded source
+  int outH, outW, Wp;
+  i64 dst_plane;  // outH * outW
+  const float* bias;
+
+  i64 wide() const { return i64(outH) * Wp; }
+  void run(const float* src, float* dst, i64 q0, i64 q1, float* C, i64 ldc) const {
+    const i64 nq = round_up(q1 - q0, NR);
+    for (int g = 0; g < G; ++g) {
+      gemm_block(M, K, Ap + g * ap_group, off, src + g * src_group + q0, nq, C, ldc);
+      copy_out(C, ldc, M, q0, q1, Wp, outW, dst + i64(g) * M * dst_plane, dst_plane,
+               bias ? bias + g * M : nullptr);
+    }
+  }
+};
+
+// Runs a Direct over all images; `prep(n, buf)` writes image n's padded source into buf
+// (src_floats floats: the planes plus zeroed slack for the over-reads of the last tile).
+template <class Prep>
+void run_direct(int N, const Direct& d, i64 src_floats, i64 dst_image, float* dst, Prep prep) {
+  const i64 Q = d.wide();
+  const i64 CQ = chunk_size(d.M, Q);
+  const i64 nchunks = ceil_div(Q, CQ);
+  float* shared_src = nullptr;
+  over_images(
+      N, nchunks,
+      [&](int n) {
+        float* src = scratch(0, src_floats);
+        prep(n, src);
+        float* C = scratch(1, i64(d.M) * CQ);
+        for (i64 i = 0; i < nchunks; ++i)
+          d.run(src, dst + n * dst_image, i * CQ, std::min(Q, (i + 1) * CQ), C, CQ);
+      },
+      [&](int n) {
+        shared_src = scratch(2, src_floats);
+        prep(n, shared_src);
+      },
+      [&](int n, i64 i) {
+        float* C = scratch(1, i64(d.M) * CQ);
+        d.run(shared_src, dst + n * dst_image, i * CQ, std::min(Q, (i + 1) * CQ), C, CQ);
+      });
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ forward
+void conv2d_forward(const Conv2dArgs& a, const float* x, const float* w, const float* bias,
+                    float* y) {
+  const int G = a.groups, Cg = a.C_in / G, Mg = a.C_out / G, T = a.kH * a.kW, K = Cg * T;
+  const i64 P = i64(a.H_out) * a.W_out;
+  if (a.N <= 0 || a.C_out <= 0 || P <= 0) return;
+  if (K == 0) {
+    for (i64 i = 0; i < i64(a.N) * a.C_out; ++i)
+      std::fill(y + i * P, y + (i + 1) * P, bias ? bias[i % a.C_out] : 0.f);
+    return;
+  }
+  const i64 apg = packed_size(Mg, K);
+  std::vector<float> Ap(std::size_t(apg * G));
+  for (int g = 0; g < G; ++g)
+    pack_a(Mg, K, [&](int m, int k) { return w[(i64(g) * Mg + m) * K + k]; }, Ap.data() + g * apg);
+  const i64 x_image = i64(a.C_in) * a.H * a.W, y_image = i64(a.C_out) * P;
+
+  if (a.stride_h == 1 && a.stride_w == 1) {
+    const int Hp = a.H_out + (a.kH - 1) * a.dil_h, Wp = a.W_out + (a.kW - 1) * a.dil_w;
+    const i64 plane = i64(Hp) * Wp;
+    std::vector<i64> off(K);
+    for (int ci = 0; ci < Cg; ++ci)
+      for (int kh = 0; kh < a.kH; ++kh)
+        for (int kw = 0; kw < a.kW; ++kw)
+          off[(ci * a.kH + kh) * a.kW + kw] = ci * plane + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
+    Direct d{G, Mg, K, Ap.data(), apg, off.data(), Cg * plane, a.H_out, a.W_out, Wp, P, bias};
+    // Reads reach src_group*(G-1) + off[K-1] + round_up(Q, NR).
+    const i64 need = (G - 1) * Cg * plane + off[K - 1] + round_up(d.wide(), NR);
+    const i64 slack = std::max<i64>(0, need - i64(a.C_in) * plane);
+    run_direct(a.N, d, i64(a.C_in) * plane + slack, y_image, y, [&](int n, float* buf) {
+      pad_copy(x + n * x_image, a.C_in, a.H, a.W, buf, Hp, Wp, a.pad_h, a.pad_w, slack);
+    });
+    return;
+  }
+
+  // Strided: im2col chunks (compact positions) feed the same kernel with off[k] = k * CQ.
+  const i64 CQ = chunk_size(std::max(Mg, K), P);
+  const i64 nchunks = ceil_div(P, CQ);
+  std::vector<i64> off(K);
+  for (int k = 0; k < K; ++k) off[k] = k * CQ;
+  auto do_chunk = [&](int n, i64 i) {
+    const i64 q0 = i * CQ, q1 = std::min(P, q0 + CQ);
+    float* col = scratch(0, i64(K) * CQ);
+    float* C = scratch(1, i64(Mg) * CQ);
+    for (int g = 0; g < G; ++g) {
+      im2col(a, x + n * x_image + i64(g) * Cg * a.H * a.W, Cg, q0, q1, col, CQ);
+      gemm_block(Mg, K, Ap.data() + g * apg, off.data(), col, round_up(q1 - q0, NR), C, CQ);
+      copy_out(C, CQ, Mg, q0, q1, a.W_out, a.W_out, y + n * y_image + i64(g) * Mg * P, P,
+               bias ? bias + g * Mg : nullptr);
+    }
+  };
+  over_images(
+      a.N, nchunks, [&](int n) { for (i64 i = 0; i < nchunks; ++i) do_chunk(n, i); },
+      [](int) {}, do_chunk);
+}
+
+// ------------------------------------------------------------------ backward, input
+void conv2d_backward_input(const Conv2dArgs& a, const float* gy, const float* w, float* gx) {
+  const int G = a.groups, Cg = a.C_in / G, Mg = a.C_out / G, T = a.kH * a.kW;
+  const i64 HW = i64(a.H) * a.W, P = i64(a.H_out) * a.W_out;
+  const i64 x_image = i64(a.C_in) * HW, y_image = i64(a.C_out) * P;
+  if (a.N <= 0 || x_image <= 0) return;
+  if (Mg == 0 || P == 0) {
+    std::memset(gx, 0, sizeof(float) * a.N * x_image);
+    return;
+  }
+
+  if (a.stride_h == 1 && a.stride_w == 1) {
+    // gx = stride-1 conv of gy padded by (k-1)*d - pad with W'[ci][co][kh][kw] =
+    // W[co][ci][kH-1-kh][kW-1-kw].
+    const int K = Mg * T;
+    const int Hp = a.H + (a.kH - 1) * a.dil_h, Wp = a.W + (a.kW - 1) * a.dil_w;
+    const int top = (a.kH - 1) * a.dil_h - a.pad_h, left = (a.kW - 1) * a.dil_w - a.pad_w;
+    const i64 plane = i64(Hp) * Wp;
+    const i64 apg = packed_size(Cg, K);
+    std::vector<float> Ap(std::size_t(apg * G));
+    for (int g = 0; g < G; ++g)
+      pack_a(Cg, K,
+             [&](int ci, int k) {
+               const int co = k / T, t = k % T, kh = t / a.kW, kw = t % a.kW;
+               return w[((i64(g) * Mg + co) * Cg + ci) * T + (a.kH - 1 - kh) * a.kW +
+                        (a.kW - 1 - kw)];
+             },
+             Ap.data() + g * apg);
+    std::vector<i64> off(K);
+    for (int co = 0; co < Mg; ++co)
+      for (int kh = 0; kh < a.kH; ++kh)
+        for (int kw = 0; kw < a.kW; ++kw)
+          off[(co * a.kH + kh) * a.kW + kw] = co * plane + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
+    Direct d{G, Cg, K, Ap.data(), apg, off.data(), Mg * plane, a.H, a.W, Wp, HW, nullptr};
+    const i64 need = (G - 1) * Mg * plane + off[K - 1] + round_up(d.wide(), NR);
+    const i64 slack = std::max<i64>(0, need - i64(a.C_out) * plane);
+    run_direct(a.N, d, i64(a.C_out) * plane + slack, x_image, gx, [&](int n, float* buf) {
+      pad_copy(gy + n * y_image, a.C_out, a.H_out, a.W_out, buf, Hp, Wp, top, left, slack);
+    });
+    return;
+  }
+
+  // Strided: gcol = W^T gY per chunk of output positions, then col2im (scatter-add); images
+  // own disjoint gx, so parallel over images.
+  const int K = Cg * T;
+  const i64 apg = packed_size(K, Mg);
+  std::vector<float> Ap(std::size_t(apg * G));
+  for (int g = 0; g < G; ++g)
+    pack_a(K, Mg, [&](int k, int co) { return w[(i64(g) * Mg + co) * K + k]; },
+           Ap.data() + g * apg);
+  const i64 CQ = chunk_size(std::max(K, Mg), P);
+  std::vector<i64> off(Mg);
+  for (int co = 0; co < Mg; ++co) off[co] = co * CQ;
+  ThreadPool::instance().parallel_for(a.N, [&](i64 n) {
+    float* gxi = gx + n * x_image;
+    std::memset(gxi, 0, sizeof(float) * x_image);
+    float* B = scratch(0, i64(Mg) * CQ);
+    float* C = scratch(1, i64(K) * CQ);
+    for (i64 q0 = 0; q0 < P; q0 += CQ) {
+      const i64 q1 = std::min(P, q0 + CQ);
+      for (int g = 0; g < G; ++g) {
+        for (int co = 0; co < Mg; ++co) {
+          const float* s = gy + n * y_image + (i64(g) * Mg + co) * P;
+          std::memcpy(B + co * CQ, s + q0, sizeof(float) * (q1 - q0));
+          std::fill(B + co * CQ + (q1 - q0), B + (co + 1) * CQ, 0.f);
+        }
+        gemm_block(K, Mg, Ap.data() + g * apg, off.data(), B, round_up(q1 - q0, NR), C, CQ);
+        col2im_add(a, C, CQ, Cg, q0, q1, gxi + i64(g) * Cg * HW);
+      }
+    }
+  });
+}
+
+// ------------------------------------------------------------------ backward, weight
+void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x, float* gw) {
+  const int G = a.groups, Cg = a.C_in / G, Mg = a.C_out / G, T = a.kH * a.kW, K = Cg * T;
+  const i64 HW = i64(a.H) * a.W, P = i64(a.H_out) * a.W_out;
+  const i64 x_image = i64(a.C_in) * HW, y_image = i64(a.C_out) * P;
+  const i64 wsize = i64(a.C_out) * K;
+  if (wsize <= 0) return;
+  std::memset(gw, 0, sizeof(float) * wsize);
+  if (a.N <= 0 || P <= 0) return;
+
+  // A "unit" is a set of A rows (gY, zero-padded, ldA apart per channel) and B rows
+  // (src + boff[k]) with a common length L (a multiple of VL); units of an image sum into gw.
+  const bool direct = a.stride_h == 1 && a.stride_w == 1;
+  int Hp = 0, Wp = 0;
+  i64 plane = 0, L = 0, CQ = 0, nunits = 1, a_floats = 0, b_floats = 0, slack = 0;
+  std::vector<i64> boff(K);
+  if (direct) {
+    Hp = a.H_out + (a.kH - 1) * a.dil_h;
+    Wp = a.W_out + (a.kW - 1) * a.dil_w;
+    plane = i64(Hp) * Wp;
+    for (int ci = 0; ci < Cg; ++ci)
+      for (int kh = 0; kh < a.kH; ++kh)
+        for (int kw = 0; kw < a.kW; ++kw)
+          boff[(ci * a.kH + kh) * a.kW + kw] = ci * plane + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
+    L = round_up(i64(a.H_out) * Wp, VL);
+    const i64 need = (G - 1) * Cg * plane + boff[K - 1] + L;
+    slack = std::max<i64>(0, need - i64(a.C_in) * plane);
+    a_floats = i64(a.C_out) * L;
+    b_floats = i64(a.C_in) * plane + slack;
+  } else {
+    CQ = chunk_size(std::max(K, Mg), P);
+    nunits = ceil_div(P, CQ);
+    for (int k = 0; k < K; ++k) boff[k] = k * CQ;
+    a_floats = i64(a.C_out) * CQ;
+    b_floats = i64(G) * K * CQ;
+  }
+  // Fills A (gY rows) and B for unit u of image n; returns L.
+  auto prepare = [&](int n, i64 u, float* A, float* B) -> i64 {
+    const float* gyi = gy + n * y_image;
+    if (direct) {
+      for (int co = 0; co < a.C_out; ++co) {
+        float* d = A + co * L;
+        const float* s = gyi + co * P;
+        std::memset(d, 0, sizeof(float) * L);
+        for (int oh = 0; oh < a.H_out; ++oh)
+          std::memcpy(d + i64(oh) * Wp, s + i64(oh) * a.W_out, sizeof(float) * a.W_out);
+      }
+      pad_copy(x + n * x_image, a.C_in, a.H, a.W, B, Hp, Wp, a.pad_h, a.pad_w, slack);
+      return L;
+    }
+    const i64 q0 = u * CQ, q1 = std::min(P, q0 + CQ);
+    for (int co = 0; co < a.C_out; ++co) {
+      std::memcpy(A + co * CQ, gyi + co * P + q0, sizeof(float) * (q1 - q0));
+      std::fill(A + co * CQ + (q1 - q0), A + (co + 1) * CQ, 0.f);
+    }
+    for (int g = 0; g < G; ++g)
+      im2col(a, x + n * x_image + i64(g) * Cg * HW, Cg, q0, q1, B + i64(g) * K * CQ, CQ);
+    return round_up(q1 - q0, VL);
+  };
+  const i64 lda = direct ? L : CQ;
+  const i64 bgroup = direct ? Cg * plane : i64(K) * CQ;
+  const int mblocks = int(ceil_div(Mg, DMA));
+  // Accumulates rows [g*Mg + mb*DMA, ...) of the result for one prepared unit.
+  auto compute = [&](const float* A, const float* B, i64 len, int g, int mb, float* out) {
+    const int m0 = mb * DMA, ma = std::min(DMA, Mg - m0);
+    const float* arows[DMA];
+    for (int i = 0; i < ma; ++i) arows[i] = A + (i64(g) * Mg + m0 + i) * lda;
+    const float* brows[DNB];
+    for (int k0 = 0; k0 < K; k0 += DNB) {
+      const int nb = std::min(DNB, K - k0);
+      for (int j = 0; j < nb; ++j) brows[j] = B + g * bgroup + boff[k0 + j];
+      dot_block(ma, nb, arows, brows, len, out + (i64(g) * Mg + m0) * K + k0, K);
+    }
+  };
+
+  auto& pool = ThreadPool::instance();
+  const int threads = pool.num_threads();
+  if (a.N >= threads) {
+    // Per-thread partial sums over a dynamic share of the images, then one reduction.
+    const int parts = std::min(threads, a.N);
+    std::vector<float> partial(std::size_t(parts - 1) * wsize, 0.f);
+    std::atomic<int> next{0};
+    pool.parallel_for(parts, [&](i64 t) {
+      float* out = t == 0 ? gw : partial.data() + (t - 1) * wsize;
+      float* A = scratch(0, a_floats);
+      float* B = scratch(1, b_floats);
+      for (int n; (n = next.fetch_add(1)) < a.N;)
+        for (i64 u = 0; u < nunits; ++u) {
+          const i64 len = prepare(n, u, A, B);
+          for (int g = 0; g < G; ++g)
+            for (int mb = 0; mb < mblocks; ++mb) compute(A, B, len, g, mb, out);
+        }
+    });
+    for (int t = 1; t < parts; ++t) {
+      const float* p = partial.data() + (t - 1) * wsize;
+      for (i64 i = 0; i < wsize; ++i) gw[i] += p[i];
+    }
+    return;
+  }
+  // Small batch: prepare each unit here, split its rows (disjoint in gw) over the pool.
+  float* A = scratch(2, a_floats);
+  float* B = scratch(3, b_floats);
+  for (int n = 0; n < a.N; ++n)
+    for (i64 u = 0; u < nunits; ++u) {
+      const i64 len = prepare(n, u, A, B);
+      pool.parallel_for(i64(G) * mblocks,
+                        [&](i64 i) { compute(A, B, len, int(i / mblocks), int(i % mblocks), gw); });
+    }
+}
+
+// ------------------------------------------------------------------ backward, bias
+void conv2d_backward_bias(const Conv2dArgs& a, const float* gy, float* gb) {
+  const i64 P = i64(a.H_out) * a.W_out;
+  ThreadPool::instance().parallel_for(a.C_out, [&](i64 co) {
+    double total = 0;
+    for (int n = 0; n < a.N; ++n) {
+      const float* p = gy + (i64(n) * a.C_out + co) * P;
+      V s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
+      i64 i = 0;
+      for (; i + 4 * VL <= P; i += 4 * VL) {
+        s0 = vadd(s0, vload(p + i));
+        s1 = vadd(s1, vload(p + i + VL));
+        s2 = vadd(s2, vload(p + i + 2 * VL));
+        s3 = vadd(s3, vload(p + i + 3 * VL));
+      }
+      double part = vsum(vadd(vadd(s0, s1), vadd(s2, s3)));
+      for (; i < P; ++i) part += p[i];
+      total += part;
+    }
+    gb[co] = float(total);
+  });
+}
+
+}  // namespace fm::cpu::FM_CPU_ISA
