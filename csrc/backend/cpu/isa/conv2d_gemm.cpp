@@ -16,7 +16,6 @@
 // image when the batch is smaller than the pool.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -88,22 +87,26 @@ inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
 inline i64 ceil_div(i64 x, i64 m) { return (x + m - 1) / m; }
 
 // Per-thread scratch, reused across calls (pool workers and Python threads each have their own).
+// 64-byte aligned, so that rows a multiple of VL apart are aligned too.
 float* scratch(int slot, i64 n) {
-  static thread_local std::vector<float> bufs[4];
+  static thread_local std::vector<float> bufs[5];
   auto& b = bufs[slot];
-  if (i64(b.size()) < n) b.resize(std::size_t(n));
-  return b.data();
+  if (i64(b.size()) < n + 16) b.resize(std::size_t(n + 16));
+  const auto p = reinterpret_cast<std::uintptr_t>(b.data());
+  return b.data() + ((64 - p % 64) % 64) / sizeof(float);
 }
 
 // ------------------------------------------------------------------ micro-kernels
-template <int M>
+// ACC: C += instead of C = bias (or 0) + (later blocks of K).
+template <int M, bool ACC>
 void kern(int K, const float* __restrict A, const float* __restrict B, const i64* __restrict off,
-          float* __restrict C, i64 ldc) {
+          float* __restrict C, i64 ldc, const float* bias) {
   V acc[M][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) acc[i][j] = vzero();
+    for (int j = 0; j < NV; ++j)
+      acc[i][j] = ACC ? vload(C + i * ldc + j * VL) : bias ? vset1(bias[i]) : vzero();
   for (int k = 0; k < K; ++k) {
     const float* b = B + off[k];
     V bv[NV];
@@ -123,20 +126,21 @@ void kern(int K, const float* __restrict A, const float* __restrict B, const i64
     for (int j = 0; j < NV; ++j) vstore(C + i * ldc + j * VL, acc[i][j]);
 }
 
-using KernFn = void (*)(int, const float*, const float*, const i64*, float*, i64);
-template <std::size_t... I>
+using KernFn = void (*)(int, const float*, const float*, const i64*, float*, i64, const float*);
+template <bool ACC, std::size_t... I>
 constexpr auto kern_table(std::index_sequence<I...>) {
-  return std::array<KernFn, sizeof...(I)>{&kern<int(I) + 1>...};
+  return std::array<KernFn, sizeof...(I)>{&kern<int(I) + 1, ACC>...};
 }
 
-// out[i * ldo + j] += sum_q a[i][q] * b[j][q], q in [0, L), L a multiple of VL.
+// Vector partial sums vacc[i][j][:] (DMA x DNB x VL) += a[i][q] * b[j][q] over q in [0, L),
+// L a multiple of VL; reduced to scalars only once at the end (see dot_block).
 template <int MA, int NB>
-void dot(i64 L, const float* const* a, const float* const* b, float* out, i64 ldo) {
+void dot(i64 L, const float* const* a, const float* const* b, float* vacc) {
   V acc[MA][NB];
 #pragma GCC unroll 8
   for (int i = 0; i < MA; ++i)
 #pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) acc[i][j] = vzero();
+    for (int j = 0; j < NB; ++j) acc[i][j] = vload(vacc + (i * DNB + j) * VL);
   const float* ap[MA];
   const float* bp[NB];
   for (int i = 0; i < MA; ++i) ap[i] = a[i];
@@ -152,11 +156,13 @@ void dot(i64 L, const float* const* a, const float* const* b, float* out, i64 ld
       for (int i = 0; i < MA; ++i) acc[i][j] = vfma(av[i], bv, acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MA; ++i)
-    for (int j = 0; j < NB; ++j) out[i * ldo + j] += vsum(acc[i][j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) vstore(vacc + (i * DNB + j) * VL, acc[i][j]);
 }
 
-using DotFn = void (*)(i64, const float* const*, const float* const*, float*, i64);
+using DotFn = void (*)(i64, const float* const*, const float* const*, float*);
 template <int MA, std::size_t... J>
 constexpr auto dot_row(std::index_sequence<J...>) {
   return std::array<DotFn, sizeof...(J)>{&dot<MA, int(J) + 1>...};
@@ -167,28 +173,66 @@ constexpr auto dot_table(std::index_sequence<I...>) {
       dot_row<int(I) + 1>(std::make_index_sequence<DNB>{})...};
 }
 
-// C[m][q] (m < M, q < nq, nq a multiple of NR) = sum_k A(m, k) * src[off[k] + q].
+// C[m][q] (m < M, q < nq) = bias[m] (or 0) + sum_k A(m, k) * src[off[k] + q]; src is
+// readable up to round_up(nq, NR). C is written only where q < nq unless `spill` (then whole
+// NR tiles are written: C has room up to round_up(nq, NR)).
+// K is split in blocks of KC so that the B rows one NR tile reads stay in L1 while every
+// strip of A streams past them.
+constexpr int KC = 128;
 void gemm_block(int M, int K, const float* Ap, const i64* off, const float* src, i64 nq,
-                float* C, i64 ldc) {
-  static constexpr auto table = kern_table(std::make_index_sequence<MR>{});
+                float* C, i64 ldc, const float* bias = nullptr, bool spill = true) {
+  static constexpr auto first = kern_table<false>(std::make_index_sequence<MR>{});
+  static constexpr auto more = kern_table<true>(std::make_index_sequence<MR>{});
+  static thread_local std::vector<float> tail;
   const int strips = int(ceil_div(M, MR));
-  for (i64 q = 0; q < nq; q += NR)
-    for (int s = 0; s < strips; ++s) {
-      const int m = std::min(MR, M - s * MR);
-      table[m - 1](K, Ap + i64(s) * K * MR, src + q, off, C + i64(s) * MR * ldc + q, ldc);
+  const int nkb = int(ceil_div(K, KC));
+  const int kc = int(ceil_div(K, nkb));  // balanced blocks
+  for (i64 q = 0; q < nq; q += NR) {
+    const bool partial = !spill && q + NR > nq;
+    if (partial && i64(tail.size()) < i64(strips) * MR * NR) tail.resize(std::size_t(strips) * MR * NR);
+    float* Ct = partial ? tail.data() : C + q;
+    const i64 ld = partial ? NR : ldc;
+    for (int k0 = 0; k0 < K; k0 += kc) {
+      const int kn = std::min(kc, K - k0);
+      const auto& table = k0 == 0 ? first : more;
+      for (int s = 0; s < strips; ++s) {
+        const int m = std::min(MR, M - s * MR);
+        table[m - 1](kn, Ap + (i64(s) * K + k0) * MR, src + q, off + k0, Ct + i64(s) * MR * ld,
+                     ld, bias ? bias + s * MR : nullptr);
+      }
     }
+    if (partial)
+      for (int m = 0; m < M; ++m)
+        std::memcpy(C + m * ldc + q, Ct + m * NR, sizeof(float) * (nq - q));
+  }
 }
 
-// out[i][j] (i < M rows of A, j < Nb rows of B) += A_i . B_j over L (a multiple of VL).
-void dot_block(int M, int Nb, const float* const* arows, const float* const* brows, i64 L,
+// out[i][j] (i < ma <= DMA rows of A, j < Nb rows of B) += A_i . B_j over L (a multiple of
+// VL). L is walked in chunks so that the ma A rows stay in L1 while all of B streams past.
+constexpr i64 LC = 2048;
+void dot_block(int ma, int Nb, const float* const* arows, const float* const* brows, i64 L,
                float* out, i64 ldo) {
   static constexpr auto table = dot_table(std::make_index_sequence<DMA>{});
-  for (int i = 0; i < M; i += DMA) {
-    const int ma = std::min(DMA, M - i);
-    for (int j = 0; j < Nb; j += DNB) {
-      const int nb = std::min(DNB, Nb - j);
-      table[ma - 1][nb - 1](L, arows + i, brows + j, out + i64(i) * ldo + j, ldo);
+  constexpr int tile = DMA * DNB * VL;
+  const int nkb = int(ceil_div(Nb, DNB));
+  float* vacc = scratch(4, i64(nkb) * tile);
+  std::memset(vacc, 0, sizeof(float) * nkb * tile);
+  const float* a[DMA];
+  const float* b[DNB];
+  for (i64 c0 = 0; c0 < L; c0 += LC) {
+    const i64 len = std::min(LC, L - c0);
+    for (int i = 0; i < ma; ++i) a[i] = arows[i] + c0;
+    for (int kb = 0; kb < nkb; ++kb) {
+      const int j0 = kb * DNB, nb = std::min(DNB, Nb - j0);
+      for (int j = 0; j < nb; ++j) b[j] = brows[j0 + j] + c0;
+      table[ma - 1][nb - 1](len, a, b, vacc + kb * tile);
     }
+  }
+  for (int kb = 0; kb < nkb; ++kb) {
+    const int j0 = kb * DNB, nb = std::min(DNB, Nb - j0);
+    for (int i = 0; i < ma; ++i)
+      for (int j = 0; j < nb; ++j)
+        out[i * ldo + j0 + j] += vsum(vload(vacc + kb * tile + (i * DNB + j) * VL));
   }
 }
 
@@ -250,9 +294,16 @@ void im2col(const Conv2dArgs& a, const float* x /*image, first channel of the gr
           } else {
             const float* row = plane + ih * a.W;
             const int iw0 = -a.pad_w + kw * a.dil_w;
-            for (int ow = ow0; ow < ow1; ++ow) {
-              const i64 iw = i64(ow) * a.stride_w + iw0;
-              d[ow - ow0] = (iw >= 0 && iw < a.W) ? row[iw] : 0.f;
+            if (a.stride_w == 1) {  // zeros, one contiguous copy, zeros
+              const int lo = std::clamp(-iw0, ow0, ow1), hi = std::clamp(a.W - iw0, lo, ow1);
+              std::fill(d, d + (lo - ow0), 0.f);
+              std::memcpy(d + (lo - ow0), row + lo + iw0, sizeof(float) * (hi - lo));
+              std::fill(d + (hi - ow0), d + (ow1 - ow0), 0.f);
+            } else {
+              for (int ow = ow0; ow < ow1; ++ow) {
+                const i64 iw = i64(ow) * a.stride_w + iw0;
+                d[ow - ow0] = (iw >= 0 && iw < a.W) ? row[iw] : 0.f;
+              }
             }
           }
           q += ow1 - ow0;
@@ -318,7 +369,10 @@ void copy_out(const float* C, i64 ldc, int M, i64 q0, i64 q1, int Wp, int outW, 
   }
 }
 
-int pool_threads() { return ThreadPool::instance().num_threads(); }
+std::vector<const float*>& brow_cache() {
+  static thread_local std::vector<const float*> v;
+  return v;
+}
 
 // Wide positions per chunk: enough for several NR tiles, scratch (M x chunk) within L2.
 i64 chunk_size(int M, i64 total) {
@@ -356,7 +410,7 @@ struct Direct {
 
   i64 wide() const { return i64(outH) * Wp; }
   void run(const float* src, float* dst, i64 q0, i64 q1, float* C, i64 ldc) const {
-    const i64 nq = round_up(q1 - q0, NR);
+    const i64 nq = q1 - q0;
     for (int g = 0; g < G; ++g) {
       gemm_block(M, K, Ap + g * ap_group, off, src + g * src_group + q0, nq, C, ldc);
       copy_out(C, ldc, M, q0, q1, Wp, outW, dst + i64(g) * M * dst_plane, dst_plane,
@@ -411,7 +465,9 @@ void conv2d_forward(const Conv2dArgs& a, const float* x, const float* w, const f
     pack_a(Mg, K, [&](int m, int k) { return w[(i64(g) * Mg + m) * K + k]; }, Ap.data() + g * apg);
   const i64 x_image = i64(a.C_in) * a.H * a.W, y_image = i64(a.C_out) * P;
 
-  if (a.stride_h == 1 && a.stride_w == 1) {
+  // Stride 1 reads the padded image in place, unless K is so small (first layers: C_in = 1)
+  // that building im2col costs less than the junk columns and the copy out of the wide rows.
+  if (a.stride_h == 1 && a.stride_w == 1 && K >= 32) {
     const int Hp = a.H_out + (a.kH - 1) * a.dil_h, Wp = a.W_out + (a.kW - 1) * a.dil_w;
     const i64 plane = i64(Hp) * Wp;
     std::vector<i64> off(K);
@@ -429,20 +485,20 @@ void conv2d_forward(const Conv2dArgs& a, const float* x, const float* w, const f
     return;
   }
 
-  // Strided: im2col chunks (compact positions) feed the same kernel with off[k] = k * CQ.
-  const i64 CQ = chunk_size(std::max(Mg, K), P);
+  // im2col chunks (compact positions) feed the same kernel with off[k] = k * CQ, which writes
+  // straight into y.
+  const i64 CQ = chunk_size(K, P);
   const i64 nchunks = ceil_div(P, CQ);
   std::vector<i64> off(K);
   for (int k = 0; k < K; ++k) off[k] = k * CQ;
   auto do_chunk = [&](int n, i64 i) {
     const i64 q0 = i * CQ, q1 = std::min(P, q0 + CQ);
     float* col = scratch(0, i64(K) * CQ);
-    float* C = scratch(1, i64(Mg) * CQ);
     for (int g = 0; g < G; ++g) {
       im2col(a, x + n * x_image + i64(g) * Cg * a.H * a.W, Cg, q0, q1, col, CQ);
-      gemm_block(Mg, K, Ap.data() + g * apg, off.data(), col, round_up(q1 - q0, NR), C, CQ);
-      copy_out(C, CQ, Mg, q0, q1, a.W_out, a.W_out, y + n * y_image + i64(g) * Mg * P, P,
-               bias ? bias + g * Mg : nullptr);
+      gemm_block(Mg, K, Ap.data() + g * apg, off.data(), col, q1 - q0,
+                 y + n * y_image + i64(g) * Mg * P + q0, P, bias ? bias + g * Mg : nullptr,
+                 /*spill=*/false);
     }
   };
   over_images(
@@ -516,7 +572,7 @@ void conv2d_backward_input(const Conv2dArgs& a, const float* gy, const float* w,
           std::memcpy(B + co * CQ, s + q0, sizeof(float) * (q1 - q0));
           std::fill(B + co * CQ + (q1 - q0), B + (co + 1) * CQ, 0.f);
         }
-        gemm_block(K, Mg, Ap.data() + g * apg, off.data(), B, round_up(q1 - q0, NR), C, CQ);
+        gemm_block(K, Mg, Ap.data() + g * apg, off.data(), B, q1 - q0, C, CQ);
         col2im_add(a, C, CQ, Cg, q0, q1, gxi + i64(g) * Cg * HW);
       }
     }
@@ -590,26 +646,24 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
     const int m0 = mb * DMA, ma = std::min(DMA, Mg - m0);
     const float* arows[DMA];
     for (int i = 0; i < ma; ++i) arows[i] = A + (i64(g) * Mg + m0 + i) * lda;
-    const float* brows[DNB];
-    for (int k0 = 0; k0 < K; k0 += DNB) {
-      const int nb = std::min(DNB, K - k0);
-      for (int j = 0; j < nb; ++j) brows[j] = B + g * bgroup + boff[k0 + j];
-      dot_block(ma, nb, arows, brows, len, out + (i64(g) * Mg + m0) * K + k0, K);
-    }
+    std::vector<const float*>& brows = brow_cache();
+    brows.resize(K);
+    for (int k = 0; k < K; ++k) brows[k] = B + g * bgroup + boff[k];
+    dot_block(ma, K, arows, brows.data(), len, out + (i64(g) * Mg + m0) * K, K);
   };
 
   auto& pool = ThreadPool::instance();
   const int threads = pool.num_threads();
   if (a.N >= threads) {
-    // Per-thread partial sums over a dynamic share of the images, then one reduction.
-    const int parts = std::min(threads, a.N);
+    // Partial sums over fixed, contiguous ranges of images (a few per thread, for balance),
+    // added in a fixed order: the result does not depend on scheduling.
+    const int parts = std::min(a.N, 4 * threads);
     std::vector<float> partial(std::size_t(parts - 1) * wsize, 0.f);
-    std::atomic<int> next{0};
     pool.parallel_for(parts, [&](i64 t) {
       float* out = t == 0 ? gw : partial.data() + (t - 1) * wsize;
       float* A = scratch(0, a_floats);
       float* B = scratch(1, b_floats);
-      for (int n; (n = next.fetch_add(1)) < a.N;)
+      for (int n = int(t * a.N / parts); n < int((t + 1) * a.N / parts); ++n)
         for (i64 u = 0; u < nunits; ++u) {
           const i64 len = prepare(n, u, A, B);
           for (int g = 0; g < G; ++g)
