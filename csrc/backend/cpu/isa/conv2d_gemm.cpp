@@ -589,86 +589,104 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
   std::memset(gw, 0, sizeof(float) * wsize);
   if (a.N <= 0 || P <= 0) return;
 
-  // A "unit" is a set of A rows (gY, zero-padded, ldA apart per channel) and B rows
-  // (src + boff[k]) with a common length L (a multiple of VL); units of an image sum into gw.
+  // A "unit" is A rows (gY, zero-padded, lda apart) and B rows (B + bgroup * g + boff[k])
+  // over a common length L (a multiple of VL); units sum into gw.
+  //  * stride 1: nb consecutive images, each a padded plane (Hp x Wp) of x and the matching
+  //    plane of gY (zeros off the H_out x W_out corner), planes of one channel adjacent; the
+  //    taps are offsets into that run, and zero gY kills the junk. Several small images per
+  //    unit keep L long, so the final reductions are amortised.
+  //  * strided: a chunk of compact output positions of one image, via im2col.
   const bool direct = a.stride_h == 1 && a.stride_w == 1;
-  int Hp = 0, Wp = 0;
-  i64 plane = 0, L = 0, CQ = 0, nunits = 1, a_floats = 0, b_floats = 0, slack = 0;
-  std::vector<i64> boff(K);
-  if (direct) {
-    Hp = a.H_out + (a.kH - 1) * a.dil_h;
-    Wp = a.W_out + (a.kW - 1) * a.dil_w;
-    plane = i64(Hp) * Wp;
-    for (int ci = 0; ci < Cg; ++ci)
-      for (int kh = 0; kh < a.kH; ++kh)
-        for (int kw = 0; kw < a.kW; ++kw)
-          boff[(ci * a.kH + kh) * a.kW + kw] = ci * plane + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
-    L = round_up(i64(a.H_out) * Wp, VL);
-    const i64 need = (G - 1) * Cg * plane + boff[K - 1] + L;
-    slack = std::max<i64>(0, need - i64(a.C_in) * plane);
-    a_floats = i64(a.C_out) * L;
-    b_floats = i64(a.C_in) * plane + slack;
-  } else {
-    CQ = chunk_size(std::max(K, Mg), P);
-    nunits = ceil_div(P, CQ);
-    for (int k = 0; k < K; ++k) boff[k] = k * CQ;
-    a_floats = i64(a.C_out) * CQ;
-    b_floats = i64(G) * K * CQ;
-  }
-  // Fills A (gY rows) and B for unit u of image n; returns L.
-  auto prepare = [&](int n, i64 u, float* A, float* B) -> i64 {
-    const float* gyi = gy + n * y_image;
+  const int Hp = a.H_out + (a.kH - 1) * a.dil_h, Wp = a.W_out + (a.kW - 1) * a.dil_w;
+  const i64 plane = i64(Hp) * Wp;
+  const int nb_max = direct ? int(std::min<i64>(a.N, std::max<i64>(1, ceil_div(2048, plane)))) : 1;
+  const i64 CQ = direct ? 0 : chunk_size(std::max(K, Mg), P);
+  const i64 chunks = direct ? 1 : ceil_div(P, CQ);
+  // Buffer sizes for the largest unit.
+  auto direct_len = [&](int nb) { return round_up((nb - 1) * plane + i64(a.H_out) * Wp, VL); };
+  auto direct_slack = [&](int nb) {
+    const i64 cs = nb * plane;
+    const i64 tap = i64(a.kH - 1) * a.dil_h * Wp + i64(a.kW - 1) * a.dil_w;
+    return std::max<i64>(0, (a.C_in - 1) * cs + tap + direct_len(nb) - a.C_in * cs);
+  };
+  const i64 a_floats = direct ? a.C_out * round_up(nb_max * plane, VL) : a.C_out * CQ;
+  const i64 b_floats = direct ? a.C_in * nb_max * plane + direct_slack(nb_max) : i64(G) * K * CQ;
+
+  struct Unit {
+    i64 L, lda, bgroup;
+    const i64* boff;
+  };
+  // Fills A and B for images [n0, n0 + nb) (direct) or chunk u of image n0 (strided).
+  auto prepare = [&](int n0, int nb, i64 u, float* A, float* B, std::vector<i64>& boff) -> Unit {
+    boff.resize(K);
     if (direct) {
+      const i64 cs = nb * plane, lda = round_up(nb * plane, VL);
+      const i64 L = direct_len(nb);
       for (int co = 0; co < a.C_out; ++co) {
-        float* d = A + co * L;
-        const float* s = gyi + co * P;
-        std::memset(d, 0, sizeof(float) * L);
-        for (int oh = 0; oh < a.H_out; ++oh)
-          std::memcpy(d + i64(oh) * Wp, s + i64(oh) * a.W_out, sizeof(float) * a.W_out);
+        float* d = A + co * lda;
+        std::memset(d, 0, sizeof(float) * lda);
+        for (int i = 0; i < nb; ++i) {
+          const float* s = gy + (n0 + i) * y_image + co * P;
+          for (int oh = 0; oh < a.H_out; ++oh)
+            std::memcpy(d + i * plane + i64(oh) * Wp, s + i64(oh) * a.W_out, sizeof(float) * a.W_out);
+        }
       }
-      pad_copy(x + n * x_image, a.C_in, a.H, a.W, B, Hp, Wp, a.pad_h, a.pad_w, slack);
-      return L;
+      for (int c = 0; c < a.C_in; ++c)
+        for (int i = 0; i < nb; ++i)
+          pad_copy(x + (n0 + i) * x_image + c * HW, 1, a.H, a.W, B + c * cs + i * plane, Hp, Wp,
+                   a.pad_h, a.pad_w, 0);
+      std::memset(B + a.C_in * cs, 0, sizeof(float) * direct_slack(nb));
+      for (int ci = 0; ci < Cg; ++ci)
+        for (int kh = 0; kh < a.kH; ++kh)
+          for (int kw = 0; kw < a.kW; ++kw)
+            boff[(ci * a.kH + kh) * a.kW + kw] = ci * cs + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
+      return Unit{L, lda, Cg * cs, boff.data()};
     }
+    const float* gyi = gy + n0 * y_image;
     const i64 q0 = u * CQ, q1 = std::min(P, q0 + CQ);
     for (int co = 0; co < a.C_out; ++co) {
       std::memcpy(A + co * CQ, gyi + co * P + q0, sizeof(float) * (q1 - q0));
       std::fill(A + co * CQ + (q1 - q0), A + (co + 1) * CQ, 0.f);
     }
     for (int g = 0; g < G; ++g)
-      im2col(a, x + n * x_image + i64(g) * Cg * HW, Cg, q0, q1, B + i64(g) * K * CQ, CQ);
-    return round_up(q1 - q0, VL);
+      im2col(a, x + n0 * x_image + i64(g) * Cg * HW, Cg, q0, q1, B + i64(g) * K * CQ, CQ);
+    for (int k = 0; k < K; ++k) boff[k] = k * CQ;
+    return Unit{round_up(q1 - q0, VL), CQ, i64(K) * CQ, boff.data()};
   };
-  const i64 lda = direct ? L : CQ;
-  const i64 bgroup = direct ? Cg * plane : i64(K) * CQ;
   const int mblocks = int(ceil_div(Mg, DMA));
   // Accumulates rows [g*Mg + mb*DMA, ...) of the result for one prepared unit.
-  auto compute = [&](const float* A, const float* B, i64 len, int g, int mb, float* out) {
+  auto compute = [&](const float* A, const float* B, const Unit& un, int g, int mb, float* out) {
     const int m0 = mb * DMA, ma = std::min(DMA, Mg - m0);
     const float* arows[DMA];
-    for (int i = 0; i < ma; ++i) arows[i] = A + (i64(g) * Mg + m0 + i) * lda;
+    for (int i = 0; i < ma; ++i) arows[i] = A + (i64(g) * Mg + m0 + i) * un.lda;
     std::vector<const float*>& brows = brow_cache();
     brows.resize(K);
-    for (int k = 0; k < K; ++k) brows[k] = B + g * bgroup + boff[k];
-    dot_block(ma, K, arows, brows.data(), len, out + (i64(g) * Mg + m0) * K, K);
+    for (int k = 0; k < K; ++k) brows[k] = B + g * un.bgroup + un.boff[k];
+    dot_block(ma, K, arows, brows.data(), un.L, out + (i64(g) * Mg + m0) * K, K);
   };
 
   auto& pool = ThreadPool::instance();
   const int threads = pool.num_threads();
-  if (a.N >= threads) {
+  if (a.N >= 2 * threads * nb_max) {
     // Partial sums over fixed, contiguous ranges of images (a few per thread, for balance),
     // added in a fixed order: the result does not depend on scheduling.
-    const int parts = std::min(a.N, 4 * threads);
+    const int parts = int(std::min<i64>(ceil_div(a.N, nb_max), 4 * threads));
     std::vector<float> partial(std::size_t(parts - 1) * wsize, 0.f);
     pool.parallel_for(parts, [&](i64 t) {
       float* out = t == 0 ? gw : partial.data() + (t - 1) * wsize;
       float* A = scratch(0, a_floats);
       float* B = scratch(1, b_floats);
-      for (int n = int(t * a.N / parts); n < int((t + 1) * a.N / parts); ++n)
-        for (i64 u = 0; u < nunits; ++u) {
-          const i64 len = prepare(n, u, A, B);
+      static thread_local std::vector<i64> boff;
+      const int n_end = int((t + 1) * a.N / parts);
+      for (int n = int(t * a.N / parts); n < n_end;) {
+        const int nb = std::min(nb_max, n_end - n);
+        for (i64 u = 0; u < chunks; ++u) {
+          const Unit un = prepare(n, nb, u, A, B, boff);
           for (int g = 0; g < G; ++g)
-            for (int mb = 0; mb < mblocks; ++mb) compute(A, B, len, g, mb, out);
+            for (int mb = 0; mb < mblocks; ++mb) compute(A, B, un, g, mb, out);
         }
+        n += nb;
+      }
     });
     for (int t = 1; t < parts; ++t) {
       const float* p = partial.data() + (t - 1) * wsize;
@@ -679,12 +697,16 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
   // Small batch: prepare each unit here, split its rows (disjoint in gw) over the pool.
   float* A = scratch(2, a_floats);
   float* B = scratch(3, b_floats);
-  for (int n = 0; n < a.N; ++n)
-    for (i64 u = 0; u < nunits; ++u) {
-      const i64 len = prepare(n, u, A, B);
+  std::vector<i64> boff;
+  for (int n = 0; n < a.N;) {
+    const int nb = std::min(nb_max, a.N - n);
+    for (i64 u = 0; u < chunks; ++u) {
+      const Unit un = prepare(n, nb, u, A, B, boff);
       pool.parallel_for(i64(G) * mblocks,
-                        [&](i64 i) { compute(A, B, len, int(i / mblocks), int(i % mblocks), gw); });
+                        [&](i64 i) { compute(A, B, un, int(i / mblocks), int(i % mblocks), gw); });
     }
+    n += nb;
+  }
 }
 
 // ------------------------------------------------------------------ backward, bias
