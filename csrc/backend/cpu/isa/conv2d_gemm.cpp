@@ -273,10 +273,21 @@ void pad_copy(const float* src, int C, int Hs, int Ws, float* dst, int Hp, int W
   if (slack > 0) std::memset(dst + C * plane, 0, sizeof(float) * slack);
 }
 
-// im2col rows k = (ci, kh, kw) of one image for compact output positions [q0, q0 + ld),
-// positions at or past q1 zero.
+// The output columns [lo, hi) within [ow0, ow1) whose input column ow * stride_w + iw0
+// lies inside [0, W).
+inline void valid_cols(const Conv2dArgs& a, int iw0, int ow0, int ow1, int& lo, int& hi) {
+  const int s = a.stride_w;
+  const i64 first = iw0 >= 0 ? 0 : (i64(-iw0) + s - 1) / s;      // iw >= 0
+  const i64 last = a.W - iw0 <= 0 ? 0 : (i64(a.W - iw0) + s - 1) / s;  // iw < W
+  lo = int(std::clamp<i64>(first, ow0, ow1));
+  hi = int(std::clamp<i64>(last, lo, ow1));
+}
+
+// im2col rows k = (ci, kh, kw) (ld apart) of one image for compact output positions
+// [q0, q1), then zeros up to column zero_to (default ld).
 void im2col(const Conv2dArgs& a, const float* x /*image, first channel of the group*/, int Cg,
-            i64 q0, i64 q1, float* col, i64 ld) {
+            i64 q0, i64 q1, float* col, i64 ld, i64 zero_to = -1) {
+  if (zero_to < 0) zero_to = ld;
   for (int ci = 0; ci < Cg; ++ci)
     for (int kh = 0; kh < a.kH; ++kh)
       for (int kw = 0; kw < a.kW; ++kw) {
@@ -300,15 +311,18 @@ void im2col(const Conv2dArgs& a, const float* x /*image, first channel of the gr
               std::memcpy(d + (lo - ow0), row + lo + iw0, sizeof(float) * (hi - lo));
               std::fill(d + (hi - ow0), d + (ow1 - ow0), 0.f);
             } else {
-              for (int ow = ow0; ow < ow1; ++ow) {
-                const i64 iw = i64(ow) * a.stride_w + iw0;
-                d[ow - ow0] = (iw >= 0 && iw < a.W) ? row[iw] : 0.f;
-              }
+              int lo, hi;
+              valid_cols(a, iw0, ow0, ow1, lo, hi);
+              std::fill(d, d + (lo - ow0), 0.f);
+              const float* r = row + iw0;
+              const int sw = a.stride_w;
+              for (int ow = lo; ow < hi; ++ow) d[ow - ow0] = r[i64(ow) * sw];
+              std::fill(d + (hi - ow0), d + (ow1 - ow0), 0.f);
             }
           }
           q += ow1 - ow0;
         }
-        std::fill(dst + (q1 - q0), dst + ld, 0.f);
+        if (zero_to > q1 - q0) std::fill(dst + (q1 - q0), dst + zero_to, 0.f);
       }
 }
 
@@ -330,11 +344,12 @@ void col2im_add(const Conv2dArgs& a, const float* col, i64 ld, int Cg, i64 q0, i
           if (ih >= 0 && ih < a.H) {
             float* row = plane + ih * a.W;
             const int iw0 = -a.pad_w + kw * a.dil_w;
-            const float* sp = s + (q - q0);
-            for (int ow = ow0; ow < ow1; ++ow) {
-              const i64 iw = i64(ow) * a.stride_w + iw0;
-              if (iw >= 0 && iw < a.W) row[iw] += sp[ow - ow0];
-            }
+            const float* sp = s + (q - q0) - ow0;
+            int lo, hi;
+            valid_cols(a, iw0, ow0, ow1, lo, hi);
+            float* r = row + iw0;
+            const int sw = a.stride_w;
+            for (int ow = lo; ow < hi; ++ow) r[i64(ow) * sw] += sp[ow];
           }
           q += ow1 - ow0;
         }
@@ -467,7 +482,8 @@ void conv2d_forward(const Conv2dArgs& a, const float* x, const float* w, const f
 
   // Stride 1 reads the padded image in place, unless K is so small (first layers: C_in = 1)
   // that building im2col costs less than the junk columns and the copy out of the wide rows.
-  if (a.stride_h == 1 && a.stride_w == 1 && K >= 32) {
+  // Grouped / depthwise convs always go direct: per-group im2col is all bookkeeping.
+  if (a.stride_h == 1 && a.stride_w == 1 && (K >= 32 || G > 1)) {
     const int Hp = a.H_out + (a.kH - 1) * a.dil_h, Wp = a.W_out + (a.kW - 1) * a.dil_w;
     const i64 plane = i64(Hp) * Wp;
     std::vector<i64> off(K);
@@ -595,13 +611,17 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
   //    plane of gY (zeros off the H_out x W_out corner), planes of one channel adjacent; the
   //    taps are offsets into that run, and zero gY kills the junk. Several small images per
   //    unit keep L long, so the final reductions are amortised.
-  //  * strided: a chunk of compact output positions of one image, via im2col.
+  //  * strided: via im2col, compact output positions of nb whole images side by side, or
+  //    a chunk of one large image.
   const bool direct = a.stride_h == 1 && a.stride_w == 1;
   const int Hp = a.H_out + (a.kH - 1) * a.dil_h, Wp = a.W_out + (a.kW - 1) * a.dil_w;
   const i64 plane = i64(Hp) * Wp;
-  const int nb_max = direct ? int(std::min<i64>(a.N, std::max<i64>(1, ceil_div(2048, plane)))) : 1;
-  const i64 CQ = direct ? 0 : chunk_size(std::max(K, Mg), P);
+  constexpr i64 target = 1024;  // strided: positions per unit (col is K x that)
+  const i64 CQ = direct ? 0 : std::min(P, target);
+  const int nb_max = int(std::min<i64>(
+      a.N, std::max<i64>(1, direct ? ceil_div(2048, plane) : target / CQ)));
   const i64 chunks = direct ? 1 : ceil_div(P, CQ);
+  const i64 ld_max = round_up(nb_max * CQ, VL);
   // Buffer sizes for the largest unit.
   auto direct_len = [&](int nb) { return round_up((nb - 1) * plane + i64(a.H_out) * Wp, VL); };
   auto direct_slack = [&](int nb) {
@@ -609,8 +629,8 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
     const i64 tap = i64(a.kH - 1) * a.dil_h * Wp + i64(a.kW - 1) * a.dil_w;
     return std::max<i64>(0, (a.C_in - 1) * cs + tap + direct_len(nb) - a.C_in * cs);
   };
-  const i64 a_floats = direct ? a.C_out * round_up(nb_max * plane, VL) : a.C_out * CQ;
-  const i64 b_floats = direct ? a.C_in * nb_max * plane + direct_slack(nb_max) : i64(G) * K * CQ;
+  const i64 a_floats = direct ? a.C_out * round_up(nb_max * plane, VL) : a.C_out * ld_max;
+  const i64 b_floats = direct ? a.C_in * nb_max * plane + direct_slack(nb_max) : i64(G) * K * ld_max;
 
   struct Unit {
     i64 L, lda, bgroup;
@@ -642,16 +662,19 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
             boff[(ci * a.kH + kh) * a.kW + kw] = ci * cs + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
       return Unit{L, lda, Cg * cs, boff.data()};
     }
-    const float* gyi = gy + n0 * y_image;
-    const i64 q0 = u * CQ, q1 = std::min(P, q0 + CQ);
+    const i64 q0 = u * CQ, q1 = std::min(P, q0 + CQ), len = q1 - q0;
+    const i64 ld = round_up(nb * len, VL);
     for (int co = 0; co < a.C_out; ++co) {
-      std::memcpy(A + co * CQ, gyi + co * P + q0, sizeof(float) * (q1 - q0));
-      std::fill(A + co * CQ + (q1 - q0), A + (co + 1) * CQ, 0.f);
+      for (int i = 0; i < nb; ++i)
+        std::memcpy(A + co * ld + i * len, gy + (n0 + i) * y_image + co * P + q0, sizeof(float) * len);
+      std::fill(A + co * ld + nb * len, A + (co + 1) * ld, 0.f);
     }
     for (int g = 0; g < G; ++g)
-      im2col(a, x + n0 * x_image + i64(g) * Cg * HW, Cg, q0, q1, B + i64(g) * K * CQ, CQ);
-    for (int k = 0; k < K; ++k) boff[k] = k * CQ;
-    return Unit{round_up(q1 - q0, VL), CQ, i64(K) * CQ, boff.data()};
+      for (int i = 0; i < nb; ++i)
+        im2col(a, x + (n0 + i) * x_image + i64(g) * Cg * HW, Cg, q0, q1,
+               B + i64(g) * K * ld + i * len, ld, i == nb - 1 ? ld - i * len : len);
+    for (int k = 0; k < K; ++k) boff[k] = k * ld;
+    return Unit{ld, ld, i64(K) * ld, boff.data()};
   };
   const int mblocks = int(ceil_div(Mg, DMA));
   // Accumulates rows [g*Mg + mb*DMA, ...) of the result for one prepared unit.
