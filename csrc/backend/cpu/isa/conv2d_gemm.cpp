@@ -427,6 +427,12 @@ struct Direct {
   void run(const float* src, float* dst, i64 q0, i64 q1, float* C, i64 ldc) const {
     const i64 nq = q1 - q0;
     for (int g = 0; g < G; ++g) {
+      if (Wp == outW) {  // no junk columns (1x1, no horizontal padding): write dst directly
+        gemm_block(M, K, Ap + g * ap_group, off, src + g * src_group + q0, nq,
+                   dst + i64(g) * M * dst_plane + q0, dst_plane, bias ? bias + g * M : nullptr,
+                   /*spill=*/false);
+        continue;
+      }
       gemm_block(M, K, Ap + g * ap_group, off, src + g * src_group + q0, nq, C, ldc);
       copy_out(C, ldc, M, q0, q1, Wp, outW, dst + i64(g) * M * dst_plane, dst_plane,
                bias ? bias + g * M : nullptr);
