@@ -98,38 +98,44 @@ float* scratch(int slot, i64 n) {
 
 // ------------------------------------------------------------------ micro-kernels
 // ACC: C += instead of C = bias (or 0) + (later blocks of K).
-template <int M, bool ACC>
+template <int M, int W, bool ACC>
 void kern(int K, const float* __restrict A, const float* __restrict B, const i64* __restrict off,
           float* __restrict C, i64 ldc, const float* bias) {
-  V acc[M][NV];
+  V acc[M][W];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j)
+    for (int j = 0; j < W; ++j)
       acc[i][j] = ACC ? vload(C + i * ldc + j * VL) : bias ? vset1(bias[i]) : vzero();
   for (int k = 0; k < K; ++k) {
     const float* b = B + off[k];
-    V bv[NV];
+    V bv[W];
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) bv[j] = vload(b + j * VL);
+    for (int j = 0; j < W; ++j) bv[j] = vload(b + j * VL);
     const float* a = A + i64(k) * MR;
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
       const V av = vset1(a[i]);
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[i][j] = vfma(av, bv[j], acc[i][j]);
+      for (int j = 0; j < W; ++j) acc[i][j] = vfma(av, bv[j], acc[i][j]);
     }
   }
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) vstore(C + i * ldc + j * VL, acc[i][j]);
+    for (int j = 0; j < W; ++j) vstore(C + i * ldc + j * VL, acc[i][j]);
 }
 
 using KernFn = void (*)(int, const float*, const float*, const i64*, float*, i64, const float*);
-template <bool ACC, std::size_t... I>
-constexpr auto kern_table(std::index_sequence<I...>) {
-  return std::array<KernFn, sizeof...(I)>{&kern<int(I) + 1, ACC>...};
+template <int W, bool ACC, std::size_t... I>
+constexpr auto kern_row(std::index_sequence<I...>) {
+  return std::array<KernFn, sizeof...(I)>{&kern<int(I) + 1, W, ACC>...};
+}
+// table[w - 1][m - 1]: tiles of m <= MR rows and w <= NV vectors (narrower tails).
+template <bool ACC, std::size_t... J>
+constexpr auto kern_table(std::index_sequence<J...>) {
+  return std::array<std::array<KernFn, MR>, sizeof...(J)>{
+      kern_row<int(J) + 1, ACC>(std::make_index_sequence<MR>{})...};
 }
 
 // Vector partial sums vacc[i][j][:] (DMA x DNB x VL) += a[i][q] * b[j][q] over q in [0, L),
@@ -181,14 +187,15 @@ constexpr auto dot_table(std::index_sequence<I...>) {
 constexpr int KC = 128;
 void gemm_block(int M, int K, const float* Ap, const i64* off, const float* src, i64 nq,
                 float* C, i64 ldc, const float* bias = nullptr, bool spill = true) {
-  static constexpr auto first = kern_table<false>(std::make_index_sequence<MR>{});
-  static constexpr auto more = kern_table<true>(std::make_index_sequence<MR>{});
+  static constexpr auto first = kern_table<false>(std::make_index_sequence<NV>{});
+  static constexpr auto more = kern_table<true>(std::make_index_sequence<NV>{});
   static thread_local std::vector<float> tail;
   const int strips = int(ceil_div(M, MR));
   const int nkb = int(ceil_div(K, KC));
   const int kc = int(ceil_div(K, nkb));  // balanced blocks
   for (i64 q = 0; q < nq; q += NR) {
-    const bool partial = !spill && q + NR > nq;
+    const int w = int(std::min<i64>(NV, ceil_div(nq - q, VL)));  // narrower last tile
+    const bool partial = !spill && q + w * VL > nq;
     if (partial && i64(tail.size()) < i64(strips) * MR * NR) tail.resize(std::size_t(strips) * MR * NR);
     float* Ct = partial ? tail.data() : C + q;
     const i64 ld = partial ? NR : ldc;
@@ -197,7 +204,7 @@ void gemm_block(int M, int K, const float* Ap, const i64* off, const float* src,
       const auto& table = k0 == 0 ? first : more;
       for (int s = 0; s < strips; ++s) {
         const int m = std::min(MR, M - s * MR);
-        table[m - 1](kn, Ap + (i64(s) * K + k0) * MR, src + q, off + k0, Ct + i64(s) * MR * ld,
+        table[w - 1][m - 1](kn, Ap + (i64(s) * K + k0) * MR, src + q, off + k0, Ct + i64(s) * MR * ld,
                      ld, bias ? bias + s * MR : nullptr);
       }
     }
