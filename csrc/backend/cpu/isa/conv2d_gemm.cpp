@@ -46,6 +46,10 @@ inline V vzero() { return _mm512_setzero_ps(); }
 inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 inline float vsum(V v) { return _mm512_reduce_add_ps(v); }
+// The first n (< VL) floats at p, zeros after; reads nothing past p + n.
+inline V vload_part(const float* p, int n) {
+  return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p);
+}
 #elif defined(__AVX2__) && defined(__FMA__)
 using V = __m256;
 constexpr int VL = 8;
@@ -82,6 +86,13 @@ inline V vadd(V a, V b) { return a + b; }
 inline float vsum(V v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 #endif
 constexpr int NR = NV * VL;
+#if !defined(__AVX512F__)
+inline V vload_part(const float* p, int n) {
+  alignas(64) float t[VL] = {};
+  std::memcpy(t, p, sizeof(float) * n);
+  return vload(t);
+}
+#endif
 
 inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
 inline i64 ceil_div(i64 x, i64 m) { return (x + m - 1) / m; }
@@ -138,8 +149,8 @@ constexpr auto kern_table(std::index_sequence<J...>) {
       kern_row<int(J) + 1, ACC>(std::make_index_sequence<MR>{})...};
 }
 
-// Vector partial sums vacc[i][j][:] (DMA x DNB x VL) += a[i][q] * b[j][q] over q in [0, L),
-// L a multiple of VL; reduced to scalars only once at the end (see dot_block).
+// Vector partial sums vacc[i][j][:] (DMA x DNB x VL) += a[i][q] * b[j][q] over q in [0, L);
+// reduced to scalars only once at the end (see dot_block).
 template <int MA, int NB>
 void dot(i64 L, const float* const* a, const float* const* b, float* vacc) {
   V acc[MA][NB];
@@ -151,7 +162,8 @@ void dot(i64 L, const float* const* a, const float* const* b, float* vacc) {
   const float* bp[NB];
   for (int i = 0; i < MA; ++i) ap[i] = a[i];
   for (int j = 0; j < NB; ++j) bp[j] = b[j];
-  for (i64 q = 0; q < L; q += VL) {
+  const i64 Lv = L - L % VL;
+  for (i64 q = 0; q < Lv; q += VL) {
     V av[MA];
 #pragma GCC unroll 8
     for (int i = 0; i < MA; ++i) av[i] = vload(ap[i] + q);
@@ -159,6 +171,15 @@ void dot(i64 L, const float* const* a, const float* const* b, float* vacc) {
     for (int j = 0; j < NB; ++j) {
       const V bv = vload(bp[j] + q);
 #pragma GCC unroll 8
+      for (int i = 0; i < MA; ++i) acc[i][j] = vfma(av[i], bv, acc[i][j]);
+    }
+  }
+  if (Lv < L) {  // tail: rows may end right there (user memory)
+    const int n = int(L - Lv);
+    V av[MA];
+    for (int i = 0; i < MA; ++i) av[i] = vload_part(ap[i] + Lv, n);
+    for (int j = 0; j < NB; ++j) {
+      const V bv = vload_part(bp[j] + Lv, n);
       for (int i = 0; i < MA; ++i) acc[i][j] = vfma(av[i], bv, acc[i][j]);
     }
   }
@@ -214,8 +235,8 @@ void gemm_block(int M, int K, const float* Ap, const i64* off, const float* src,
   }
 }
 
-// out[i][j] (i < ma <= DMA rows of A, j < Nb rows of B) += A_i . B_j over L (a multiple of
-// VL). L is walked in chunks so that the ma A rows stay in L1 while all of B streams past.
+// out[i][j] (i < ma <= DMA rows of A, j < Nb rows of B) += A_i . B_j over L. L is walked in
+// chunks so that the ma A rows stay in L1 while all of B streams past.
 constexpr i64 LC = 2048;
 void dot_block(int ma, int Nb, const float* const* arows, const float* const* brows, i64 L,
                float* out, i64 ldo) {
@@ -618,21 +639,23 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
   std::memset(gw, 0, sizeof(float) * wsize);
   if (a.N <= 0 || P <= 0) return;
 
-  // A "unit" is A rows (gY, zero-padded, lda apart) and B rows (B + bgroup * g + boff[k])
-  // over a common length L (a multiple of VL); units sum into gw.
+  // A "unit" is A rows (gY, lda apart) and B rows (B + bgroup * g + boff[k]) over a common
+  // length L; units sum into gw.
   //  * stride 1: nb consecutive images, each a padded plane (Hp x Wp) of x and the matching
   //    plane of gY (zeros off the H_out x W_out corner), planes of one channel adjacent; the
   //    taps are offsets into that run, and zero gY kills the junk. Several small images per
   //    unit keep L long, so the final reductions are amortised.
-  //  * strided: via im2col, compact output positions of nb whole images side by side, or
-  //    a chunk of one large image.
-  const bool direct = a.stride_h == 1 && a.stride_w == 1;
+  //  * strided, or tiny K (C_in = 1 first layers, where the wide copy of gY would cost more
+  //    than the arithmetic): via im2col, compact output positions of nb whole images side by
+  //    side (gY copied), or of one image (gY read in place), or a chunk of one large image.
+  const bool direct = a.stride_h == 1 && a.stride_w == 1 && (K >= 32 || G > 1);
   const int Hp = a.H_out + (a.kH - 1) * a.dil_h, Wp = a.W_out + (a.kW - 1) * a.dil_w;
   const i64 plane = i64(Hp) * Wp;
-  constexpr i64 target = 1024;  // strided: positions per unit (col is K x that)
+  const i64 target = std::max<i64>(1024, 65536 / K);  // im2col: positions per unit
   const i64 CQ = direct ? 0 : std::min(P, target);
+  // Tiny K: one image per unit, gY read in place (copying it costs more than the reductions).
   const int nb_max = int(std::min<i64>(
-      a.N, std::max<i64>(1, direct ? ceil_div(2048, plane) : target / CQ)));
+      a.N, std::max<i64>(1, direct ? ceil_div(2048, plane) : K < 32 ? 1 : target / CQ)));
   const i64 chunks = direct ? 1 : ceil_div(P, CQ);
   const i64 ld_max = round_up(nb_max * CQ, VL);
   // Buffer sizes for the largest unit.
@@ -646,6 +669,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
   const i64 b_floats = direct ? a.C_in * nb_max * plane + direct_slack(nb_max) : i64(G) * K * ld_max;
 
   struct Unit {
+    const float* A;
     i64 L, lda, bgroup;
     const i64* boff;
   };
@@ -673,28 +697,29 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
         for (int kh = 0; kh < a.kH; ++kh)
           for (int kw = 0; kw < a.kW; ++kw)
             boff[(ci * a.kH + kh) * a.kW + kw] = ci * cs + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
-      return Unit{L, lda, Cg * cs, boff.data()};
+      return Unit{A, L, lda, Cg * cs, boff.data()};
     }
     const i64 q0 = u * CQ, q1 = std::min(P, q0 + CQ), len = q1 - q0;
     const i64 ld = round_up(nb * len, VL);
-    for (int co = 0; co < a.C_out; ++co) {
-      for (int i = 0; i < nb; ++i)
-        std::memcpy(A + co * ld + i * len, gy + (n0 + i) * y_image + co * P + q0, sizeof(float) * len);
-      std::fill(A + co * ld + nb * len, A + (co + 1) * ld, 0.f);
-    }
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < nb; ++i)
         im2col(a, x + (n0 + i) * x_image + i64(g) * Cg * HW, Cg, q0, q1,
                B + i64(g) * K * ld + i * len, ld, i == nb - 1 ? ld - i * len : len);
     for (int k = 0; k < K; ++k) boff[k] = k * ld;
-    return Unit{ld, ld, i64(K) * ld, boff.data()};
+    if (nb == 1) return Unit{gy + n0 * y_image + q0, len, P, i64(K) * ld, boff.data()};
+    for (int co = 0; co < a.C_out; ++co) {
+      for (int i = 0; i < nb; ++i)
+        std::memcpy(A + co * ld + i * len, gy + (n0 + i) * y_image + co * P + q0, sizeof(float) * len);
+      std::fill(A + co * ld + nb * len, A + (co + 1) * ld, 0.f);
+    }
+    return Unit{A, ld, ld, i64(K) * ld, boff.data()};
   };
   const int mblocks = int(ceil_div(Mg, DMA));
   // Accumulates rows [g*Mg + mb*DMA, ...) of the result for one prepared unit.
-  auto compute = [&](const float* A, const float* B, const Unit& un, int g, int mb, float* out) {
+  auto compute = [&](const float* B, const Unit& un, int g, int mb, float* out) {
     const int m0 = mb * DMA, ma = std::min(DMA, Mg - m0);
     const float* arows[DMA];
-    for (int i = 0; i < ma; ++i) arows[i] = A + (i64(g) * Mg + m0 + i) * un.lda;
+    for (int i = 0; i < ma; ++i) arows[i] = un.A + (i64(g) * Mg + m0 + i) * un.lda;
     std::vector<const float*>& brows = brow_cache();
     brows.resize(K);
     for (int k = 0; k < K; ++k) brows[k] = B + g * un.bgroup + un.boff[k];
@@ -719,7 +744,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
         for (i64 u = 0; u < chunks; ++u) {
           const Unit un = prepare(n, nb, u, A, B, boff);
           for (int g = 0; g < G; ++g)
-            for (int mb = 0; mb < mblocks; ++mb) compute(A, B, un, g, mb, out);
+            for (int mb = 0; mb < mblocks; ++mb) compute(B, un, g, mb, out);
         }
         n += nb;
       }
@@ -739,7 +764,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
     for (i64 u = 0; u < chunks; ++u) {
       const Unit un = prepare(n, nb, u, A, B, boff);
       pool.parallel_for(i64(G) * mblocks,
-                        [&](i64 i) { compute(A, B, un, int(i / mblocks), int(i % mblocks), gw); });
+                        [&](i64 i) { compute(B, un, int(i / mblocks), int(i % mblocks), gw); });
     }
     n += nb;
   }
