@@ -121,6 +121,10 @@ FIXED = [  # the layers the library cares about most, plus edge shapes
     dict(N=1, Ci=3, Co=5, H=1, W=1, kH=1, kW=1, g=1, cfg=(1, 1, 0, 0, 1, 1, 1, 1)),
     dict(N=2, Ci=4, Co=6, H=8, W=8, kH=4, kW=4, g=2, cfg=(1, 1, 1, 1, 1, 1, 8, 8)),  # "same", even k
     dict(N=1, Ci=2, Co=3, H=5, W=5, kH=3, kW=3, g=1, cfg=(1, 1, 4, 4, 1, 1, 11, 11)),  # pad > k-1
+    # large enough to be split into several chunks / units
+    dict(N=1, Ci=8, Co=64, H=40, W=40, kH=3, kW=3, g=1, cfg=(1, 1, 1, 1, 1, 1, 40, 40)),
+    dict(N=2, Ci=4, Co=8, H=100, W=100, kH=3, kW=3, g=1, cfg=(2, 2, 1, 1, 1, 1, 50, 50)),
+    dict(N=6, Ci=1, Co=9, H=60, W=60, kH=3, kW=3, g=1, cfg=(1, 1, 1, 1, 1, 1, 60, 60)),
 ]
 
 
@@ -197,6 +201,18 @@ def test_each_isa(isa):
                        timeout=300)
     if r.returncode != 0 and "not compiled" in (r.stderr + r.stdout):
         pytest.skip(f"{isa} not compiled in: {r.stderr[-300:]}")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_pool_sizes(threads):
+    """Other pool sizes change how work is split (per image vs within an image)."""
+    code = ("import importlib.util as u; "
+            f"s = u.spec_from_file_location('t', {__file__!r}); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); m.run_all(n_random=30, seed=91)")
+    env = dict(os.environ, FASTMETAL_NUM_THREADS=str(threads))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
