@@ -235,16 +235,15 @@ void gemm_block(int M, int K, const float* Ap, const i64* off, const float* src,
   }
 }
 
-// out[i][j] (i < ma <= DMA rows of A, j < Nb rows of B) += A_i . B_j over L. L is walked in
-// chunks so that the ma A rows stay in L1 while all of B streams past.
+// Vector sums vacc[kb] (ceil(Nb / DNB) tiles of DMA x DNB x VL) += A_i . B_j over L, for
+// i < ma <= DMA rows of A and j < Nb rows of B. L is walked in chunks so that the ma A rows
+// stay in L1 while all of B streams past.
 constexpr i64 LC = 2048;
-void dot_block(int ma, int Nb, const float* const* arows, const float* const* brows, i64 L,
-               float* out, i64 ldo) {
+constexpr int DTILE = DMA * DNB * VL;
+void dot_acc(int ma, int Nb, const float* const* arows, const float* const* brows, i64 L,
+             float* vacc) {
   static constexpr auto table = dot_table(std::make_index_sequence<DMA>{});
-  constexpr int tile = DMA * DNB * VL;
   const int nkb = int(ceil_div(Nb, DNB));
-  float* vacc = scratch(4, i64(nkb) * tile);
-  std::memset(vacc, 0, sizeof(float) * nkb * tile);
   const float* a[DMA];
   const float* b[DNB];
   for (i64 c0 = 0; c0 < L; c0 += LC) {
@@ -253,14 +252,17 @@ void dot_block(int ma, int Nb, const float* const* arows, const float* const* br
     for (int kb = 0; kb < nkb; ++kb) {
       const int j0 = kb * DNB, nb = std::min(DNB, Nb - j0);
       for (int j = 0; j < nb; ++j) b[j] = brows[j0 + j] + c0;
-      table[ma - 1][nb - 1](len, a, b, vacc + kb * tile);
+      table[ma - 1][nb - 1](len, a, b, vacc + kb * DTILE);
     }
   }
-  for (int kb = 0; kb < nkb; ++kb) {
+}
+// out[i * ldo + j] += the horizontal sums of vacc (as filled by dot_acc).
+void dot_reduce(int ma, int Nb, const float* vacc, float* out, i64 ldo) {
+  for (int kb = 0; kb < ceil_div(Nb, DNB); ++kb) {
     const int j0 = kb * DNB, nb = std::min(DNB, Nb - j0);
     for (int i = 0; i < ma; ++i)
       for (int j = 0; j < nb; ++j)
-        out[i * ldo + j0 + j] += vsum(vload(vacc + kb * tile + (i * DNB + j) * VL));
+        out[i * ldo + j0 + j] += vsum(vload(vacc + kb * DTILE + (i * DNB + j) * VL));
   }
 }
 
@@ -649,13 +651,19 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
   //    than the arithmetic): via im2col, compact output positions of nb whole images side by
   //    side (gY copied), or of one image (gY read in place), or a chunk of one large image.
   const bool direct = a.stride_h == 1 && a.stride_w == 1 && (K >= 32 || G > 1);
+  // The vector sums of every (group, row block) can stay live across units when they are
+  // small enough (16x gw): then one image per unit is best (no zero rows, gY in place).
+  const int mblocks = int(ceil_div(Mg, DMA));
+  const i64 vtile = ceil_div(K, DNB) * DTILE;
+  const i64 vtotal = i64(G) * mblocks * vtile;
+  const bool persistent = vtotal <= (i64(1) << 21);
   const int Hp = a.H_out + (a.kH - 1) * a.dil_h, Wp = a.W_out + (a.kW - 1) * a.dil_w;
   const i64 plane = i64(Hp) * Wp;
   const i64 target = std::max<i64>(1024, 65536 / K);  // im2col: positions per unit
   const i64 CQ = direct ? 0 : std::min(P, target);
   // Tiny K: one image per unit, gY read in place (copying it costs more than the reductions).
   const int nb_max = int(std::min<i64>(
-      a.N, std::max<i64>(1, direct ? ceil_div(2048, plane) : K < 32 ? 1 : target / CQ)));
+      a.N, persistent ? 1 : std::max<i64>(1, direct ? ceil_div(2048, plane) : K < 32 ? 1 : target / CQ)));
   const i64 chunks = direct ? 1 : ceil_div(P, CQ);
   const i64 ld_max = round_up(nb_max * CQ, VL);
   // Buffer sizes for the largest unit.
@@ -714,16 +722,20 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
     }
     return Unit{A, ld, ld, i64(K) * ld, boff.data()};
   };
-  const int mblocks = int(ceil_div(Mg, DMA));
-  // Accumulates rows [g*Mg + mb*DMA, ...) of the result for one prepared unit.
-  auto compute = [&](const float* B, const Unit& un, int g, int mb, float* out) {
+  // Accumulates the vector sums of rows [g*Mg + mb*DMA, ...) for one prepared unit, and
+  // adds them into out.
+  auto compute = [&](const float* B, const Unit& un, int g, int mb, float* vacc) {
     const int m0 = mb * DMA, ma = std::min(DMA, Mg - m0);
     const float* arows[DMA];
     for (int i = 0; i < ma; ++i) arows[i] = un.A + (i64(g) * Mg + m0 + i) * un.lda;
     std::vector<const float*>& brows = brow_cache();
     brows.resize(K);
     for (int k = 0; k < K; ++k) brows[k] = B + g * un.bgroup + un.boff[k];
-    dot_block(ma, K, arows, brows.data(), un.L, out + (i64(g) * Mg + m0) * K, K);
+    dot_acc(ma, K, arows, brows.data(), un.L, vacc);
+  };
+  auto finish = [&](int g, int mb, const float* vacc, float* out) {
+    const int m0 = mb * DMA, ma = std::min(DMA, Mg - m0);
+    dot_reduce(ma, K, vacc, out + (i64(g) * Mg + m0) * K, K);
   };
 
   auto& pool = ThreadPool::instance();
@@ -737,6 +749,8 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
       float* out = t == 0 ? gw : partial.data() + (t - 1) * wsize;
       float* A = scratch(0, a_floats);
       float* B = scratch(1, b_floats);
+      float* vacc = scratch(4, persistent ? vtotal : vtile);
+      if (persistent) std::memset(vacc, 0, sizeof(float) * vtotal);
       static thread_local std::vector<i64> boff;
       const int n_end = int((t + 1) * a.N / parts);
       for (int n = int(t * a.N / parts); n < n_end;) {
@@ -744,10 +758,19 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
         for (i64 u = 0; u < chunks; ++u) {
           const Unit un = prepare(n, nb, u, A, B, boff);
           for (int g = 0; g < G; ++g)
-            for (int mb = 0; mb < mblocks; ++mb) compute(B, un, g, mb, out);
+            for (int mb = 0; mb < mblocks; ++mb) {
+              float* v = persistent ? vacc + (i64(g) * mblocks + mb) * vtile : vacc;
+              if (!persistent) std::memset(v, 0, sizeof(float) * vtile);
+              compute(B, un, g, mb, v);
+              if (!persistent) finish(g, mb, v, out);
+            }
         }
         n += nb;
       }
+      if (persistent)
+        for (int g = 0; g < G; ++g)
+          for (int mb = 0; mb < mblocks; ++mb)
+            finish(g, mb, vacc + (i64(g) * mblocks + mb) * vtile, out);
     });
     for (int t = 1; t < parts; ++t) {
       const float* p = partial.data() + (t - 1) * wsize;
@@ -758,16 +781,26 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
   // Small batch: prepare each unit here, split its rows (disjoint in gw) over the pool.
   float* A = scratch(2, a_floats);
   float* B = scratch(3, b_floats);
+  std::vector<float> shared(std::size_t(persistent ? vtotal : 0), 0.f);
   std::vector<i64> boff;
   for (int n = 0; n < a.N;) {
     const int nb = std::min(nb_max, a.N - n);
     for (i64 u = 0; u < chunks; ++u) {
       const Unit un = prepare(n, nb, u, A, B, boff);
-      pool.parallel_for(i64(G) * mblocks,
-                        [&](i64 i) { compute(B, un, int(i / mblocks), int(i % mblocks), gw); });
+      pool.parallel_for(i64(G) * mblocks, [&](i64 i) {
+        const int g = int(i / mblocks), mb = int(i % mblocks);
+        float* v = persistent ? shared.data() + i * vtile : scratch(4, vtile);
+        if (!persistent) std::memset(v, 0, sizeof(float) * vtile);
+        compute(B, un, g, mb, v);
+        if (!persistent) finish(g, mb, v, gw);
+      });
     }
     n += nb;
   }
+  if (persistent)
+    pool.parallel_for(i64(G) * mblocks, [&](i64 i) {
+      finish(int(i / mblocks), int(i % mblocks), shared.data() + i * vtile, gw);
+    });
 }
 
 // ------------------------------------------------------------------ backward, bias
