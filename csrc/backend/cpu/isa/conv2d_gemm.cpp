@@ -54,7 +54,7 @@ inline V vload_part(const float* p, int n) {
 using V = __m256;
 constexpr int VL = 8;
 constexpr int MR = 6, NV = 2;  // 6 x 16 tile: 12 accumulators of 16 ymm
-constexpr int DMA = 2, DNB = 5;
+constexpr int DMA = 3, DNB = 4;  // 12 accumulators + 3 + 1 of 16 registers
 inline V vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
 inline V vset1(float x) { return _mm256_set1_ps(x); }
@@ -72,7 +72,7 @@ inline float vsum(V v) {
 typedef float V __attribute__((vector_size(16)));
 constexpr int VL = 4;
 constexpr int MR = 6, NV = 2;
-constexpr int DMA = 2, DNB = 5;
+constexpr int DMA = 3, DNB = 4;  // 12 accumulators + 3 + 1 of 16 registers
 inline V vload(const float* p) {
   V v;
   std::memcpy(&v, p, sizeof v);
