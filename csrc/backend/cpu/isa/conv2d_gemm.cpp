@@ -1,19 +1,22 @@
 // Fast CPU conv2d (compiled once per ISA; see isa_dispatch.h). Two register-blocked
 // micro-kernels do all the arithmetic:
 //
-//  * kern<M>: C[M x NR] = A[M x K] * B[K x NR], A packed (k-major, MR rows per strip),
-//    B read straight from memory as "row k starts at src + off[k]". With a zero-padded copy
-//    of one image and off[k] = channel/tap offsets, the flattened padded image IS the
-//    im2col matrix for stride 1 (output q = oh * Wp + ow, the Wp - W_out columns past each
-//    row are junk and dropped), so stride-1 forward and backward-input (a stride-1 conv of
-//    the padded output gradient with flipped, transposed weights) need no im2col at all.
-//    Strided convs build an im2col chunk and use off[k] = k * ld.
-//  * dot<MA, NB>: out[MA x NB] += A_i . B_j over a long contiguous range, for the weight
-//    gradient gW[co, (ci,kh,kw)] = sum_q gY[co, q] * x_padded[ci, q + tap offset]; again
-//    no im2col for stride 1, only a zero-padded copy of gY in the padded row pitch.
+//  * kern<M, W>: C[M x W*VL] (+)= A[M x K] * B[K x W*VL] (AVX-512: 8 x 48 tile), A packed
+//    (k-major, MR rows per strip), B read straight from memory as "row k starts at
+//    src + off[k]". With a zero-padded copy of one image and off[k] = channel/tap offsets,
+//    the flattened padded image IS the im2col matrix for stride 1 (output q = oh * Wp + ow,
+//    the Wp - W_out columns past each row are junk and dropped), so stride-1 forward and
+//    backward-input (a stride-1 conv of the padded output gradient with flipped, transposed
+//    weights) need no im2col at all. Strided convs, and tiny K (C_in = 1 first layers),
+//    build an im2col chunk and use off[k] = k * ld.
+//  * dot<MA, NB>: vector sums of A_i . B_j over a long contiguous range (AVX-512: 4 x 6
+//    tile), for the weight gradient gW[co, (ci,kh,kw)] = sum_q gY[co, q] * x_pad[ci, q + tap];
+//    again no im2col for stride 1, only a copy of gY in the padded row pitch (zero junk).
+//    Caveat: junk positions multiply zero by real neighbouring inputs, so an inf/NaN in x
+//    can turn into NaN in gW entries where an exact im2col would stay finite.
 //
 // Work is spread over images (per-thread scratch reused across calls), or over chunks of one
-// image when the batch is smaller than the pool.
+// image when the batch is smaller than the pool. Results never depend on scheduling.
 #include <algorithm>
 #include <array>
 #include <cstdint>
