@@ -71,8 +71,17 @@ inline float vsum(V v) {
   return _mm_cvtss_f32(s);
 }
 #else
-// Portable: GCC/Clang vector extension (SSE2 / NEON registers).
+// Portable: GCC/Clang vector extension (SSE2 / NEON registers), else a plain struct.
+#if defined(__GNUC__) || defined(__clang__)
 typedef float V __attribute__((vector_size(16)));
+#else
+struct V {
+  float e[4];
+  float operator[](int i) const { return e[i]; }
+  friend V operator*(V a, V b) { return V{a.e[0] * b.e[0], a.e[1] * b.e[1], a.e[2] * b.e[2], a.e[3] * b.e[3]}; }
+  friend V operator+(V a, V b) { return V{a.e[0] + b.e[0], a.e[1] + b.e[1], a.e[2] + b.e[2], a.e[3] + b.e[3]}; }
+};
+#endif
 constexpr int VL = 4;
 constexpr int MR = 6, NV = 2;
 constexpr int DMA = 3, DNB = 4;  // 12 accumulators + 3 + 1 of 16 registers
