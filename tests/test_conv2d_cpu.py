@@ -121,6 +121,10 @@ FIXED = [  # the layers the library cares about most, plus edge shapes
     dict(N=1, Ci=3, Co=5, H=1, W=1, kH=1, kW=1, g=1, cfg=(1, 1, 0, 0, 1, 1, 1, 1)),
     dict(N=2, Ci=4, Co=6, H=8, W=8, kH=4, kW=4, g=2, cfg=(1, 1, 1, 1, 1, 1, 8, 8)),  # "same", even k
     dict(N=1, Ci=2, Co=3, H=5, W=5, kH=3, kW=3, g=1, cfg=(1, 1, 4, 4, 1, 1, 11, 11)),  # pad > k-1
+    # enough channels per group for the per-tap weight-gradient GEMM (grouped, batched)
+    dict(N=3, Ci=64, Co=8, H=10, W=12, kH=3, kW=2, g=2, cfg=(1, 1, 1, 2, 2, 1, 7, 14)),
+    dict(N=5, Ci=32, Co=16, H=9, W=9, kH=3, kW=3, g=1, cfg=(1, 1, 1, 1, 1, 1, 9, 9)),
+    dict(N=4, Ci=48, Co=20, H=7, W=40, kH=2, kW=3, g=1, cfg=(1, 1, 0, 1, 1, 1, 6, 40)),
     # large enough to be split into several chunks / units
     dict(N=1, Ci=8, Co=64, H=40, W=40, kH=3, kW=3, g=1, cfg=(1, 1, 1, 1, 1, 1, 40, 40)),
     dict(N=2, Ci=4, Co=8, H=100, W=100, kH=3, kW=3, g=1, cfg=(2, 2, 1, 1, 1, 1, 50, 50)),
