@@ -82,7 +82,7 @@ def check(got, want, what):
 
 # ------------------------------------------------------------------ configurations
 def random_config(rng):
-    kind = rng.integers(0, 6)
+    kind = rng.integers(0, 8)
     N = int(rng.choice([1, 1, 2, 3, 5]))
     g = 1
     if kind == 0:  # depthwise
@@ -91,6 +91,9 @@ def random_config(rng):
     elif kind == 1:  # grouped
         g = int(rng.integers(2, 5))
         Ci, Co = g * int(rng.integers(1, 6)), g * int(rng.integers(1, 7))
+    elif kind == 6:  # many channels per group (the per-tap weight-gradient GEMM), small images
+        g = int(rng.choice([1, 2]))
+        Ci, Co = g * int(rng.choice([16, 32, 48, 64])), g * int(rng.integers(1, 12))
     else:
         Ci, Co = int(rng.integers(1, 24)), int(rng.integers(1, 40))
     if kind == 2:  # 1x1
@@ -100,8 +103,9 @@ def random_config(rng):
     sh, sw = int(rng.choice([1, 1, 2, 3])), int(rng.choice([1, 1, 2]))
     dh, dw = int(rng.choice([1, 1, 2])), int(rng.choice([1, 1, 3]))
     ph, pw = int(rng.integers(0, 4)), int(rng.integers(0, 3))
-    H = int(rng.integers((kH - 1) * dh + 1, 30))
-    W = int(rng.integers((kW - 1) * dw + 1, 30))
+    top = 14 if kind == 6 else 30
+    H = int(rng.integers((kH - 1) * dh + 1, max(top, (kH - 1) * dh + 2)))
+    W = int(rng.integers((kW - 1) * dw + 1, max(top, (kW - 1) * dw + 2)))
     # Bottom/right padding anywhere from "drop the last rows" to ph + 1 (asymmetric).
     bh, bw = int(rng.integers(-sh + 1, ph + 2)), int(rng.integers(-sw + 1, pw + 2))
     Ho = (H + ph + bh - (kH - 1) * dh - 1) // sh + 1
@@ -122,7 +126,7 @@ FIXED = [  # the layers the library cares about most, plus edge shapes
     dict(N=2, Ci=4, Co=6, H=8, W=8, kH=4, kW=4, g=2, cfg=(1, 1, 1, 1, 1, 1, 8, 8)),  # "same", even k
     dict(N=1, Ci=2, Co=3, H=5, W=5, kH=3, kW=3, g=1, cfg=(1, 1, 4, 4, 1, 1, 11, 11)),  # pad > k-1
     # enough channels per group for the per-tap weight-gradient GEMM (grouped, batched)
-    dict(N=3, Ci=64, Co=8, H=10, W=12, kH=3, kW=2, g=2, cfg=(1, 1, 1, 2, 2, 1, 7, 14)),
+    dict(N=3, Ci=64, Co=8, H=10, W=12, kH=3, kW=2, g=2, cfg=(1, 1, 1, 2, 2, 2, 7, 13)),
     dict(N=5, Ci=32, Co=16, H=9, W=9, kH=3, kW=3, g=1, cfg=(1, 1, 1, 1, 1, 1, 9, 9)),
     dict(N=4, Ci=48, Co=20, H=7, W=40, kH=2, kW=3, g=1, cfg=(1, 1, 0, 1, 1, 1, 6, 40)),
     # large enough to be split into several chunks / units
