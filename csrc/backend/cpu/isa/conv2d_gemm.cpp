@@ -362,9 +362,8 @@ void im2col(const Conv2dArgs& a, const float* x /*image, first channel of the gr
               int lo, hi;
               valid_cols(a, iw0, ow0, ow1, lo, hi);
               std::fill(d, d + (lo - ow0), 0.f);
-              const float* r = row + iw0;
               const int sw = a.stride_w;
-              for (int ow = lo; ow < hi; ++ow) d[ow - ow0] = r[i64(ow) * sw];
+              for (int ow = lo; ow < hi; ++ow) d[ow - ow0] = row[i64(ow) * sw + iw0];
               std::fill(d + (hi - ow0), d + (ow1 - ow0), 0.f);
             }
           }
@@ -392,12 +391,11 @@ void col2im_add(const Conv2dArgs& a, const float* col, i64 ld, int Cg, i64 q0, i
           if (ih >= 0 && ih < a.H) {
             float* row = plane + ih * a.W;
             const int iw0 = -a.pad_w + kw * a.dil_w;
-            const float* sp = s + (q - q0) - ow0;
+            const float* sp = s + (q - q0);
             int lo, hi;
             valid_cols(a, iw0, ow0, ow1, lo, hi);
-            float* r = row + iw0;
             const int sw = a.stride_w;
-            for (int ow = lo; ow < hi; ++ow) r[i64(ow) * sw] += sp[ow];
+            for (int ow = lo; ow < hi; ++ow) row[i64(ow) * sw + iw0] += sp[ow - ow0];
           }
           q += ow1 - ow0;
         }
