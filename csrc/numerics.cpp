@@ -1,0 +1,142 @@
+#include "numerics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "errors.h"
+#include "numerics_args.h"
+#include "thread_pool.h"
+
+namespace fm {
+namespace {
+
+constexpr std::int64_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
+constexpr std::int64_t kMaxI32 = std::numeric_limits<std::int32_t>::max();
+
+StoragePtr upload(Backend& be, const void* data, std::size_t nbytes) {
+  StoragePtr s = be.allocate(std::max<std::size_t>(nbytes, 4));
+  if (nbytes) be.copy_from_host(*s, 0, data, nbytes);
+  return s;
+}
+
+// Terms between re-seeds of the rotation recurrence: its error grows about linearly with
+// the number of steps, so this bounds it (~block * 1e-7); the seed costs ~25 flops.
+constexpr std::int32_t kFourierBlock = 16;
+
+}  // namespace
+
+void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array& out) {
+  if (out.size() == 0) return;
+  Backend& be = out.backend();
+  const int nd = int(f.shape.size());
+  StencilArgs a{};
+  Shape outer(f.shape.begin(), f.shape.begin() + axis);
+  Strides outer_st(f.strides.begin(), f.strides.begin() + axis);
+  Shape inner(f.shape.begin() + axis + 1, f.shape.end());
+  Strides inner_st(f.strides.begin() + axis + 1, f.strides.end());
+  merge_dims(outer, {&outer_st});
+  merge_dims(inner, {&inner_st});
+  if (outer.size() > FM_STENCIL_MAX_DIMS || inner.size() > FM_STENCIL_MAX_DIMS)
+    throw ValueError("[fastmetal] stencil: too many non-mergeable dimensions");
+  const std::int64_t n = f.shape[axis];
+  const std::int64_t outer_total = numel(outer), inner_total = numel(inner);
+  if (n > kMaxI32 || inner_total > kMaxI32 || outer_total > kMaxU32 ||
+      n * inner_total > kMaxU32)
+    throw ValueError("[fastmetal] stencil: array too large for one launch");
+  for (std::size_t d = 0; d < outer.size(); ++d) {
+    a.outer_shape[d] = std::int32_t(outer[d]);
+    a.outer_strides[d] = outer_st[d];
+  }
+  for (std::size_t d = 0; d < inner.size(); ++d) {
+    a.inner_shape[d] = std::int32_t(inner[d]);
+    a.inner_strides[d] = inner_st[d];
+  }
+  a.n_outer = std::int32_t(outer.size());
+  a.n_inner = std::int32_t(inner.size());
+  a.axis_stride = f.strides[axis];
+  a.n = std::int32_t(n);
+  a.width = t.width;
+  a.n_left = t.n_left;
+  a.n_right = t.n_right;
+  a.per_index = t.per_index ? 1 : 0;
+  a.inner_total = std::int32_t(inner_total);
+  a.axis_in_x = inner_total == 1 ? 1 : 0;
+  (void)nd;
+
+  Dispatch d;
+  if (a.axis_in_x) {
+    d.grid[0] = std::uint32_t(n);
+    d.grid[1] = std::uint32_t(outer_total);
+  } else {
+    d.grid[0] = std::uint32_t(inner_total);
+    d.grid[1] = std::uint32_t(n);
+    d.grid[2] = std::uint32_t(outer_total);
+  }
+  d.group[0] = std::min<std::uint32_t>(be.preferred_group_size("stencil_axis"), d.grid[0]);
+  StoragePtr w = upload(be, t.weights.data(), t.weights.size() * sizeof(float));
+  StoragePtr o = upload(be, t.offsets.data(), t.offsets.size() * sizeof(std::int32_t));
+  be.launch("stencil_axis", d,
+            {KernelArg::buffer(f.storage, f.byte_offset()), KernelArg::buffer(w),
+             KernelArg::buffer(o), KernelArg::buffer(out.storage, out.byte_offset()),
+             KernelArg::inline_bytes(&a, sizeof(a))});
+}
+
+void launch_fourier(const Array& x, const std::vector<float>& coef, const FourierParams& p,
+                    const Array& out) {
+  const std::int64_t n = x.size();
+  if (n == 0) return;
+  Backend& be = out.backend();
+  FourierArgs a{};
+  a.period_hi = float(p.period);
+  a.period_lo = float(p.period - double(a.period_hi));
+  a.inv_period = float(1.0 / p.period);
+  a.c0 = p.c0;
+  a.num_terms = std::int32_t(coef.size() / 2);
+  a.block = kFourierBlock;
+  StoragePtr c = upload(be, coef.data(), coef.size() * sizeof(float));
+
+  // The CPU runs many samples per thread so the loop over them vectorises; a GPU one.
+  const bool cpu = be.name() == "cpu";
+  const std::int64_t lanes = cpu ? 32 : 1;
+  const std::string wide = cpu ? "fourier_series_l32" : "fourier_series_l1";
+  const std::size_t xo = x.byte_offset(), oo = out.byte_offset();
+
+  // Launch samples [lo, lo + count) (count a multiple of `l`) with the kernel of `l` lanes.
+  auto run = [&](const std::string& kernel, std::int64_t l, std::int64_t lo, std::int64_t count) {
+    for (std::int64_t done = 0; done < count;) {
+      const std::int64_t threads = std::min<std::int64_t>(kMaxU32 / 2, (count - done) / l);
+      Dispatch d;
+      d.grid[0] = std::uint32_t(threads);
+      d.group[0] = std::min<std::uint32_t>(be.preferred_group_size(kernel), d.grid[0]);
+      const std::size_t byte = std::size_t(lo + done) * sizeof(float);
+      be.launch(kernel, d,
+                {KernelArg::buffer(x.storage, xo + byte), KernelArg::buffer(c),
+                 KernelArg::buffer(out.storage, oo + byte), KernelArg::inline_bytes(&a, sizeof(a))});
+      done += threads * l;
+    }
+  };
+  const std::int64_t main = n / lanes * lanes;
+  if (cpu && main > 0) {
+    // Each thread here does K terms of work; the CPU backend's launch splits work by thread
+    // count (tuned for cheap elementwise threads) and would keep 100k samples on one core.
+    // So split by cost here: one launch per piece, the pieces spread over the pool.
+    auto& pool = cpu::ThreadPool::instance();
+    const std::int64_t work = main * std::max<std::int64_t>(1, a.num_terms);
+    const std::int64_t want = std::max<std::int64_t>(1, std::min<std::int64_t>(
+        4 * pool.num_threads(), work / (1 << 16)));
+    const std::int64_t groups = main / lanes;
+    const std::int64_t per = (groups + want - 1) / want;
+    const std::int64_t pieces = (groups + per - 1) / per;
+    pool.parallel_for(pieces, [&](std::int64_t i) {
+      const std::int64_t g0 = i * per, g1 = std::min(groups, g0 + per);
+      run(wide, lanes, g0 * lanes, (g1 - g0) * lanes);
+    });
+  } else if (main > 0) {
+    run(wide, lanes, 0, main);
+  }
+  if (main < n) run("fourier_series_l1", 1, main, n - main);
+}
+
+}  // namespace fm

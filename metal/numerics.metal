@@ -1,0 +1,167 @@
+// Numerical differentiation and the fused Fourier series (issue 3).
+//
+//   stencil_axis        one finite-difference stencil per output point along one axis of an
+//                       N-D strided array (numpy.gradient and fastmetal.derivative)
+//   fourier_series_l*   sum of K harmonics per sample, without N x K temporaries;
+//                       LANES samples per thread (1 for GPUs, 16+ so the CPU loop vectorises)
+#include <metal_stdlib>
+#include "fm_kernel.h"
+#include "numerics_args.h"
+using namespace metal;
+
+// ---------------------------------------------------------------------------- stencils
+// Grid: axis_in_x ? (n, outer_total, 1) : (inner_total, n, outer_total). The output is
+// contiguous with shape (outer..., n, inner...). Each point subtracts f[i] before weighting:
+// derivative weights sum to zero, so this is exact in real arithmetic and keeps float32
+// cancellation to the size of the differences rather than of f itself.
+kernel void stencil_axis(device const float* f [[buffer(0)]],
+                         device const float* w [[buffer(1)]],
+                         device const int32_t* off [[buffer(2)]],
+                         device float* out [[buffer(3)]],
+                         constant StencilArgs& a [[buffer(4)]],
+                         uint3 gid [[thread_position_in_grid]]) {
+  const bool ax = a.axis_in_x != 0;
+  const uint i = ax ? gid.x : gid.y;
+  const uint x = ax ? 0u : gid.x;
+  const uint o = ax ? gid.y : gid.z;
+  int64_t base = 0;
+  uint rem = o;
+  for (int32_t d = a.n_outer - 1; d >= 0; --d) {
+    const uint s = uint(a.outer_shape[d]);
+    base += int64_t(rem % s) * a.outer_strides[d];
+    rem /= s;
+  }
+  rem = x;
+  for (int32_t d = a.n_inner - 1; d >= 0; --d) {
+    const uint s = uint(a.inner_shape[d]);
+    base += int64_t(rem % s) * a.inner_strides[d];
+    rem /= s;
+  }
+  const int32_t n = a.n;
+  const int32_t ii = int32_t(i);
+  const int32_t row = a.per_index != 0 ? ii
+                    : ii < a.n_left ? ii
+                    : ii >= n - a.n_right ? a.n_left + 1 + (ii - (n - a.n_right))
+                    : a.n_left;
+  const int32_t start = ii + off[row];
+  const float fi = f[base + int64_t(ii) * a.axis_stride];
+  float acc = 0.0f;
+  for (int32_t t = 0; t < a.width; ++t) {
+    const int32_t j = clamp(start + t, 0, n - 1);  // padded taps (weight 0) stay in bounds
+    acc = fma(w[row * a.width + t], f[base + int64_t(j) * a.axis_stride] - fi, acc);
+  }
+  out[(uint64_t(o) * uint64_t(n) + uint64_t(i)) * uint64_t(a.inner_total) + uint64_t(x)] = acc;
+}
+
+// ---------------------------------------------------------------------------- Fourier
+// sin and cos of 2 pi t for t = t_hi + t_lo turns, |t_hi| <= ~0.5: quarter-turn reduction
+// (exact), then odd/even Taylor polynomials in the remaining |r| <= 1/8 turn (truncation
+// < 2e-9). Branch-free (select, not if) so that a loop over lanes vectorises.
+inline void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread float& c) {
+  const float q = rint(4.0f * t_hi);
+  const float r = fma(-0.25f, q, t_hi) + t_lo;  // t_hi - q/4 is exact
+  const float z = r * r;
+  // Coefficients (2 pi)^n / n! with alternating signs, in powers of r (turns).
+  float sp = 42.058693944897634f;
+  sp = fma(sp, z, -76.70585975306136f);
+  sp = fma(sp, z, 81.60524927607504f);
+  sp = fma(sp, z, -41.341702240399755f);
+  sp = fma(sp, z, 6.283185307179586f);
+  const float sr = sp * r;
+  float cp = -26.426256783374388f;
+  cp = fma(cp, z, 60.24464137187664f);
+  cp = fma(cp, z, -85.45681720669371f);
+  cp = fma(cp, z, 64.93939402266828f);
+  cp = fma(cp, z, -19.739208802178716f);
+  const float cr = fma(cp, z, 1.0f);
+  // angle = q quarter turns + r: rotate (cr, sr) by q * 90 degrees.
+  const int32_t qi = int32_t(q) & 3;
+  const bool swap = (qi & 1) != 0;
+  const float s0 = select(sr, cr, swap);
+  const float c0 = select(cr, sr, swap);
+  s = select(s0, -s0, qi >= 2);
+  c = select(c0, -c0, qi == 1 || qi == 2);
+}
+
+// x / P as a float-float u_hi + u_lo with |u_hi| <= ~0.5 (whole periods removed).
+// n = rint(x / P); x - n * P_hi is exact with one FMA (the result needs no more bits than
+// P_hi); the rest of the period (P_lo) and the division are carried in the low part.
+inline void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thread float& u_lo) {
+  const float n = rint(x * p.inv_period);
+  const float r_hi = fma(-n, p.period_hi, x);
+  const float r_lo = -n * p.period_lo;
+  const float h = r_hi * p.inv_period;
+  float e = fma(-h, p.period_hi, r_hi);
+  e = fma(-h, p.period_lo, e);
+  e = e + r_lo;
+  u_hi = h;
+  u_lo = e * p.inv_period;
+}
+
+// frac(k * u) as a float-float: k * u_hi is split exactly (two-product by FMA), its integer
+// part dropped exactly, so the phase error stays ~2^-24 turns whatever k is.
+inline void num_phase(float k, float u_hi, float u_lo, thread float& t_hi, thread float& t_lo) {
+  const float pr = k * u_hi;
+  const float pe = fma(k, u_hi, -pr);
+  t_hi = pr - rint(pr);
+  t_lo = fma(k, u_lo, pe);
+}
+
+// Each thread evaluates LANES consecutive samples (no bounds check: the host launches the
+// n % LANES tail with LANES = 1). Per block of `block` terms the cos/sin pair is re-seeded
+// from an accurately reduced phase, then advanced by rotation with (cos, sin)(2 pi u):
+// 4 FMAs per term plus 2 for the coefficients, with an error that cannot grow past one
+// block. Each block's partial sum is added to the total separately (shorter sums round less).
+template <int LANES>
+kernel void fourier_series_k(device const float* x [[buffer(0)]],
+                             device const float* coef [[buffer(1)]],
+                             device float* out [[buffer(2)]],
+                             constant FourierArgs& p [[buffer(3)]],
+                             uint gid [[thread_position_in_grid]]) {
+  const uint64_t base = uint64_t(gid) * uint64_t(LANES);
+  float uh[LANES], ul[LANES], c1[LANES], s1[LANES], acc[LANES];
+  float c[LANES], s[LANES], bacc[LANES];
+  for (int j = 0; j < LANES; ++j) {
+    const float xv = x[base + uint64_t(j)];
+    float h, l;
+    num_turns(select(xv, 0.0f, !isfinite(xv)), p, h, l);
+    uh[j] = h;
+    ul[j] = l;
+    float sv, cv;
+    num_sincos_turns(h, l, sv, cv);
+    c1[j] = cv;
+    s1[j] = sv;
+    acc[j] = 0.0f;
+  }
+  const int32_t K = p.num_terms;
+  for (int32_t k0 = 1; k0 <= K; k0 += p.block) {
+    const int32_t k1 = min(k0 + p.block, K + 1);
+    for (int j = 0; j < LANES; ++j) {
+      float th, tl, sv, cv;
+      num_phase(float(k0), uh[j], ul[j], th, tl);
+      num_sincos_turns(th, tl, sv, cv);
+      c[j] = cv;
+      s[j] = sv;
+      bacc[j] = 0.0f;
+    }
+    for (int32_t k = k0; k < k1; ++k) {
+      const float ak = coef[2 * (k - 1)];
+      const float bk = coef[2 * (k - 1) + 1];
+      for (int j = 0; j < LANES; ++j) {
+        bacc[j] = fma(ak, c[j], fma(bk, s[j], bacc[j]));
+        const float cn = fma(c[j], c1[j], -s[j] * s1[j]);
+        s[j] = fma(s[j], c1[j], c[j] * s1[j]);
+        c[j] = cn;
+      }
+    }
+    for (int j = 0; j < LANES; ++j) acc[j] += bacc[j];
+  }
+  for (int j = 0; j < LANES; ++j) {
+    const float xv = x[base + uint64_t(j)];
+    out[base + uint64_t(j)] = select(p.c0 + acc[j], NAN, !isfinite(xv));
+  }
+}
+
+FM_INSTANTIATE("fourier_series_l1", fourier_series_k, 1);
+FM_INSTANTIATE("fourier_series_l16", fourier_series_k, 16);
+FM_INSTANTIATE("fourier_series_l32", fourier_series_k, 32);
