@@ -31,7 +31,6 @@ constexpr std::int32_t kFourierBlock = 16;
 void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array& out) {
   if (out.size() == 0) return;
   Backend& be = out.backend();
-  const int nd = int(f.shape.size());
   StencilArgs a{};
   Shape outer(f.shape.begin(), f.shape.begin() + axis);
   Strides outer_st(f.strides.begin(), f.strides.begin() + axis);
@@ -64,24 +63,92 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
   a.per_index = t.per_index ? 1 : 0;
   a.inner_total = std::int32_t(inner_total);
   a.axis_in_x = inner_total == 1 ? 1 : 0;
-  (void)nd;
 
-  Dispatch d;
-  if (a.axis_in_x) {
-    d.grid[0] = std::uint32_t(n);
-    d.grid[1] = std::uint32_t(outer_total);
-  } else {
-    d.grid[0] = std::uint32_t(inner_total);
-    d.grid[1] = std::uint32_t(n);
-    d.grid[2] = std::uint32_t(outer_total);
+  // Interior: the stencil row of point n_left (all interior rows share its offset and, for
+  // per-point tables, its width), trimmed of trailing zero padding and rounded up to a
+  // compiled width. Every tap of every interior point must lie inside [0, n).
+  const std::int64_t interior = std::max<std::int64_t>(0, n - t.n_left - t.n_right);
+  const int row = t.n_left;  // per-point tables: row i is point i
+  int used = t.width;
+  std::string stem;
+  StoragePtr wt;
+  if (interior > 0) {
+    if (t.per_index) {
+      used = 3;
+      for (std::int64_t i = t.n_left; i < n - t.n_right; ++i)
+        if (t.offsets[i] != t.offsets[row]) throw ValueError("[fastmetal] internal: per-point stencil offsets differ");
+    } else {
+      while (used > 1 && t.weights[std::size_t(row) * t.width + used - 1] == 0.0f) --used;
+    }
+    const int W = used <= 3 ? 3 : used <= 5 ? 5 : used <= 7 ? 7 : 9;
+    a.off_interior = t.offsets[row];
+    if (used > 9 || (t.per_index && t.width != 3) || t.n_left + a.off_interior < 0 ||
+        a.off_interior + W > t.n_right + 1)
+      throw ValueError("[fastmetal] internal: stencil table does not fit the interior kernels");
+    if (t.per_index) {
+      std::vector<float> tr(std::size_t(3 * n), 0.0f);  // transposed: contiguous in i per tap
+      for (std::int64_t i = 0; i < n; ++i)
+        for (int k = 0; k < 3; ++k) tr[std::size_t(k * n + i)] = t.weights[std::size_t(i * 3 + k)];
+      wt = upload(be, tr.data(), tr.size() * sizeof(float));
+      stem = "stencil_interior_3pp";
+    } else {
+      for (int k = 0; k < used; ++k) a.w_interior[k] = t.weights[std::size_t(row) * t.width + k];
+      wt = upload(be, a.w_interior, sizeof(float));  // unused by the uniform kernels
+      stem = "stencil_interior_" + std::to_string(W);
+    }
   }
-  d.group[0] = std::min<std::uint32_t>(be.preferred_group_size("stencil_axis"), d.grid[0]);
-  StoragePtr w = upload(be, t.weights.data(), t.weights.size() * sizeof(float));
-  StoragePtr o = upload(be, t.offsets.data(), t.offsets.size() * sizeof(std::int32_t));
-  be.launch("stencil_axis", d,
-            {KernelArg::buffer(f.storage, f.byte_offset()), KernelArg::buffer(w),
-             KernelArg::buffer(o), KernelArg::buffer(out.storage, out.byte_offset()),
-             KernelArg::inline_bytes(&a, sizeof(a))});
+
+  auto dispatch = [&](std::int64_t points, const std::string& kernel) {
+    Dispatch d;
+    if (a.axis_in_x) {
+      d.grid[0] = std::uint32_t(points);
+      d.grid[1] = std::uint32_t(outer_total);
+    } else {
+      d.grid[0] = std::uint32_t(inner_total);
+      d.grid[1] = std::uint32_t(points);
+      d.grid[2] = std::uint32_t(outer_total);
+    }
+    d.group[0] = std::min<std::uint32_t>(be.preferred_group_size(kernel), d.grid[0]);
+    return d;
+  };
+  const std::int64_t edges = std::min<std::int64_t>(n, t.n_left + t.n_right);
+  if (edges > 0) {
+    StoragePtr w = upload(be, t.weights.data(), t.weights.size() * sizeof(float));
+    StoragePtr o = upload(be, t.offsets.data(), t.offsets.size() * sizeof(std::int32_t));
+    be.launch("stencil_edges", dispatch(edges, "stencil_edges"),
+              {KernelArg::buffer(f.storage, f.byte_offset()), KernelArg::buffer(w),
+               KernelArg::buffer(o), KernelArg::buffer(out.storage, out.byte_offset()),
+               KernelArg::inline_bytes(&a, sizeof(a))});
+  }
+  if (interior <= 0) return;
+  // CPU: 16 lanes along a stride-1 vector direction (the axis itself, or the merged inner
+  // dim), launched over whole groups of 16, then the rest one lane per thread.
+  const bool cpu = be.name() == "cpu";
+  std::string wide;
+  std::int64_t vec_extent = 0;
+  if (cpu && a.axis_in_x && a.axis_stride == 1) {
+    wide = stem + "_l16_axis";
+    vec_extent = interior;
+  } else if (cpu && !a.axis_in_x && a.n_inner == 1 && a.inner_strides[0] == 1) {
+    wide = stem + "_l16_inner";
+    vec_extent = inner_total;
+  }
+  auto run = [&](const std::string& kernel, std::int64_t lanes, std::int64_t first,
+                 std::int64_t count) {
+    StencilArgs b = a;
+    b.v_first = std::int32_t(first);
+    Dispatch d = dispatch(interior, kernel);
+    d.grid[0] = std::uint32_t(count / lanes);
+    d.group[0] = std::min<std::uint32_t>(d.group[0], d.grid[0]);
+    be.launch(kernel, d,
+              {KernelArg::buffer(f.storage, f.byte_offset()), KernelArg::buffer(wt),
+               KernelArg::buffer(out.storage, out.byte_offset()),
+               KernelArg::inline_bytes(&b, sizeof(b))});
+  };
+  const std::int64_t main_part = wide.empty() ? 0 : vec_extent / 16 * 16;
+  if (main_part > 0) run(wide, 16, 0, main_part);
+  const std::int64_t total = a.axis_in_x ? interior : inner_total;
+  if (main_part < total) run(stem + "_l1", 1, main_part, total - main_part);
 }
 
 void launch_fourier(const Array& x, const std::vector<float>& coef, const FourierParams& p,

@@ -33,7 +33,8 @@ py::object stencil(const std::string& op, py::handle f, int axis, f32_array weig
     throw ValueError(message(op, "internal: malformed stencil table"));
   const std::int64_t n = fa.shape[axis];
   const std::int64_t rows = weights.shape(0);
-  if (per_index ? rows != n : (n_left < 0 || n_right < 0 || rows != n_left + 1 + n_right))
+  if (n_left < 0 || n_right < 0 || n_left + n_right > n ||
+      (per_index ? rows != n : rows != n_left + 1 + n_right))
     throw ValueError(message(op, "internal: stencil table rows do not match"));
   StencilTable t;
   t.width = int(weights.shape(1));

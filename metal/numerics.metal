@@ -11,48 +11,122 @@
 using namespace metal;
 
 // ---------------------------------------------------------------------------- stencils
-// Grid: axis_in_x ? (n, outer_total, 1) : (inner_total, n, outer_total). The output is
-// contiguous with shape (outer..., n, inner...). Each point subtracts f[i] before weighting:
-// derivative weights sum to zero, so this is exact in real arithmetic and keeps float32
-// cancellation to the size of the differences rather than of f itself.
-kernel void stencil_axis(device const float* f [[buffer(0)]],
-                         device const float* w [[buffer(1)]],
-                         device const int32_t* off [[buffer(2)]],
-                         device float* out [[buffer(3)]],
-                         constant StencilArgs& a [[buffer(4)]],
-                         uint3 gid [[thread_position_in_grid]]) {
-  const bool ax = a.axis_in_x != 0;
-  const uint i = ax ? gid.x : gid.y;
-  const uint x = ax ? 0u : gid.x;
-  const uint o = ax ? gid.y : gid.z;
+// The output is contiguous with shape (outer..., n, inner...). Each point subtracts f[i]
+// before weighting: derivative weights sum to zero, so this is exact in real arithmetic and
+// keeps float32 cancellation to the size of the differences rather than of f itself.
+
+// Input offset of (outer index o, inner index x). The outermost dim of each decomposition
+// needs no modulo (the index is already below its extent): with merged dims (the usual one
+// dim per side) this is a multiply, and the loop over x stays vectorisable on the CPU.
+inline int64_t num_base(constant StencilArgs& a, uint o, uint x) {
   int64_t base = 0;
   uint rem = o;
-  for (int32_t d = a.n_outer - 1; d >= 0; --d) {
+  for (int32_t d = a.n_outer - 1; d >= 1; --d) {
     const uint s = uint(a.outer_shape[d]);
     base += int64_t(rem % s) * a.outer_strides[d];
     rem /= s;
   }
+  if (a.n_outer > 0) base += int64_t(rem) * a.outer_strides[0];
   rem = x;
-  for (int32_t d = a.n_inner - 1; d >= 0; --d) {
+  for (int32_t d = a.n_inner - 1; d >= 1; --d) {
     const uint s = uint(a.inner_shape[d]);
     base += int64_t(rem % s) * a.inner_strides[d];
     rem /= s;
   }
+  if (a.n_inner > 0) base += int64_t(rem) * a.inner_strides[0];
+  return base;
+}
+
+inline uint64_t num_out_index(constant StencilArgs& a, uint o, int32_t i, uint x) {
+  return (uint64_t(o) * uint64_t(a.n) + uint64_t(i)) * uint64_t(a.inner_total) + uint64_t(x);
+}
+
+// The first n_left and last n_right points along the axis, any stencil rows.
+// Grid: axis_in_x ? (n_left + n_right, outer_total, 1) : (inner_total, n_left + n_right, outer_total).
+kernel void stencil_edges(device const float* f [[buffer(0)]],
+                          device const float* w [[buffer(1)]],
+                          device const int32_t* off [[buffer(2)]],
+                          device float* out [[buffer(3)]],
+                          constant StencilArgs& a [[buffer(4)]],
+                          uint3 gid [[thread_position_in_grid]]) {
+  const bool ax = a.axis_in_x != 0;
+  const int32_t e = int32_t(ax ? gid.x : gid.y);
+  const uint x = ax ? 0u : gid.x;
+  const uint o = ax ? gid.y : gid.z;
   const int32_t n = a.n;
-  const int32_t ii = int32_t(i);
-  const int32_t row = a.per_index != 0 ? ii
-                    : ii < a.n_left ? ii
-                    : ii >= n - a.n_right ? a.n_left + 1 + (ii - (n - a.n_right))
-                    : a.n_left;
-  const int32_t start = ii + off[row];
-  const float fi = f[base + int64_t(ii) * a.axis_stride];
+  const int32_t i = e < a.n_left ? e : n - a.n_right + (e - a.n_left);
+  const int32_t row = a.per_index != 0 ? i
+                    : i < a.n_left ? i
+                    : a.n_left + 1 + (i - (n - a.n_right));
+  const int64_t base = num_base(a, o, x);
+  const int32_t start = i + off[row];
+  const float fi = f[base + int64_t(i) * a.axis_stride];
   float acc = 0.0f;
   for (int32_t t = 0; t < a.width; ++t) {
     const int32_t j = clamp(start + t, 0, n - 1);  // padded taps (weight 0) stay in bounds
     acc = fma(w[row * a.width + t], f[base + int64_t(j) * a.axis_stride] - fi, acc);
   }
-  out[(uint64_t(o) * uint64_t(n) + uint64_t(i)) * uint64_t(a.inner_total) + uint64_t(x)] = acc;
+  out[num_out_index(a, o, i, x)] = acc;
 }
+
+// Interior points n_left + p (p < n - n_left - n_right): W taps from i + off_interior, all
+// in bounds. PER: per-point weights wt[t * n + i] (non-uniform gradient), else the uniform
+// row a.w_interior. Grid as stencil_edges with the interior count in place of the edges,
+// except that grid.x counts groups of LANES along the vector direction, starting at v_first.
+//   MODE 2: LANES == 1, any strides, axis_in_x read at run time (GPUs; odd strides on the CPU)
+//   MODE 1: the axis is the vector direction and has stride 1 (axis_in_x)
+//   MODE 0: the inner dim is the vector direction and has stride 1 (n_inner == 1)
+// With MODE 0/1 and LANES = 16 the loop over lanes reads consecutive floats: on the CPU it
+// becomes plain vector loads (results kept in a local array, stored after the loads, so the
+// compiler needs no aliasing checks between f and out).
+template <int W, bool PER, int LANES, int MODE>
+kernel void stencil_interior(device const float* f [[buffer(0)]],
+                             device const float* wt [[buffer(1)]],
+                             device float* out [[buffer(2)]],
+                             constant StencilArgs& a [[buffer(3)]],
+                             uint3 gid [[thread_position_in_grid]]) {
+  const bool ax = MODE == 2 ? a.axis_in_x != 0 : MODE == 1;
+  const uint v0 = a.v_first + gid.x * uint(LANES);  // first lane along the vector direction
+  const uint o = ax ? gid.y : gid.z;
+  const int32_t i0 = a.n_left + int32_t(ax ? v0 : gid.y);
+  const uint x0 = ax ? 0u : v0;
+  const int32_t n = a.n;
+  const int64_t s = a.axis_stride;
+  const int64_t vs = MODE == 2 ? 0 : 1;  // element step between lanes (LANES == 1 in MODE 2)
+  const int64_t c0 = num_base(a, o, x0) + int64_t(i0) * s;
+  const int64_t t0 = int64_t(a.off_interior) * s;
+  float wl[W];
+  for (int t = 0; t < W; ++t) wl[t] = a.w_interior[t];
+  float acc[LANES];
+  for (int j = 0; j < LANES; ++j) {
+    const int64_t cj = c0 + int64_t(j) * vs;
+    const float fi = f[cj];
+    float r = 0.0f;
+    for (int t = 0; t < W; ++t) {
+      const float wv = PER ? wt[uint64_t(t) * uint64_t(n) + uint64_t(i0 + (MODE == 1 ? j : 0))] : wl[t];
+      r = fma(wv, f[cj + t0 + int64_t(t) * s] - fi, r);
+    }
+    acc[j] = r;
+  }
+  const uint64_t ob = num_out_index(a, o, i0, x0);
+  for (int j = 0; j < LANES; ++j) out[ob + uint64_t(j)] = acc[j];
+}
+
+FM_INSTANTIATE("stencil_interior_3_l1", stencil_interior, 3, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_5_l1", stencil_interior, 5, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_7_l1", stencil_interior, 7, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_9_l1", stencil_interior, 9, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_3pp_l1", stencil_interior, 3, true, 1, 2);
+FM_INSTANTIATE("stencil_interior_3_l16_axis", stencil_interior, 3, false, 16, 1);
+FM_INSTANTIATE("stencil_interior_5_l16_axis", stencil_interior, 5, false, 16, 1);
+FM_INSTANTIATE("stencil_interior_7_l16_axis", stencil_interior, 7, false, 16, 1);
+FM_INSTANTIATE("stencil_interior_9_l16_axis", stencil_interior, 9, false, 16, 1);
+FM_INSTANTIATE("stencil_interior_3pp_l16_axis", stencil_interior, 3, true, 16, 1);
+FM_INSTANTIATE("stencil_interior_3_l16_inner", stencil_interior, 3, false, 16, 0);
+FM_INSTANTIATE("stencil_interior_5_l16_inner", stencil_interior, 5, false, 16, 0);
+FM_INSTANTIATE("stencil_interior_7_l16_inner", stencil_interior, 7, false, 16, 0);
+FM_INSTANTIATE("stencil_interior_9_l16_inner", stencil_interior, 9, false, 16, 0);
+FM_INSTANTIATE("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 16, 0);
 
 // ---------------------------------------------------------------------------- Fourier
 // sin and cos of 2 pi t for t = t_hi + t_lo turns, |t_hi| <= ~0.5: quarter-turn reduction

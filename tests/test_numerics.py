@@ -108,6 +108,40 @@ def test_gradient_nonuniform_is_second_order_exact_on_quadratics():
     np.testing.assert_allclose(g, exact, rtol=0, atol=tol)
 
 
+@pytest.mark.parametrize("shape", [(3, 70, 40), (1000,), (37, 45), (3, 4, 17, 33)])
+def test_gradient_and_derivative_larger_shapes(shape):
+    # sizes that take the 16-lane CPU kernels (stride-1 axis or stride-1 inner dim) plus
+    # their scalar tails, and (through transposes) the general strided kernel
+    rng = np.random.default_rng(len(shape))
+    f = rng.standard_normal(shape).astype(np.float32)
+    for view in (f, f.T):
+        for eo in (1, 2):
+            _check_gradient(view, edge_order=eo)
+        coords = np.cumsum(rng.uniform(0.5, 1.5, view.shape[-1]))
+        _check_gradient(view, coords, axis=-1)
+        _check_gradient(view, coords[: view.shape[0]] if view.shape[0] <= len(coords)
+                        else np.cumsum(rng.uniform(0.5, 1.5, view.shape[0])), axis=0)
+        v64 = view.astype(np.float64)
+        for axis in range(view.ndim):
+            if view.shape[axis] < 10:
+                continue
+            for order, acc in [(1, 8), (2, 6)]:
+                got = fm.derivative(view, dx=0.5, order=order, accuracy=acc, axis=axis)
+                rows, half, _, _ = fnum._derivative_stencils(order, acc)
+                # float64 application of the exact stencils, row by row
+                ref = np.empty_like(v64)
+                m = np.moveaxis(v64, axis, -1)
+                r = np.moveaxis(ref, axis, -1)
+                n = m.shape[-1]
+                for i in range(n):
+                    row = i if i < half else (half if i < n - half else 2 * half + 1 - (n - i))
+                    off, w = rows[row]
+                    r[..., i] = sum(float(wt) * m[..., i + off + t] for t, wt in enumerate(w))
+                ref /= 0.5**order
+                tol = 4 * EPS32 * np.abs(v64).max() * _stencil_abs_sum(order, acc) / 0.5**order
+                np.testing.assert_array_less(np.abs(got - ref), tol)
+
+
 def test_gradient_strided_and_negative_views():
     rng = np.random.default_rng(4)
     base = rng.standard_normal((10, 12, 8)).astype(np.float32)

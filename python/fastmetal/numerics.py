@@ -140,7 +140,7 @@ def _gradient_table(h, n: int, edge_order: int):
             w[-1] = [dx2 / (dx1 * (dx1 + dx2)), -(dx2 + dx1) / (dx1 * dx2),
                      (2.0 * dx2 + dx1) / (dx2 * (dx1 + dx2))]
             off[-1] = -2
-        return w.astype(np.float32), off, 0, 0, True
+        return w.astype(np.float32), off, 1, 1, True
 
 
 def gradient(f, *varargs, axis=None, edge_order=1):
