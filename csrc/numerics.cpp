@@ -157,9 +157,9 @@ void launch_fourier(const Array& x, const std::vector<float>& coef, const Fourie
   if (n == 0) return;
   Backend& be = out.backend();
   FourierArgs a{};
-  a.period_hi = float(p.period);
-  a.period_lo = float(p.period - double(a.period_hi));
-  a.inv_period = float(1.0 / p.period);
+  const double inv = 1.0 / p.period;
+  a.inv_hi = float(inv);
+  a.inv_lo = float(inv - double(a.inv_hi));
   a.c0 = p.c0;
   a.num_terms = std::int32_t(coef.size() / 2);
   a.block = kFourierBlock;

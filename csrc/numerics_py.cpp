@@ -54,8 +54,8 @@ py::object stencil(const std::string& op, py::handle f, int axis, f32_array weig
 
 py::object fourier(py::handle x, f32_array coef, double c0, double period) {
   const std::string op = "fourier_series";
-  if (!(period > 0) || !std::isfinite(period))
-    throw ValueError(message(op, "expected a positive finite period, got ", period));
+  if (!(period >= 1e-30 && period <= 1e30))
+    throw ValueError(message(op, "expected a period between 1e-30 and 1e30, got ", period));
   if (coef.ndim() != 2 || coef.shape(1) != 2)
     throw ValueError(message(op, "internal: coefficients must be (K, 2)"));
   if (coef.shape(0) > std::numeric_limits<std::int32_t>::max())

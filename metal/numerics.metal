@@ -158,28 +158,40 @@ inline void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread flo
   c = select(c0, -c0, qi == 1 || qi == 2);
 }
 
-// x / P as a float-float u_hi + u_lo with |u_hi| <= ~0.5 (whole periods removed).
-// n = rint(x / P); x - n * P_hi is exact with one FMA (the result needs no more bits than
-// P_hi); the rest of the period (P_lo) and the division are carried in the low part.
+// a + b = s + err exactly (Knuth's two-sum; no multiplications, so FMA contraction
+// cannot change it).
+inline float num_two_sum(float a, float b, thread float& err) {
+  const float s = a + b;
+  const float bb = s - a;
+  err = (a - (s - bb)) + (b - bb);
+  return s;
+}
+
+// Drops whole turns from t_hi + t_lo: |result hi| <= 0.5, |lo| <= 2^-25.
+inline void num_fold(float t_hi, float t_lo, thread float& hi, thread float& lo) {
+  float e;
+  const float s = num_two_sum(t_hi, t_lo - rint(t_lo), e);
+  hi = s - rint(s);  // exact
+  lo = e;
+}
+
+// x / P in turns as a float-float u_hi + u_lo, |u_hi| <= 0.5. 1/P is a float-float
+// (inv_hi + inv_lo, relative error ~2^-48); x * inv_hi is split exactly with one FMA
+// (two-product) and its whole turns dropped exactly, so for |x| up to ~2^20 periods the
+// phase keeps ~2^-25 turns of accuracy. Any float x gives bounded values (no overflow).
 inline void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thread float& u_lo) {
-  const float n = rint(x * p.inv_period);
-  const float r_hi = fma(-n, p.period_hi, x);
-  const float r_lo = -n * p.period_lo;
-  const float h = r_hi * p.inv_period;
-  float e = fma(-h, p.period_hi, r_hi);
-  e = fma(-h, p.period_lo, e);
-  e = e + r_lo;
-  u_hi = h;
-  u_lo = e * p.inv_period;
+  const float pr = x * p.inv_hi;
+  const float pe = fma(x, p.inv_hi, -pr);
+  const float f = pr - rint(pr);  // exact
+  num_fold(f, fma(x, p.inv_lo, pe), u_hi, u_lo);
 }
 
 // frac(k * u) as a float-float: k * u_hi is split exactly (two-product by FMA), its integer
-// part dropped exactly, so the phase error stays ~2^-24 turns whatever k is.
+// part dropped exactly, so the phase error stays ~2^-25 turns whatever k is.
 inline void num_phase(float k, float u_hi, float u_lo, thread float& t_hi, thread float& t_lo) {
   const float pr = k * u_hi;
   const float pe = fma(k, u_hi, -pr);
-  t_hi = pr - rint(pr);
-  t_lo = fma(k, u_lo, pe);
+  num_fold(pr - rint(pr), fma(k, u_lo, pe), t_hi, t_lo);
 }
 
 // Each thread evaluates LANES consecutive samples (no bounds check: the host launches the

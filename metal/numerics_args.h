@@ -36,10 +36,10 @@ struct StencilArgs {
 // Fourier series: out = c0 + sum_{k=1..K} A_k cos(2 pi k x / P) + B_k sin(2 pi k x / P),
 // with (A_k, B_k) already scaled for the requested derivative by the host.
 struct FourierArgs {
-  float period_hi;    // P = period_hi + period_lo (float-float from the host's double)
-  float period_lo;
-  float inv_period;   // float(1 / P)
+  float inv_hi;       // 1 / P = inv_hi + inv_lo (float-float from the host's double)
+  float inv_lo;
   float c0;           // constant term (a0 / 2, or 0 for derivatives)
+  float pad_;
   int32_t num_terms;  // K
   int32_t block;      // terms between re-seeds of the rotation recurrence
 };

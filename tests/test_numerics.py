@@ -466,6 +466,9 @@ def test_fourier_shapes_dtypes_special_values():
     # non-finite x -> NaN (as cos(inf) in NumPy); Array in -> Array out
     s = fm.fourier_series(np.array([np.inf, -np.inf, np.nan, 0.0], np.float32), a, b)
     assert np.isnan(s[:3]).all() and np.isfinite(s[3])
+    # huge |x| (no meaningful phase left in float32): finite and bounded, never a crash
+    big = fm.fourier_series(np.array([1e30, -3e38, 3e38, 2.0**60], np.float32), a, b)
+    assert np.isfinite(big).all() and np.abs(big).max() <= (np.abs(a).sum() + np.abs(b).sum()) * 1.01
     xa = fm.asarray(np.linspace(0, 1, 100, dtype=np.float32))
     r = fm.fourier_series(xa, a, b)
     assert isinstance(r, fm.Array)
@@ -496,6 +499,8 @@ def test_fourier_errors():
     check(ValueError, x, a, b, period=float("inf"))
     check(ValueError, x, a, b, period=float("nan"))
     check(TypeError, x, a, b, period="1")
+    check(ValueError, x, a, b, period=1e-40)
+    check(ValueError, x, a, b, period=1e40)
     check(ValueError, x, a, b, derivative=-1)
     check(TypeError, x, a, b, derivative=1.0)
     check(TypeError, x, a, b, derivative=True)

@@ -333,6 +333,8 @@ def fourier_series(x, a, b, period=2 * math.pi, derivative=0):
     P = _real_scalar(op, period, "period")
     if not (math.isfinite(P) and P > 0):
         raise ValueError(_msg(op, f"expected a positive finite period, got {P}"))
+    if not 1e-30 <= P <= 1e30:  # 1/P is carried as a float32 pair: keep it a normal float
+        raise ValueError(_msg(op, f"expected a period between 1e-30 and 1e30, got {P}"))
     m = _int_arg(op, derivative, "derivative")
     if m < 0:
         raise ValueError(_msg(op, f"expected derivative >= 0, got {m}"))
