@@ -10,6 +10,18 @@
 #include "numerics_args.h"
 using namespace metal;
 
+// Helpers called by kernels: inlined on the CPU (or the lane loops do not vectorise), device
+// functions on CUDA. fm_kernel.h defines FM_FUNC on newer trees; this is the same definition.
+#ifndef FM_FUNC
+#if defined(__METAL_VERSION__)
+#define FM_FUNC inline
+#elif defined(__CUDACC__)
+#define FM_FUNC __device__ __forceinline__
+#else
+#define FM_FUNC inline __attribute__((always_inline))
+#endif
+#endif
+
 // ---------------------------------------------------------------------------- stencils
 // The output is contiguous with shape (outer..., n, inner...). Each point subtracts f[i]
 // before weighting: derivative weights sum to zero, so this is exact in real arithmetic and
@@ -18,7 +30,7 @@ using namespace metal;
 // Input offset of (outer index o, inner index x). The outermost dim of each decomposition
 // needs no modulo (the index is already below its extent): with merged dims (the usual one
 // dim per side) this is a multiply, and the loop over x stays vectorisable on the CPU.
-inline int64_t num_base(constant StencilArgs& a, uint o, uint x) {
+FM_FUNC int64_t num_base(constant StencilArgs& a, uint o, uint x) {
   int64_t base = 0;
   uint rem = o;
   for (int32_t d = a.n_outer - 1; d >= 1; --d) {
@@ -37,7 +49,7 @@ inline int64_t num_base(constant StencilArgs& a, uint o, uint x) {
   return base;
 }
 
-inline uint64_t num_out_index(constant StencilArgs& a, uint o, int32_t i, uint x) {
+FM_FUNC uint64_t num_out_index(constant StencilArgs& a, uint o, int32_t i, uint x) {
   return (uint64_t(o) * uint64_t(a.n) + uint64_t(i)) * uint64_t(a.inner_total) + uint64_t(x);
 }
 
@@ -132,7 +144,7 @@ FM_INSTANTIATE("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 16, 
 // sin and cos of 2 pi t for t = t_hi + t_lo turns, |t_hi| <= ~0.5: quarter-turn reduction
 // (exact), then odd/even Taylor polynomials in the remaining |r| <= 1/8 turn (truncation
 // < 2e-9). Branch-free (select, not if) so that a loop over lanes vectorises.
-inline void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread float& c) {
+FM_FUNC void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread float& c) {
   const float q = rint(4.0f * t_hi);
   const float r = fma(-0.25f, q, t_hi) + t_lo;  // t_hi - q/4 is exact
   const float z = r * r;
@@ -160,7 +172,7 @@ inline void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread flo
 
 // a + b = s + err exactly (Knuth's two-sum; no multiplications, so FMA contraction
 // cannot change it).
-inline float num_two_sum(float a, float b, thread float& err) {
+FM_FUNC float num_two_sum(float a, float b, thread float& err) {
   const float s = a + b;
   const float bb = s - a;
   err = (a - (s - bb)) + (b - bb);
@@ -168,7 +180,7 @@ inline float num_two_sum(float a, float b, thread float& err) {
 }
 
 // Drops whole turns from t_hi + t_lo: |result hi| <= 0.5, |lo| <= 2^-25.
-inline void num_fold(float t_hi, float t_lo, thread float& hi, thread float& lo) {
+FM_FUNC void num_fold(float t_hi, float t_lo, thread float& hi, thread float& lo) {
   float e;
   const float s = num_two_sum(t_hi, t_lo - rint(t_lo), e);
   hi = s - rint(s);  // exact
@@ -179,7 +191,7 @@ inline void num_fold(float t_hi, float t_lo, thread float& hi, thread float& lo)
 // (inv_hi + inv_lo, relative error ~2^-48); x * inv_hi is split exactly with one FMA
 // (two-product) and its whole turns dropped exactly, so for |x| up to ~2^20 periods the
 // phase keeps ~2^-25 turns of accuracy. Any float x gives bounded values (no overflow).
-inline void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thread float& u_lo) {
+FM_FUNC void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thread float& u_lo) {
   const float pr = x * p.inv_hi;
   const float pe = fma(x, p.inv_hi, -pr);
   const float f = pr - rint(pr);  // exact
@@ -188,7 +200,7 @@ inline void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thre
 
 // frac(k * u) as a float-float: k * u_hi is split exactly (two-product by FMA), its integer
 // part dropped exactly, so the phase error stays ~2^-25 turns whatever k is.
-inline void num_phase(float k, float u_hi, float u_lo, thread float& t_hi, thread float& t_lo) {
+FM_FUNC void num_phase(float k, float u_hi, float u_lo, thread float& t_hi, thread float& t_lo) {
   const float pr = k * u_hi;
   const float pe = fma(k, u_hi, -pr);
   num_fold(pr - rint(pr), fma(k, u_lo, pe), t_hi, t_lo);

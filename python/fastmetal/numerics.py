@@ -250,16 +250,24 @@ def _derivative_stencils(order: int, accuracy: int):
     return tuple(rows), half, max(edge, len(central)), edge
 
 
-def _derivative_table(order: int, accuracy: int, dx: float):
+@lru_cache(maxsize=None)
+def _derivative_rows(order: int, accuracy: int):
+    """Unscaled float64 weights (rows x width, zero-padded), offsets and edge row count."""
     rows, half, width, _ = _derivative_stencils(order, accuracy)
     w = np.zeros((len(rows), width), dtype=np.float64)
     off = np.zeros(len(rows), dtype=np.int32)
-    scale = dx ** order
     for r, (o, weights) in enumerate(rows):
         off[r] = o
-        w[r, :len(weights)] = [float(v) / scale for v in weights]
-    with np.errstate(over="ignore"):
-        return w.astype(np.float32), off, half
+        w[r, :len(weights)] = [float(v) for v in weights]
+    w.flags.writeable = False
+    off.flags.writeable = False
+    return w, off, half
+
+
+def _derivative_table(order: int, accuracy: int, dx: float):
+    w, off, half = _derivative_rows(order, accuracy)
+    with np.errstate(over="ignore", under="ignore"):
+        return (w / dx**order).astype(np.float32), off, half
 
 
 def derivative(y, dx=1.0, order=1, accuracy=2, axis=-1):
