@@ -473,6 +473,14 @@ def test_fourier_shapes_dtypes_special_values():
     r = fm.fourier_series(xa, a, b)
     assert isinstance(r, fm.Array)
     np.testing.assert_allclose(np.asarray(r), _series64(np.asarray(xa), a, b, 2 * np.pi), atol=3e-6)
+    # float16 x computes in float32 and returns float32; Array coefficients -> Array result
+    xh = np.linspace(-3, 3, 50).astype(np.float16)
+    rh = fm.fourier_series(xh, a, b)
+    assert rh.dtype == np.float32
+    np.testing.assert_allclose(rh, _series64(xh.astype(np.float32), a, b, 2 * np.pi), atol=3e-6)
+    ra = fm.fourier_series(xh, fm.asarray(a.astype(np.float32)), b)
+    assert isinstance(ra, fm.Array)
+    np.testing.assert_allclose(np.asarray(ra), rh, atol=1e-6)
     # sizes that are not a multiple of the CPU lane count (tail samples)
     for n in (1, 63, 64, 65, 129, 1000):
         xs = np.linspace(-3, 7, n, dtype=np.float32)
