@@ -161,13 +161,20 @@ FM_FUNC void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread fl
   cp = fma(cp, z, 64.93939402266828f);
   cp = fma(cp, z, -19.739208802178716f);
   const float cr = fma(cp, z, 1.0f);
-  // angle = q quarter turns + r: rotate (cr, sr) by q * 90 degrees.
-  const int32_t qi = int32_t(q) & 3;
-  const bool swap = (qi & 1) != 0;
-  const float s0 = select(sr, cr, swap);
-  const float c0 = select(cr, sr, swap);
-  s = select(s0, -s0, qi >= 2);
-  c = select(c0, -c0, qi == 1 || qi == 2);
+  // angle = q quarter turns + r: rotate (cr, sr) by q * 90 degrees. Done on the bits
+  // (swap by mask, sign by xor): exact, and free of selects that GCC may turn into
+  // branches, which would stop the lane loops from vectorising.
+  const uint32_t qu = uint32_t(int32_t(q));     // two's complement: & 3 is q mod 4
+  const uint32_t swap = 0u - (qu & 1u);          // all ones for odd quadrants
+  const uint32_t si = as_type<uint32_t>(sr);
+  const uint32_t ci = as_type<uint32_t>(cr);
+  s = as_type<float>(((si & ~swap) | (ci & swap)) ^ ((qu & 2u) << 30));
+  c = as_type<float>(((ci & ~swap) | (si & swap)) ^ (((qu + 1u) & 2u) << 30));
+}
+
+// All ones where x is finite, else zero (integer ops only: vectorises without branches).
+FM_FUNC uint32_t num_finite_mask(float x) {
+  return 0u - uint32_t((as_type<uint32_t>(x) & 0x7f800000u) != 0x7f800000u);
 }
 
 // a + b = s + err exactly (Knuth's two-sum; no multiplications, so FMA contraction
@@ -221,9 +228,8 @@ kernel void fourier_series_k(device const float* x [[buffer(0)]],
   float uh[LANES], ul[LANES], c1[LANES], ns1[LANES], acc[LANES];
   float c[LANES], s[LANES], bacc[LANES];
   for (int j = 0; j < LANES; ++j) {
-    const float xv = x[base + uint64_t(j)];
     float h, l;
-    num_turns(select(xv, 0.0f, !isfinite(xv)), p, h, l);
+    num_turns(as_type<float>(as_type<uint32_t>(x[base + uint64_t(j)]) & num_finite_mask(x[base + uint64_t(j)])), p, h, l);
     uh[j] = h;
     ul[j] = l;
     float sv, cv;
@@ -236,9 +242,14 @@ kernel void fourier_series_k(device const float* x [[buffer(0)]],
   for (int32_t k0 = 1; k0 <= K; k0 += p.block) {
     const int32_t k1 = min(k0 + p.block, K + 1);
     for (int j = 0; j < LANES; ++j) {
-      float th, tl, sv, cv;
+      float th, tl;
       num_phase(float(k0), uh[j], ul[j], th, tl);
-      num_sincos_turns(th, tl, sv, cv);
+      c[j] = th;  // the phase, turned into (cos, sin) by the next loop
+      s[j] = tl;
+    }
+    for (int j = 0; j < LANES; ++j) {
+      float sv, cv;
+      num_sincos_turns(c[j], s[j], sv, cv);
       c[j] = cv;
       s[j] = sv;
       bacc[j] = 0.0f;
@@ -255,9 +266,9 @@ kernel void fourier_series_k(device const float* x [[buffer(0)]],
     }
     for (int j = 0; j < LANES; ++j) acc[j] += bacc[j];
   }
-  for (int j = 0; j < LANES; ++j) {
-    const float xv = x[base + uint64_t(j)];
-    out[base + uint64_t(j)] = select(p.c0 + acc[j], NAN, !isfinite(xv));
+  for (int j = 0; j < LANES; ++j) {  // non-finite x -> NaN (as cos(inf) in NumPy)
+    const uint32_t m = num_finite_mask(x[base + uint64_t(j)]);
+    out[base + uint64_t(j)] = as_type<float>((as_type<uint32_t>(p.c0 + acc[j]) & m) | (0x7fc00000u & ~m));
   }
 }
 
