@@ -143,7 +143,7 @@ FM_INSTANTIATE("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 16, 
 // ---------------------------------------------------------------------------- Fourier
 // sin and cos of 2 pi t for t = t_hi + t_lo turns, |t_hi| <= ~0.5: quarter-turn reduction
 // (exact), then odd/even Taylor polynomials in the remaining |r| <= 1/8 turn (truncation
-// < 2e-9). Branch-free (select, not if) so that a loop over lanes vectorises.
+// < 2e-9). Branch-free, so that a loop over lanes vectorises.
 FM_FUNC void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread float& c) {
   const float q = rint(4.0f * t_hi);
   const float r = fma(-0.25f, q, t_hi) + t_lo;  // t_hi - q/4 is exact
@@ -216,8 +216,8 @@ FM_FUNC void num_phase(float k, float u_hi, float u_lo, thread float& t_hi, thre
 // Each thread evaluates LANES consecutive samples (no bounds check: the host launches the
 // n % LANES tail with LANES = 1). Per block of `block` terms the cos/sin pair is re-seeded
 // from an accurately reduced phase, then advanced by rotation with (cos, sin)(2 pi u):
-// 4 FMAs per term plus 2 for the coefficients, with an error that cannot grow past one
-// block. Each block's partial sum is added to the total separately (shorter sums round less).
+// 2 multiplies + 2 FMAs per term plus 2 FMAs for the coefficients, with an error that
+// cannot grow past one block. Each block's partial sum is added to the total separately (shorter sums round less).
 template <int LANES>
 kernel void fourier_series_k(device const float* x [[buffer(0)]],
                              device const float* coef [[buffer(1)]],
@@ -228,8 +228,10 @@ kernel void fourier_series_k(device const float* x [[buffer(0)]],
   float uh[LANES], ul[LANES], c1[LANES], ns1[LANES], acc[LANES];
   float c[LANES], s[LANES], bacc[LANES];
   for (int j = 0; j < LANES; ++j) {
+    const float xv = x[base + uint64_t(j)];
+    const float xs = as_type<float>(as_type<uint32_t>(xv) & num_finite_mask(xv));  // inf, NaN -> 0
     float h, l;
-    num_turns(as_type<float>(as_type<uint32_t>(x[base + uint64_t(j)]) & num_finite_mask(x[base + uint64_t(j)])), p, h, l);
+    num_turns(xs, p, h, l);
     uh[j] = h;
     ul[j] = l;
     float sv, cv;
