@@ -141,6 +141,16 @@ FM_INSTANTIATE("stencil_interior_9_l16_inner", stencil_interior, 9, false, 16, 0
 FM_INSTANTIATE("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 16, 0);
 
 // ---------------------------------------------------------------------------- Fourier
+// A product that must stay rounded on its own: the float-float steps below subtract it from
+// its own exact FMA value, so fusing it into a later add would count the low part twice.
+// Clang (Metal) contracts only within one expression and GCC only single-use products
+// (these have a rint() use too); nvcc contracts across statements, so it gets __fmul_rn.
+#if defined(__CUDACC__)
+#define NUM_MUL_RN(a, b) __fmul_rn(a, b)
+#else
+#define NUM_MUL_RN(a, b) ((a) * (b))
+#endif
+
 // sin and cos of 2 pi t for t = t_hi + t_lo turns, |t_hi| <= ~0.5: quarter-turn reduction
 // (exact), then odd/even Taylor polynomials in the remaining |r| <= 1/8 turn (truncation
 // < 2e-9). Branch-free, so that a loop over lanes vectorises.
@@ -199,7 +209,7 @@ FM_FUNC void num_fold(float t_hi, float t_lo, thread float& hi, thread float& lo
 // (two-product) and its whole turns dropped exactly, so for |x| up to ~2^20 periods the
 // phase keeps ~2^-25 turns of accuracy. Any float x gives bounded values (no overflow).
 FM_FUNC void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thread float& u_lo) {
-  const float pr = x * p.inv_hi;
+  const float pr = NUM_MUL_RN(x, p.inv_hi);
   const float pe = fma(x, p.inv_hi, -pr);
   const float f = pr - rint(pr);  // exact
   num_fold(f, fma(x, p.inv_lo, pe), u_hi, u_lo);
@@ -208,7 +218,7 @@ FM_FUNC void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thr
 // frac(k * u) as a float-float: k * u_hi is split exactly (two-product by FMA), its integer
 // part dropped exactly, so the phase error stays ~2^-25 turns whatever k is.
 FM_FUNC void num_phase(float k, float u_hi, float u_lo, thread float& t_hi, thread float& t_lo) {
-  const float pr = k * u_hi;
+  const float pr = NUM_MUL_RN(k, u_hi);
   const float pe = fma(k, u_hi, -pr);
   num_fold(pr - rint(pr), fma(k, u_lo, pe), t_hi, t_lo);
 }
