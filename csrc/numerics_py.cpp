@@ -58,8 +58,8 @@ py::object fourier(py::handle x, f32_array coef, double c0, double period) {
     throw ValueError(message(op, "expected a period between 1e-30 and 1e30, got ", period));
   if (coef.ndim() != 2 || coef.shape(1) != 2)
     throw ValueError(message(op, "internal: coefficients must be (K, 2)"));
-  if (coef.shape(0) > std::numeric_limits<std::int32_t>::max())
-    throw ValueError(message(op, "expected fewer than 2**31 terms, got ", coef.shape(0)));
+  if (coef.shape(0) > (py::ssize_t(1) << 24))  // k is formed as an exact float32
+    throw ValueError(message(op, "expected at most 2**24 terms, got ", coef.shape(0)));
   Backend& backend = pick_backend(op, {{"x", x}});
   const bool fm_result = any_array({x});
   Array xa = to_array(x, backend, op, "x", DType::float32);

@@ -507,6 +507,7 @@ def test_fourier_errors():
     check(ValueError, x, a, b, period=float("inf"))
     check(ValueError, x, a, b, period=float("nan"))
     check(TypeError, x, a, b, period="1")
+    check(ValueError, x, np.zeros((1 << 24) + 2), np.zeros((1 << 24) + 2))  # k must be exact
     check(ValueError, x, a, b, period=1e-40)
     check(ValueError, x, a, b, period=1e40)
     check(ValueError, x, a, b, derivative=-1)

@@ -347,6 +347,8 @@ def fourier_series(x, a, b, period=2 * math.pi, derivative=0):
     if m < 0:
         raise ValueError(_msg(op, f"expected derivative >= 0, got {m}"))
     K = A.shape[0] - 1
+    if K > 1 << 24:  # the kernel forms k as an exact float32
+        raise ValueError(_msg(op, f"expected at most 2**24 + 1 coefficients, got {K + 1}"))
     k = np.arange(1, K + 1, dtype=np.float64)
     # d^m/dx^m [a cos(kwx) + b sin(kwx)] = (kw)^m [a cos(kwx + m pi/2) + b sin(kwx + m pi/2)]
     ak, bk = A[1:], B[1:]
