@@ -1,0 +1,214 @@
+#include "numerics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "errors.h"
+#include "numerics_args.h"
+#include "kernel_table.h"
+#include "thread_pool.h"
+
+namespace fm {
+namespace {
+
+constexpr std::int64_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
+constexpr std::int64_t kMaxI32 = std::numeric_limits<std::int32_t>::max();
+
+StoragePtr upload(Backend& be, const void* data, std::size_t nbytes) {
+  StoragePtr s = be.allocate(std::max<std::size_t>(nbytes, 4));
+  if (nbytes) be.copy_from_host(*s, 0, data, nbytes);
+  return s;
+}
+
+// Terms between re-seeds of the rotation recurrence: its error grows about linearly with
+// the number of steps, so this bounds it (~block * 1e-7); the seed costs ~25 flops.
+constexpr std::int32_t kFourierBlock = 16;
+
+}  // namespace
+
+void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array& out) {
+  if (out.size() == 0) return;
+  Backend& be = out.backend();
+  StencilArgs a{};
+  Shape outer(f.shape.begin(), f.shape.begin() + axis);
+  Strides outer_st(f.strides.begin(), f.strides.begin() + axis);
+  Shape inner(f.shape.begin() + axis + 1, f.shape.end());
+  Strides inner_st(f.strides.begin() + axis + 1, f.strides.end());
+  merge_dims(outer, {&outer_st});
+  merge_dims(inner, {&inner_st});
+  if (outer.size() > FM_STENCIL_MAX_DIMS || inner.size() > FM_STENCIL_MAX_DIMS)
+    throw ValueError("[fastmetal] stencil: too many non-mergeable dimensions");
+  const std::int64_t n = f.shape[axis];
+  const std::int64_t outer_total = numel(outer), inner_total = numel(inner);
+  if (n > kMaxI32 || inner_total > kMaxI32 || outer_total > kMaxU32 ||
+      n * inner_total > kMaxU32)
+    throw ValueError("[fastmetal] stencil: array too large for one launch");
+  for (std::size_t d = 0; d < outer.size(); ++d) {
+    a.outer_shape[d] = std::int32_t(outer[d]);
+    a.outer_strides[d] = outer_st[d];
+  }
+  for (std::size_t d = 0; d < inner.size(); ++d) {
+    a.inner_shape[d] = std::int32_t(inner[d]);
+    a.inner_strides[d] = inner_st[d];
+  }
+  a.n_outer = std::int32_t(outer.size());
+  a.n_inner = std::int32_t(inner.size());
+  a.axis_stride = f.strides[axis];
+  a.n = std::int32_t(n);
+  a.width = t.width;
+  a.n_left = t.n_left;
+  a.n_right = t.n_right;
+  a.per_index = t.per_index ? 1 : 0;
+  a.inner_total = std::int32_t(inner_total);
+  a.axis_in_x = inner_total == 1 ? 1 : 0;
+
+  // Interior: the stencil row of point n_left (all interior rows share its offset and, for
+  // per-point tables, its width), trimmed of trailing zero padding and rounded up to a
+  // compiled width. Every tap of every interior point must lie inside [0, n).
+  const std::int64_t interior = std::max<std::int64_t>(0, n - t.n_left - t.n_right);
+  const int row = t.n_left;  // per-point tables: row i is point i
+  int used = t.width;
+  std::string stem;
+  StoragePtr wt;
+  if (interior > 0) {
+    if (t.per_index) {
+      used = 3;
+      for (std::int64_t i = t.n_left; i < n - t.n_right; ++i)
+        if (t.offsets[i] != t.offsets[row]) throw ValueError("[fastmetal] internal: per-point stencil offsets differ");
+    } else {
+      while (used > 1 && t.weights[std::size_t(row) * t.width + used - 1] == 0.0f) --used;
+    }
+    const int W = used <= 3 ? 3 : used <= 5 ? 5 : used <= 7 ? 7 : 9;
+    a.off_interior = t.offsets[row];
+    if (used > 9 || (t.per_index && t.width != 3) || t.n_left + a.off_interior < 0 ||
+        a.off_interior + W > t.n_right + 1)
+      throw ValueError("[fastmetal] internal: stencil table does not fit the interior kernels");
+    if (t.per_index) {
+      std::vector<float> tr(std::size_t(3 * n), 0.0f);  // transposed: contiguous in i per tap
+      for (std::int64_t i = 0; i < n; ++i)
+        for (int k = 0; k < 3; ++k) tr[std::size_t(k * n + i)] = t.weights[std::size_t(i * 3 + k)];
+      wt = upload(be, tr.data(), tr.size() * sizeof(float));
+      stem = "stencil_interior_3pp";
+    } else {
+      for (int k = 0; k < used; ++k) a.w_interior[k] = t.weights[std::size_t(row) * t.width + k];
+      wt = upload(be, a.w_interior, sizeof(float));  // unused by the uniform kernels
+      stem = "stencil_interior_" + std::to_string(W);
+    }
+  }
+
+  auto dispatch = [&](std::int64_t points, const std::string& kernel) {
+    Dispatch d;
+    if (a.axis_in_x) {
+      d.grid[0] = std::uint32_t(points);
+      d.grid[1] = std::uint32_t(outer_total);
+    } else {
+      d.grid[0] = std::uint32_t(inner_total);
+      d.grid[1] = std::uint32_t(points);
+      d.grid[2] = std::uint32_t(outer_total);
+    }
+    d.group[0] = std::min<std::uint32_t>(be.preferred_group_size(kernel), d.grid[0]);
+    return d;
+  };
+  const std::int64_t edges = std::min<std::int64_t>(n, t.n_left + t.n_right);
+  if (edges > 0) {
+    StoragePtr w = upload(be, t.weights.data(), t.weights.size() * sizeof(float));
+    StoragePtr o = upload(be, t.offsets.data(), t.offsets.size() * sizeof(std::int32_t));
+    be.launch("stencil_edges", dispatch(edges, "stencil_edges"),
+              {KernelArg::buffer(f.storage, f.byte_offset()), KernelArg::buffer(w),
+               KernelArg::buffer(o), KernelArg::buffer(out.storage, out.byte_offset()),
+               KernelArg::inline_bytes(&a, sizeof(a))});
+  }
+  if (interior <= 0) return;
+  // CPU: 16 lanes along a stride-1 vector direction (the axis itself, or the merged inner
+  // dim), launched over whole groups of 16, then the rest one lane per thread.
+  const bool cpu = be.name() == "cpu";
+  std::string wide;
+  std::int64_t vec_extent = 0;
+  if (cpu && a.axis_in_x && a.axis_stride == 1) {
+    wide = stem + "_l16_axis";
+    vec_extent = interior;
+  } else if (cpu && !a.axis_in_x && a.n_inner == 1 && a.inner_strides[0] == 1) {
+    wide = stem + "_l16_inner";
+    vec_extent = inner_total;
+  }
+  auto run = [&](const std::string& kernel, std::int64_t lanes, std::int64_t first,
+                 std::int64_t count) {
+    StencilArgs b = a;
+    b.v_first = std::int32_t(first);
+    Dispatch d = dispatch(interior, kernel);
+    d.grid[0] = std::uint32_t(count / lanes);
+    d.group[0] = std::min<std::uint32_t>(d.group[0], d.grid[0]);
+    be.launch(kernel, d,
+              {KernelArg::buffer(f.storage, f.byte_offset()), KernelArg::buffer(wt),
+               KernelArg::buffer(out.storage, out.byte_offset()),
+               KernelArg::inline_bytes(&b, sizeof(b))});
+  };
+  const std::int64_t main_part = wide.empty() ? 0 : vec_extent / 16 * 16;
+  if (main_part > 0) run(wide, 16, 0, main_part);
+  const std::int64_t total = a.axis_in_x ? interior : inner_total;
+  if (main_part < total) run(stem + "_l1", 1, main_part, total - main_part);
+}
+
+void launch_fourier(const Array& x, const std::vector<float>& coef, const FourierParams& p,
+                    const Array& out) {
+  const std::int64_t n = x.size();
+  if (n == 0) return;
+  Backend& be = out.backend();
+  FourierArgs a{};
+  const double inv = 1.0 / p.period;
+  a.inv_hi = float(inv);
+  a.inv_lo = float(inv - double(a.inv_hi));
+  a.c0 = p.c0;
+  a.num_terms = std::int32_t(coef.size() / 2);
+  a.block = kFourierBlock;
+  StoragePtr c = upload(be, coef.data(), coef.size() * sizeof(float));
+
+  // The CPU runs many samples per thread so the loop over them vectorises; a GPU one.
+  const bool cpu = be.name() == "cpu";
+  // On AVX-512, 64 lanes = four independent 16-wide recurrences that hide the FMA latency
+  // (measured faster than 16 or 32); narrower ISAs have 16 vector registers, so 16 lanes
+  // keep the state (5 vectors of lanes) in registers.
+  const bool wide512 = cpu && std::string(cpu::kernel_isa()) == "avx512";
+  const std::int64_t lanes = !cpu ? 1 : wide512 ? 64 : 16;
+  const std::string wide = "fourier_series_l" + std::to_string(lanes);
+  const std::size_t xo = x.byte_offset(), oo = out.byte_offset();
+
+  // Launch samples [lo, lo + count) (count a multiple of `l`) with the kernel of `l` lanes.
+  auto run = [&](const std::string& kernel, std::int64_t l, std::int64_t lo, std::int64_t count) {
+    for (std::int64_t done = 0; done < count;) {
+      const std::int64_t threads = std::min<std::int64_t>(kMaxU32 / 2, (count - done) / l);
+      Dispatch d;
+      d.grid[0] = std::uint32_t(threads);
+      d.group[0] = std::min<std::uint32_t>(be.preferred_group_size(kernel), d.grid[0]);
+      const std::size_t byte = std::size_t(lo + done) * sizeof(float);
+      be.launch(kernel, d,
+                {KernelArg::buffer(x.storage, xo + byte), KernelArg::buffer(c),
+                 KernelArg::buffer(out.storage, oo + byte), KernelArg::inline_bytes(&a, sizeof(a))});
+      done += threads * l;
+    }
+  };
+  const std::int64_t main = n / lanes * lanes;
+  if (cpu && main > 0) {
+    // Each thread here does K terms of work; the CPU backend's launch splits work by thread
+    // count (tuned for cheap elementwise threads) and would keep 100k samples on one core.
+    // So split by cost here: one launch per piece, the pieces spread over the pool.
+    auto& pool = cpu::ThreadPool::instance();
+    const std::int64_t work = main * std::max<std::int64_t>(1, a.num_terms);
+    const std::int64_t want = std::max<std::int64_t>(1, std::min<std::int64_t>(
+        4 * pool.num_threads(), work / (1 << 16)));
+    const std::int64_t groups = main / lanes;
+    const std::int64_t per = (groups + want - 1) / want;
+    const std::int64_t pieces = (groups + per - 1) / per;
+    pool.parallel_for(pieces, [&](std::int64_t i) {
+      const std::int64_t g0 = i * per, g1 = std::min(groups, g0 + per);
+      run(wide, lanes, g0 * lanes, (g1 - g0) * lanes);
+    });
+  } else if (main > 0) {
+    run(wide, lanes, 0, main);
+  }
+  if (main < n) run("fourier_series_l1", 1, main, n - main);
+}
+
+}  // namespace fm

@@ -1,0 +1,289 @@
+// Numerical differentiation and the fused Fourier series (issue 3).
+//
+//   stencil_axis        one finite-difference stencil per output point along one axis of an
+//                       N-D strided array (numpy.gradient and fastmetal.derivative)
+//   fourier_series_l*   sum of K harmonics per sample, without N x K temporaries;
+//                       LANES samples per thread (1 for GPUs; 16 or 64 on the CPU, so the
+//                       loop over lanes vectorises)
+#include <metal_stdlib>
+#include "fm_kernel.h"
+#include "numerics_args.h"
+using namespace metal;
+
+// Helpers called by kernels: inlined on the CPU (or the lane loops do not vectorise), device
+// functions on CUDA. fm_kernel.h defines FM_FUNC on newer trees; this is the same definition.
+#ifndef FM_FUNC
+#if defined(__METAL_VERSION__)
+#define FM_FUNC inline
+#elif defined(__CUDACC__)
+#define FM_FUNC __device__ __forceinline__
+#else
+#define FM_FUNC inline __attribute__((always_inline))
+#endif
+#endif
+
+// ---------------------------------------------------------------------------- stencils
+// The output is contiguous with shape (outer..., n, inner...). Each point subtracts f[i]
+// before weighting: derivative weights sum to zero, so this is exact in real arithmetic and
+// keeps float32 cancellation to the size of the differences rather than of f itself.
+
+// Input offset of (outer index o, inner index x). The outermost dim of each decomposition
+// needs no modulo (the index is already below its extent): with merged dims (the usual one
+// dim per side) this is a multiply, and the loop over x stays vectorisable on the CPU.
+FM_FUNC int64_t num_base(constant StencilArgs& a, uint o, uint x) {
+  int64_t base = 0;
+  uint rem = o;
+  for (int32_t d = a.n_outer - 1; d >= 1; --d) {
+    const uint s = uint(a.outer_shape[d]);
+    base += int64_t(rem % s) * a.outer_strides[d];
+    rem /= s;
+  }
+  if (a.n_outer > 0) base += int64_t(rem) * a.outer_strides[0];
+  rem = x;
+  for (int32_t d = a.n_inner - 1; d >= 1; --d) {
+    const uint s = uint(a.inner_shape[d]);
+    base += int64_t(rem % s) * a.inner_strides[d];
+    rem /= s;
+  }
+  if (a.n_inner > 0) base += int64_t(rem) * a.inner_strides[0];
+  return base;
+}
+
+FM_FUNC uint64_t num_out_index(constant StencilArgs& a, uint o, int32_t i, uint x) {
+  return (uint64_t(o) * uint64_t(a.n) + uint64_t(i)) * uint64_t(a.inner_total) + uint64_t(x);
+}
+
+// The first n_left and last n_right points along the axis, any stencil rows.
+// Grid: axis_in_x ? (n_left + n_right, outer_total, 1) : (inner_total, n_left + n_right, outer_total).
+kernel void stencil_edges(device const float* f [[buffer(0)]],
+                          device const float* w [[buffer(1)]],
+                          device const int32_t* off [[buffer(2)]],
+                          device float* out [[buffer(3)]],
+                          constant StencilArgs& a [[buffer(4)]],
+                          uint3 gid [[thread_position_in_grid]]) {
+  const bool ax = a.axis_in_x != 0;
+  const int32_t e = int32_t(ax ? gid.x : gid.y);
+  const uint x = ax ? 0u : gid.x;
+  const uint o = ax ? gid.y : gid.z;
+  const int32_t n = a.n;
+  const int32_t i = e < a.n_left ? e : n - a.n_right + (e - a.n_left);
+  const int32_t row = a.per_index != 0 ? i
+                    : i < a.n_left ? i
+                    : a.n_left + 1 + (i - (n - a.n_right));
+  const int64_t base = num_base(a, o, x);
+  const int32_t start = i + off[row];
+  const float fi = f[base + int64_t(i) * a.axis_stride];
+  float acc = 0.0f;
+  for (int32_t t = 0; t < a.width; ++t) {
+    const int32_t j = clamp(start + t, 0, n - 1);  // padded taps (weight 0) stay in bounds
+    acc = fma(w[row * a.width + t], f[base + int64_t(j) * a.axis_stride] - fi, acc);
+  }
+  out[num_out_index(a, o, i, x)] = acc;
+}
+
+// Interior points n_left + p (p < n - n_left - n_right): W taps from i + off_interior, all
+// in bounds. PER: per-point weights wt[t * n + i] (non-uniform gradient), else the uniform
+// row a.w_interior. Grid as stencil_edges with the interior count in place of the edges,
+// except that grid.x counts groups of LANES along the vector direction, starting at v_first.
+//   MODE 2: LANES == 1, any strides, axis_in_x read at run time (GPUs; odd strides on the CPU)
+//   MODE 1: the axis is the vector direction and has stride 1 (axis_in_x)
+//   MODE 0: the inner dim is the vector direction and has stride 1 (n_inner == 1)
+// With MODE 0/1 and LANES = 16 the loop over lanes reads consecutive floats: on the CPU it
+// becomes plain vector loads (results kept in a local array, stored after the loads, so the
+// compiler needs no aliasing checks between f and out).
+template <int W, bool PER, int LANES, int MODE>
+kernel void stencil_interior(device const float* f [[buffer(0)]],
+                             device const float* wt [[buffer(1)]],
+                             device float* out [[buffer(2)]],
+                             constant StencilArgs& a [[buffer(3)]],
+                             uint3 gid [[thread_position_in_grid]]) {
+  const bool ax = MODE == 2 ? a.axis_in_x != 0 : MODE == 1;
+  const uint v0 = a.v_first + gid.x * uint(LANES);  // first lane along the vector direction
+  const uint o = ax ? gid.y : gid.z;
+  const int32_t i0 = a.n_left + int32_t(ax ? v0 : gid.y);
+  const uint x0 = ax ? 0u : v0;
+  const int32_t n = a.n;
+  const int64_t s = a.axis_stride;
+  const int64_t vs = MODE == 2 ? 0 : 1;  // element step between lanes (LANES == 1 in MODE 2)
+  const int64_t c0 = num_base(a, o, x0) + int64_t(i0) * s;
+  const int64_t t0 = int64_t(a.off_interior) * s;
+  float wl[W];
+  for (int t = 0; t < W; ++t) wl[t] = a.w_interior[t];
+  float acc[LANES];
+  for (int j = 0; j < LANES; ++j) {
+    const int64_t cj = c0 + int64_t(j) * vs;
+    const float fi = f[cj];
+    float r = 0.0f;
+    for (int t = 0; t < W; ++t) {
+      const float wv = PER ? wt[uint64_t(t) * uint64_t(n) + uint64_t(i0 + (MODE == 1 ? j : 0))] : wl[t];
+      r = fma(wv, f[cj + t0 + int64_t(t) * s] - fi, r);
+    }
+    acc[j] = r;
+  }
+  const uint64_t ob = num_out_index(a, o, i0, x0);
+  for (int j = 0; j < LANES; ++j) out[ob + uint64_t(j)] = acc[j];
+}
+
+FM_INSTANTIATE("stencil_interior_3_l1", stencil_interior, 3, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_5_l1", stencil_interior, 5, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_7_l1", stencil_interior, 7, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_9_l1", stencil_interior, 9, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_3pp_l1", stencil_interior, 3, true, 1, 2);
+FM_INSTANTIATE("stencil_interior_3_l16_axis", stencil_interior, 3, false, 16, 1);
+FM_INSTANTIATE("stencil_interior_5_l16_axis", stencil_interior, 5, false, 16, 1);
+FM_INSTANTIATE("stencil_interior_7_l16_axis", stencil_interior, 7, false, 16, 1);
+FM_INSTANTIATE("stencil_interior_9_l16_axis", stencil_interior, 9, false, 16, 1);
+FM_INSTANTIATE("stencil_interior_3pp_l16_axis", stencil_interior, 3, true, 16, 1);
+FM_INSTANTIATE("stencil_interior_3_l16_inner", stencil_interior, 3, false, 16, 0);
+FM_INSTANTIATE("stencil_interior_5_l16_inner", stencil_interior, 5, false, 16, 0);
+FM_INSTANTIATE("stencil_interior_7_l16_inner", stencil_interior, 7, false, 16, 0);
+FM_INSTANTIATE("stencil_interior_9_l16_inner", stencil_interior, 9, false, 16, 0);
+FM_INSTANTIATE("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 16, 0);
+
+// ---------------------------------------------------------------------------- Fourier
+// A product that must stay rounded on its own: the float-float steps below subtract it from
+// its own exact FMA value, so fusing it into a later add would count the low part twice.
+// Clang (Metal) contracts only within one expression and GCC only single-use products
+// (these have a rint() use too); nvcc contracts across statements, so it gets __fmul_rn.
+#if defined(__CUDACC__)
+#define NUM_MUL_RN(a, b) __fmul_rn(a, b)
+#else
+#define NUM_MUL_RN(a, b) ((a) * (b))
+#endif
+
+// sin and cos of 2 pi t for t = t_hi + t_lo turns, |t_hi| <= ~0.5: quarter-turn reduction
+// (exact), then odd/even Taylor polynomials in the remaining |r| <= 1/8 turn (truncation
+// < 2e-9). Branch-free, so that a loop over lanes vectorises.
+FM_FUNC void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread float& c) {
+  const float q = rint(4.0f * t_hi);
+  const float r = fma(-0.25f, q, t_hi) + t_lo;  // t_hi - q/4 is exact
+  const float z = r * r;
+  // Coefficients (2 pi)^n / n! with alternating signs, in powers of r (turns).
+  float sp = 42.058693944897634f;
+  sp = fma(sp, z, -76.70585975306136f);
+  sp = fma(sp, z, 81.60524927607504f);
+  sp = fma(sp, z, -41.341702240399755f);
+  sp = fma(sp, z, 6.283185307179586f);
+  const float sr = sp * r;
+  float cp = -26.426256783374388f;
+  cp = fma(cp, z, 60.24464137187664f);
+  cp = fma(cp, z, -85.45681720669371f);
+  cp = fma(cp, z, 64.93939402266828f);
+  cp = fma(cp, z, -19.739208802178716f);
+  const float cr = fma(cp, z, 1.0f);
+  // angle = q quarter turns + r: rotate (cr, sr) by q * 90 degrees. Done on the bits
+  // (swap by mask, sign by xor): exact, and free of selects that GCC may turn into
+  // branches, which would stop the lane loops from vectorising.
+  const uint32_t qu = uint32_t(int32_t(q));     // two's complement: & 3 is q mod 4
+  const uint32_t swap = 0u - (qu & 1u);          // all ones for odd quadrants
+  const uint32_t si = as_type<uint32_t>(sr);
+  const uint32_t ci = as_type<uint32_t>(cr);
+  s = as_type<float>(((si & ~swap) | (ci & swap)) ^ ((qu & 2u) << 30));
+  c = as_type<float>(((ci & ~swap) | (si & swap)) ^ (((qu + 1u) & 2u) << 30));
+}
+
+// All ones where x is finite, else zero (integer ops only: vectorises without branches).
+FM_FUNC uint32_t num_finite_mask(float x) {
+  return 0u - uint32_t((as_type<uint32_t>(x) & 0x7f800000u) != 0x7f800000u);
+}
+
+// a + b = s + err exactly (Knuth's two-sum; no multiplications, so FMA contraction
+// cannot change it).
+FM_FUNC float num_two_sum(float a, float b, thread float& err) {
+  const float s = a + b;
+  const float bb = s - a;
+  err = (a - (s - bb)) + (b - bb);
+  return s;
+}
+
+// Drops whole turns from t_hi + t_lo: |result hi| <= 0.5, |lo| <= 2^-25.
+FM_FUNC void num_fold(float t_hi, float t_lo, thread float& hi, thread float& lo) {
+  float e;
+  const float s = num_two_sum(t_hi, t_lo - rint(t_lo), e);
+  hi = s - rint(s);  // exact
+  lo = e;
+}
+
+// x / P in turns as a float-float u_hi + u_lo, |u_hi| <= 0.5. 1/P is a float-float
+// (inv_hi + inv_lo, relative error ~2^-48); x * inv_hi is split exactly with one FMA
+// (two-product) and its whole turns dropped exactly, so for |x| up to ~2^20 periods the
+// phase keeps ~2^-25 turns of accuracy. Any float x gives bounded values (no overflow).
+FM_FUNC void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thread float& u_lo) {
+  const float pr = NUM_MUL_RN(x, p.inv_hi);
+  const float pe = fma(x, p.inv_hi, -pr);
+  const float f = pr - rint(pr);  // exact
+  num_fold(f, fma(x, p.inv_lo, pe), u_hi, u_lo);
+}
+
+// frac(k * u) as a float-float: k * u_hi is split exactly (two-product by FMA), its integer
+// part dropped exactly, so the phase error stays ~2^-25 turns whatever k is.
+FM_FUNC void num_phase(float k, float u_hi, float u_lo, thread float& t_hi, thread float& t_lo) {
+  const float pr = NUM_MUL_RN(k, u_hi);
+  const float pe = fma(k, u_hi, -pr);
+  num_fold(pr - rint(pr), fma(k, u_lo, pe), t_hi, t_lo);
+}
+
+// Each thread evaluates LANES consecutive samples (no bounds check: the host launches the
+// n % LANES tail with LANES = 1). Per block of `block` terms the cos/sin pair is re-seeded
+// from an accurately reduced phase, then advanced by rotation with (cos, sin)(2 pi u):
+// 2 multiplies + 2 FMAs per term plus 2 FMAs for the coefficients, with an error that
+// cannot grow past one block. Each block's partial sum is added to the total separately (shorter sums round less).
+template <int LANES>
+kernel void fourier_series_k(device const float* x [[buffer(0)]],
+                             device const float* coef [[buffer(1)]],
+                             device float* out [[buffer(2)]],
+                             constant FourierArgs& p [[buffer(3)]],
+                             uint gid [[thread_position_in_grid]]) {
+  const uint64_t base = uint64_t(gid) * uint64_t(LANES);
+  float uh[LANES], ul[LANES], c1[LANES], ns1[LANES], acc[LANES];
+  float c[LANES], s[LANES], bacc[LANES];
+  for (int j = 0; j < LANES; ++j) {
+    const float xv = x[base + uint64_t(j)];
+    const float xs = as_type<float>(as_type<uint32_t>(xv) & num_finite_mask(xv));  // inf, NaN -> 0
+    float h, l;
+    num_turns(xs, p, h, l);
+    uh[j] = h;
+    ul[j] = l;
+    float sv, cv;
+    num_sincos_turns(h, l, sv, cv);
+    c1[j] = cv;
+    ns1[j] = -sv;  // negated once here so each step is one multiply + one FMA per output
+    acc[j] = 0.0f;
+  }
+  const int32_t K = p.num_terms;
+  for (int32_t k0 = 1; k0 <= K; k0 += p.block) {
+    const int32_t k1 = min(k0 + p.block, K + 1);
+    for (int j = 0; j < LANES; ++j) {
+      float th, tl;
+      num_phase(float(k0), uh[j], ul[j], th, tl);
+      c[j] = th;  // the phase, turned into (cos, sin) by the next loop
+      s[j] = tl;
+    }
+    for (int j = 0; j < LANES; ++j) {
+      float sv, cv;
+      num_sincos_turns(c[j], s[j], sv, cv);
+      c[j] = cv;
+      s[j] = sv;
+      bacc[j] = 0.0f;
+    }
+    for (int32_t k = k0; k < k1; ++k) {
+      const float ak = coef[2 * (k - 1)];
+      const float bk = coef[2 * (k - 1) + 1];
+      for (int j = 0; j < LANES; ++j) {
+        bacc[j] = fma(ak, c[j], fma(bk, s[j], bacc[j]));
+        const float cn = fma(s[j], ns1[j], c[j] * c1[j]);
+        s[j] = fma(s[j], c1[j], -(c[j] * ns1[j]));
+        c[j] = cn;
+      }
+    }
+    for (int j = 0; j < LANES; ++j) acc[j] += bacc[j];
+  }
+  for (int j = 0; j < LANES; ++j) {  // non-finite x -> NaN (as cos(inf) in NumPy)
+    const uint32_t m = num_finite_mask(x[base + uint64_t(j)]);
+    out[base + uint64_t(j)] = as_type<float>((as_type<uint32_t>(p.c0 + acc[j]) & m) | (0x7fc00000u & ~m));
+  }
+}
+
+FM_INSTANTIATE("fourier_series_l1", fourier_series_k, 1);
+FM_INSTANTIATE("fourier_series_l16", fourier_series_k, 16);
+FM_INSTANTIATE("fourier_series_l64", fourier_series_k, 64);

@@ -1,0 +1,531 @@
+"""gradient, derivative and fourier_series against NumPy float64 references.
+
+The kernels compute in float32, so every comparison uses a tolerance derived from float32
+rounding of the *inputs and the stencil* (eps32 * |f| * sum|w|), not a fixed number: a wrong
+weight, offset or edge formula gives errors of order |f| / h, far above these bounds.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import fastmetal as fm
+from fastmetal import numerics as fnum
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def _as_tuple(g):
+    return g if isinstance(g, tuple) else (g,)
+
+
+# ============================================================================ gradient
+def _grad_tol(f32, spacings, ref):
+    """Per-axis tolerance: float32 rounding of the differences (|f| / min step, times the
+    step ratio for non-uniform grids) plus rounding of the result itself."""
+    fmax = float(np.max(np.abs(f32))) if f32.size else 0.0
+    tols = []
+    for h, r in zip(spacings, _as_tuple(ref)):
+        steps = np.abs(np.diff(h)) if np.ndim(h) else np.array([abs(h)])
+        ratio = steps.max() / steps.min()
+        tols.append(16 * EPS32 * fmax / steps.min() * ratio ** 2 + 8 * EPS32 * np.abs(r))
+    return tols
+
+
+def _check_gradient(f32, *varargs, axis=None, edge_order=1, spacings=None):
+    got = fm.gradient(f32, *varargs, axis=axis, edge_order=edge_order)
+    ref = np.gradient(f32.astype(np.float64), *varargs, axis=axis, edge_order=edge_order)
+    assert type(got) is type(ref)  # one ndarray, or a tuple as numpy 2.x returns
+    if isinstance(ref, tuple):
+        assert len(got) == len(ref)
+    axes = range(f32.ndim) if axis is None else np.atleast_1d(axis)
+    if spacings is None:
+        if len(varargs) == 0:
+            spacings = [1.0] * len(list(axes))
+        elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+            spacings = [varargs[0]] * len(list(axes))
+        else:
+            spacings = list(varargs)
+    for g, r, tol in zip(_as_tuple(got), _as_tuple(ref), _grad_tol(f32, spacings, ref)):
+        assert isinstance(g, np.ndarray) and g.dtype == np.float32 and g.shape == r.shape
+        np.testing.assert_array_less(np.abs(g - r), tol + 1e-30)
+    return got
+
+
+@pytest.mark.parametrize("edge_order", [1, 2])
+@pytest.mark.parametrize("shape", [(7,), (3,), (2,), (5, 4), (3, 6, 5), (2, 3, 4, 5), (3, 4, 3, 5)])
+def test_gradient_all_axes_matches_numpy(shape, edge_order):
+    if min(shape) < edge_order + 1:
+        with pytest.raises(ValueError):
+            fm.gradient(np.zeros(shape, np.float32), edge_order=edge_order)
+        return
+    rng = np.random.default_rng(sum(shape) + edge_order)
+    f = rng.standard_normal(shape).astype(np.float32)
+    _check_gradient(f, edge_order=edge_order)
+    _check_gradient(f, 0.25, edge_order=edge_order)
+
+
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_gradient_axes_forms(edge_order):
+    rng = np.random.default_rng(1)
+    f = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    for axis in [0, 1, 2, -1, -3, (0, 2), (2, 0), (-1, 1), (0, 1, 2)]:
+        got = _check_gradient(f, axis=axis, edge_order=edge_order)
+        assert isinstance(got, np.ndarray) == isinstance(axis, int)
+    # one spacing per listed axis, in the order of the axes
+    _check_gradient(f, 0.5, 3.0, axis=(2, 0), edge_order=edge_order)
+
+
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_gradient_nonuniform_coordinates(edge_order):
+    rng = np.random.default_rng(2)
+    f = rng.standard_normal((9, 6, 5)).astype(np.float32)
+    x0 = np.cumsum(rng.uniform(0.5, 2.0, 9))
+    x1 = np.arange(6) * 2  # integer, uniform: numpy reduces it to a scalar step
+    x2 = np.sort(rng.uniform(-3, 3, 5)).astype(np.float32)
+    _check_gradient(f, x0, x1, x2, edge_order=edge_order)
+    _check_gradient(f, x0, 0.5, x2, edge_order=edge_order)
+    _check_gradient(f, x2, axis=2, edge_order=edge_order)
+    # decreasing coordinates (negative steps) work too
+    _check_gradient(f, x0[::-1].copy(), axis=0, edge_order=edge_order)
+
+
+def test_gradient_nonuniform_is_second_order_exact_on_quadratics():
+    # numpy's non-uniform formulas are exact for quadratics (interior; edges with edge_order=2)
+    rng = np.random.default_rng(3)
+    x = np.cumsum(rng.uniform(0.5, 1.5, 12))
+    y = (0.3 * x**2 - x + 2).astype(np.float32)
+    g = fm.gradient(y, x, edge_order=2)
+    exact = 0.6 * x - 1
+    tol = 64 * EPS32 * np.abs(y).max() / np.diff(x).min() * 4
+    np.testing.assert_allclose(g, exact, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("shape", [(3, 70, 40), (1000,), (37, 45), (3, 4, 17, 33)])
+def test_gradient_and_derivative_larger_shapes(shape):
+    # sizes that take the 16-lane CPU kernels (stride-1 axis or stride-1 inner dim) plus
+    # their scalar tails, and (through transposes) the general strided kernel
+    rng = np.random.default_rng(len(shape))
+    f = rng.standard_normal(shape).astype(np.float32)
+    for view in (f, f.T):
+        for eo in (1, 2):
+            _check_gradient(view, edge_order=eo)
+        coords = np.cumsum(rng.uniform(0.5, 1.5, view.shape[-1]))
+        _check_gradient(view, coords, axis=-1)
+        _check_gradient(view, coords[: view.shape[0]] if view.shape[0] <= len(coords)
+                        else np.cumsum(rng.uniform(0.5, 1.5, view.shape[0])), axis=0)
+        v64 = view.astype(np.float64)
+        for axis in range(view.ndim):
+            if view.shape[axis] < 10:
+                continue
+            for order, acc in [(1, 8), (2, 6)]:
+                got = fm.derivative(view, dx=0.5, order=order, accuracy=acc, axis=axis)
+                rows, half, _, _ = fnum._derivative_stencils(order, acc)
+                # float64 application of the exact stencils, row by row
+                ref = np.empty_like(v64)
+                m = np.moveaxis(v64, axis, -1)
+                r = np.moveaxis(ref, axis, -1)
+                n = m.shape[-1]
+                for i in range(n):
+                    row = i if i < half else (half if i < n - half else 2 * half + 1 - (n - i))
+                    off, w = rows[row]
+                    r[..., i] = sum(float(wt) * m[..., i + off + t] for t, wt in enumerate(w))
+                ref /= 0.5**order
+                tol = 4 * EPS32 * np.abs(v64).max() * _stencil_abs_sum(order, acc) / 0.5**order
+                np.testing.assert_array_less(np.abs(got - ref), tol)
+
+
+def test_gradient_strided_and_negative_views():
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal((10, 12, 8)).astype(np.float32)
+    for view in [base[::-1], base[:, ::-2], base[::2, 3:, ::-3], base.transpose(2, 0, 1),
+                 np.swapaxes(base, 0, 2)[:, ::-1]]:
+        assert not view.flags.c_contiguous
+        for eo in (1, 2):
+            _check_gradient(view, edge_order=eo)
+            _check_gradient(view, 0.7, axis=-1, edge_order=eo)
+
+
+def test_gradient_dtypes_and_containers():
+    f64 = np.linspace(0, 3, 11) ** 2
+    g = fm.gradient(f64)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, np.gradient(f64), rtol=1e-6, atol=1e-5)
+    gi = fm.gradient(np.arange(10) ** 2)
+    np.testing.assert_allclose(gi, np.gradient(np.arange(10) ** 2), rtol=0, atol=1e-5)
+    gh = fm.gradient(np.arange(8, dtype=np.float16) * 0.5)
+    assert gh.dtype == np.float32
+    np.testing.assert_allclose(gh, 0.5, atol=1e-6)
+    gl = fm.gradient([1.0, 4.0, 9.0])
+    np.testing.assert_allclose(gl, [3.0, 4.0, 5.0])
+    a = fm.asarray(np.arange(12, dtype=np.float32).reshape(3, 4) ** 2)
+    ga = fm.gradient(a, axis=1)
+    assert isinstance(ga, fm.Array)
+    np.testing.assert_allclose(np.asarray(ga), np.gradient(np.asarray(a).astype(np.float64), axis=1))
+    # zero-size along a non-differentiated axis
+    e = fm.gradient(np.zeros((0, 4), np.float32), axis=1)
+    assert e.shape == (0, 4)
+
+
+def test_gradient_errors():
+    f = np.zeros((3, 4), np.float32)
+
+    def check(exc, *args, **kw):
+        with pytest.raises(exc) as ei:
+            fm.gradient(*args, **kw)
+        assert str(ei.value).startswith("[fastmetal.gradient] expected"), str(ei.value)
+
+    check(ValueError, np.zeros(1, np.float32))  # too few points for edge_order 1
+    check(ValueError, np.zeros((2, 5), np.float32), edge_order=2)
+    check(ValueError, np.zeros((2, 5), np.float32), axis=0, edge_order=2)
+    check(ValueError, f, edge_order=3)
+    check(ValueError, f, edge_order=0)
+    check(TypeError, f, edge_order=1.5)
+    check(TypeError, f, 1.0, 2.0, 3.0)  # wrong number of spacings
+    check(ValueError, f, np.arange(5.0), 1.0)  # coordinates of the wrong length
+    check(ValueError, f, np.zeros((3, 1)), 1.0)  # 2-D coordinates
+    check(TypeError, f, "a")
+    check(TypeError, f, np.array([1j, 2j, 3j]), 1.0)
+    check(ValueError, f, axis=2)
+    check(ValueError, f, axis=(0, -2))  # repeated axis
+    check(TypeError, f, axis=1.0)
+    check(TypeError, np.ones(3, np.complex64))
+    check(TypeError, np.array(["a", "b", "c"]))
+    with pytest.raises(IndexError):  # numpy's AxisError is both ValueError and IndexError
+        fm.gradient(f, axis=-3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+       edge_order=st.sampled_from([1, 2]), seed=st.integers(0, 2**31 - 1),
+       data=st.data())
+def test_gradient_hypothesis(shape, edge_order, seed, data):
+    shape = [max(s, edge_order + 1) for s in shape]
+    rng = np.random.default_rng(seed)
+    f = (rng.standard_normal(shape) * 10).astype(np.float32)
+    ndim = len(shape)
+    axes = data.draw(st.one_of(st.none(), st.integers(-ndim, ndim - 1),
+                               st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim,
+                                        unique=True).map(tuple)))
+    listed = list(range(ndim)) if axes is None else list(np.atleast_1d(axes))
+    kind = data.draw(st.sampled_from(["none", "scalar", "each"]))
+    if kind == "none":
+        args = ()
+    elif kind == "scalar":
+        args = (data.draw(st.sampled_from([0.1, 1.0, 3.5, -2.0])),)
+    else:
+        args = tuple(np.cumsum(rng.uniform(0.2, 1.0, shape[a])) if rng.random() < 0.5
+                     else float(rng.uniform(0.2, 2.0)) for a in listed)
+    _check_gradient(f, *args, axis=axes, edge_order=edge_order)
+
+
+# ============================================================================ derivative
+def _stencil_abs_sum(order, accuracy):
+    rows, _, _, _ = fnum._derivative_stencils(order, accuracy)
+    return max(sum(abs(float(w)) for w in weights) for _, weights in rows)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("accuracy", [2, 4, 6, 8])
+def test_derivative_weights_exact_in_rationals(order, accuracy):
+    # Every row (edges and interior) differentiates x^d exactly at its point, d <= accuracy.
+    rows, half, width, need = fnum._derivative_stencils(order, accuracy)
+    assert need == accuracy + order and len(rows) == 2 * half + 1
+    for off, weights in rows:
+        pts = range(off, off + len(weights))
+        for d in range(accuracy + 1):
+            got = sum(w * Fraction(s) ** d for w, s in zip(weights, pts))
+            exact = Fraction(math.factorial(d), math.factorial(d - order)) * 0 ** (d - order) \
+                if d >= order else 0
+            assert got == exact, (off, d)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("accuracy", [2, 4, 6, 8])
+def test_derivative_polynomials_exact(order, accuracy):
+    rng = np.random.default_rng(order * 10 + accuracy)
+    n, h = 23, 0.125
+    x = (np.arange(n) - n // 2) * h
+    for degree in range(accuracy + 1):
+        c = rng.standard_normal(degree + 1)
+        y = np.polyval(c, x).astype(np.float32)
+        exact = np.polyval(np.polyder(c, order), x) if degree >= order else np.zeros(n)
+        got = fm.derivative(y, dx=h, order=order, accuracy=accuracy)
+        assert got.shape == y.shape and got.dtype == np.float32
+        tol = (4 * EPS32 * np.abs(y).max() * _stencil_abs_sum(order, accuracy) / h**order
+               + 8 * EPS32 * np.abs(exact))
+        np.testing.assert_array_less(np.abs(got - exact), tol)
+
+
+# k*h windows (interior, edges) where truncation dominates float32 rounding by >= ~10x:
+# higher orders need coarser grids before they hit the rounding floor ~eps / (k h)^order.
+_KH_WINDOWS = {
+    (1, 2): ([0.4, 0.3, 0.2, 0.14, 0.1],) * 2,
+    (1, 4): ([0.4, 0.3, 0.2, 0.14, 0.1],) * 2,
+    (1, 6): ([0.65, 0.5, 0.4, 0.3],) * 2,
+    (1, 8): ([1.0, 0.8, 0.65, 0.5], [0.8, 0.65, 0.5, 0.4]),
+    (2, 2): ([0.3, 0.2, 0.14, 0.1],) * 2,
+    (2, 4): ([0.65, 0.5, 0.4, 0.3],) * 2,
+    (2, 6): ([0.8, 0.65, 0.5, 0.4],) * 2,
+    (2, 8): ([1.2, 1.0, 0.8, 0.65], [1.0, 0.8, 0.65, 0.5]),
+}
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("accuracy", [2, 4, 6, 8])
+def test_derivative_convergence_order(order, accuracy):
+    """Slope of log(error) against log(h) on sin(k x), inside and at the edge points."""
+    k, half = 12.0, accuracy // 2
+    for region, khs in zip(("interior", "edges"), _KH_WINDOWS[order, accuracy]):
+        hs, errs = [], []
+        for kh in khs:
+            h = kh / k
+            x = np.arange(0.0, 3.0, h)
+            y = np.sin(k * x + 0.3).astype(np.float32)
+            d = fm.derivative(y, dx=h, order=order, accuracy=accuracy).astype(np.float64)
+            exact = (k * np.cos(k * x + 0.3)) if order == 1 else (-k * k * np.sin(k * x + 0.3))
+            err = np.abs(d - exact) / k**order
+            hs.append(h)
+            errs.append(err[half:-half].max() if region == "interior"
+                        else max(err[:half].max(), err[-half:].max()))
+        slope = np.polyfit(np.log(hs), np.log(errs), 1)[0]
+        assert accuracy - 0.6 < slope < accuracy + 1.2, (region, errs, slope)
+
+
+def test_derivative_nd_axes_and_views():
+    rng = np.random.default_rng(5)
+    y = rng.standard_normal((6, 14, 5)).astype(np.float32)
+    for axis in (0, 1, 2, -1, -2):
+        for order, acc in [(1, 4), (2, 2), (1, 2), (2, 4)]:
+            if y.shape[axis] < acc + order:
+                continue
+            got = fm.derivative(y, dx=0.3, order=order, accuracy=acc, axis=axis)
+            ref = np.apply_along_axis(
+                lambda v: fm.derivative(np.ascontiguousarray(v), dx=0.3, order=order, accuracy=acc),
+                axis, y)
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-5)
+    # second-order accuracy 2 inside equals numpy's (f[i+1] - 2 f[i] + f[i-1]) / h^2
+    v = y[:, ::-1].transpose(1, 0, 2)  # negative strides, not contiguous
+    got = fm.derivative(v, dx=0.5, order=2, accuracy=2, axis=0)
+    v64 = v.astype(np.float64)
+    ref = (v64[2:] - 2 * v64[1:-1] + v64[:-2]) / 0.25
+    np.testing.assert_allclose(got[1:-1], ref, rtol=1e-5, atol=1e-4)
+    # first-order accuracy 2 equals numpy.gradient with edge_order=2
+    got = fm.derivative(v, dx=0.5, order=1, accuracy=2, axis=2)
+    np.testing.assert_allclose(got, np.gradient(v64, 0.5, axis=2, edge_order=2), rtol=1e-5, atol=1e-5)
+    a = fm.asarray(y)
+    assert isinstance(fm.derivative(a, axis=1), fm.Array)
+
+
+def test_derivative_errors():
+    y = np.zeros(20, np.float32)
+
+    def check(exc, *args, **kw):
+        with pytest.raises(exc) as ei:
+            fm.derivative(*args, **kw)
+        assert str(ei.value).startswith("[fastmetal.derivative] expected"), str(ei.value)
+
+    check(ValueError, y, order=3)
+    check(ValueError, y, order=0)
+    check(TypeError, y, order=1.0)
+    check(TypeError, y, order=True)
+    check(ValueError, y, accuracy=3)
+    check(ValueError, y, accuracy=10)
+    check(ValueError, y, dx=0.0)
+    check(ValueError, y, dx=-1.0)
+    check(ValueError, y, dx=float("nan"))
+    check(ValueError, y, dx=float("inf"))
+    check(ValueError, y, dx=np.ones(3))
+    check(TypeError, y, dx="1")
+    check(TypeError, y, dx=1j)
+    check(ValueError, np.zeros(8, np.float32), order=1, accuracy=8)  # needs 9 points
+    check(ValueError, np.zeros(9, np.float32), order=2, accuracy=8)  # needs 10 points
+    check(ValueError, np.zeros((20, 3), np.float32), accuracy=4, axis=1)
+    check(ValueError, y, axis=1)
+    check(ValueError, np.float32(1.0))
+    check(TypeError, np.ones(5, np.complex128))
+    fm.derivative(np.zeros(9, np.float32), order=1, accuracy=8)  # exactly enough points
+    fm.derivative(np.zeros(10, np.float32), order=2, accuracy=8)
+
+
+# ============================================================================ Fourier
+def _series64(x, a, b, period, m=0, chunk=2000):
+    """float64 reference: direct evaluation of the m-th derivative, in chunks."""
+    x = np.asarray(x, np.float64).ravel()
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    K = len(a) - 1
+    w = 2 * np.pi / period
+    k = np.arange(1, K + 1, dtype=np.float64)
+    out = np.full(x.shape, a[0] / 2 if m == 0 else 0.0)
+    # d^m/dx^m cos(t) = cos(t + m pi/2), sin(t) likewise; (kw)^m chain factor
+    for i in range(0, len(x), chunk):
+        ph = np.outer(x[i:i + chunk], k * w) + m * np.pi / 2
+        out[i:i + chunk] += (np.cos(ph) @ (a[1:] * (k * w) ** m)
+                             + np.sin(ph) @ (b[1:] * (k * w) ** m))
+    return out
+
+
+def _series_np32(x, a, b, period, chunk=2000):
+    """NumPy float32 evaluating the same formula (the baseline to beat)."""
+    x = np.asarray(x, np.float32).ravel()
+    a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    K = len(a) - 1
+    kw = np.arange(1, K + 1, dtype=np.float32) * np.float32(2 * np.pi / period)
+    out = np.empty(x.shape, np.float32)
+    for i in range(0, len(x), chunk):
+        ph = np.outer(x[i:i + chunk], kw)
+        out[i:i + chunk] = np.cos(ph) @ a32[1:] + np.sin(ph) @ b32[1:] + a32[0] / np.float32(2)
+    return out
+
+
+def _coefs(rng, K, decay=1.0):
+    k = np.arange(K + 1, dtype=np.float64)
+    return (rng.standard_normal(K + 1) / (1 + k) ** decay, rng.standard_normal(K + 1) / (1 + k) ** decay)
+
+
+@pytest.mark.parametrize("K,n", [(1, 20000), (10, 20000), (1000, 4000), (10000, 600)])
+@pytest.mark.parametrize("period,span", [(2 * np.pi, 100.0), (0.37, 50.0), (10.0, 1000.0)])
+def test_fourier_vs_float64(K, n, period, span):
+    rng = np.random.default_rng(K + n)
+    x = (rng.uniform(-span, span, n) * period).astype(np.float32)  # +- span periods
+    a, b = _coefs(rng, K)
+    got = fm.fourier_series(x, a, b, period=period)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    ref = _series64(x, a, b, period)
+    err = np.abs(got - ref).max()
+    err32 = np.abs(_series_np32(x, a, b, period) - ref).max()
+    scale = np.abs(a[0]) / 2 + np.abs(a[1:]).sum() + np.abs(b[1:]).sum()
+    # bounded error independent of k and |x|: a few float32 ulps of the coefficient sum
+    assert err <= 4e-6 * scale, (err, scale)
+    assert err <= err32 * 1.05 + 2 * EPS32 * scale, (err, err32)
+    g64 = got.astype(np.float64)
+    cos_sim = g64 @ ref / (np.linalg.norm(g64) * np.linalg.norm(ref))
+    assert cos_sim > 1 - 1e-10
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("K", [1, 10, 300])
+def test_fourier_derivatives(m, K):
+    rng = np.random.default_rng(m * 100 + K)
+    period = 3.0
+    x = rng.uniform(-20 * period, 20 * period, 5000).astype(np.float32)
+    a, b = _coefs(rng, K, decay=m + 1.0)
+    got = fm.fourier_series(x, a, b, period=period, derivative=m)
+    ref = _series64(x, a, b, period, m=m)
+    k = np.arange(1, K + 1)
+    scale = ((np.abs(a[1:]) + np.abs(b[1:])) * (k * 2 * np.pi / period) ** m).sum()
+    assert np.abs(got - ref).max() <= 4e-6 * scale
+    # and it is the derivative of the m-1-th: check with a centred difference in float64
+    if K <= 10:
+        xs = np.linspace(-1, 1, 50)
+        h = 1e-3
+        lo = _series64(xs - h, a, b, period, m=m - 1)
+        hi = _series64(xs + h, a, b, period, m=m - 1)
+        np.testing.assert_allclose(_series64(xs, a, b, period, m=m), (hi - lo) / (2 * h),
+                                   rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_fourier_small_x_not_worse_than_numpy32():
+    # near x = 0 NumPy float32 is at its best (tiny phases); we must not lose there either
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, 20000).astype(np.float32)
+    for K in (1, 3, 10):
+        a, b = _coefs(rng, K)
+        ref = _series64(x, a, b, 2 * np.pi)
+        err = np.abs(fm.fourier_series(x, a, b) - ref).max()
+        err32 = np.abs(_series_np32(x, a, b, 2 * np.pi) - ref).max()
+        scale = np.abs(a).sum() + np.abs(b).sum()
+        assert err <= err32 * 1.05 + 2 * EPS32 * scale, (K, err, err32)
+
+
+def test_fourier_shapes_dtypes_special_values():
+    a, b = np.array([1.0, 0.5, 0.25]), np.array([0.0, -0.5, 2.0])
+    x2 = np.linspace(-5, 5, 37 * 3, dtype=np.float32).reshape(37, 3)
+    got = fm.fourier_series(x2, a, b)
+    assert got.shape == (37, 3)
+    np.testing.assert_allclose(got.ravel(), _series64(x2, a, b, 2 * np.pi), atol=3e-6)
+    # strided and negative-stride views, float64 and int x (converted to float32)
+    v = x2[::-2, ::-1]
+    np.testing.assert_allclose(fm.fourier_series(v, a, b).ravel(), _series64(v, a, b, 2 * np.pi),
+                               atol=3e-6)
+    xi = np.arange(-50, 50)
+    np.testing.assert_allclose(fm.fourier_series(xi, a, b), _series64(xi, a, b, 2 * np.pi), atol=3e-6)
+    # 0-d, empty, constant-only series, b[0] ignored
+    assert fm.fourier_series(np.float32(0.5), a, b).shape == ()
+    assert fm.fourier_series(np.zeros((0, 3), np.float32), a, b).shape == (0, 3)
+    np.testing.assert_array_equal(fm.fourier_series(x2, [3.0], [7.0]), np.float32(1.5))
+    np.testing.assert_allclose(fm.fourier_series(x2, a, b + np.array([9.0, 0, 0])), got)
+    # non-finite x -> NaN (as cos(inf) in NumPy); Array in -> Array out
+    s = fm.fourier_series(np.array([np.inf, -np.inf, np.nan, 0.0], np.float32), a, b)
+    assert np.isnan(s[:3]).all() and np.isfinite(s[3])
+    # huge |x| (no meaningful phase left in float32): finite and bounded, never a crash
+    big = fm.fourier_series(np.array([1e30, -3e38, 3e38, 2.0**60], np.float32), a, b)
+    assert np.isfinite(big).all() and np.abs(big).max() <= (np.abs(a).sum() + np.abs(b).sum()) * 1.01
+    xa = fm.asarray(np.linspace(0, 1, 100, dtype=np.float32))
+    r = fm.fourier_series(xa, a, b)
+    assert isinstance(r, fm.Array)
+    np.testing.assert_allclose(np.asarray(r), _series64(np.asarray(xa), a, b, 2 * np.pi), atol=3e-6)
+    # float16 x computes in float32 and returns float32; Array coefficients -> Array result
+    xh = np.linspace(-3, 3, 50).astype(np.float16)
+    rh = fm.fourier_series(xh, a, b)
+    assert rh.dtype == np.float32
+    np.testing.assert_allclose(rh, _series64(xh.astype(np.float32), a, b, 2 * np.pi), atol=3e-6)
+    ra = fm.fourier_series(xh, fm.asarray(a.astype(np.float32)), b)
+    assert isinstance(ra, fm.Array)
+    np.testing.assert_allclose(np.asarray(ra), rh, atol=1e-6)
+    # sizes that are not a multiple of the CPU lane count (tail samples)
+    for n in (1, 63, 64, 65, 129, 1000):
+        xs = np.linspace(-3, 7, n, dtype=np.float32)
+        np.testing.assert_allclose(fm.fourier_series(xs, a, b), _series64(xs, a, b, 2 * np.pi),
+                                   atol=3e-6)
+
+
+def test_fourier_errors():
+    x = np.zeros(4, np.float32)
+    a = b = np.ones(3)
+
+    def check(exc, *args, **kw):
+        with pytest.raises(exc) as ei:
+            fm.fourier_series(*args, **kw)
+        assert str(ei.value).startswith("[fastmetal.fourier_series] expected"), str(ei.value)
+
+    check(ValueError, x, np.ones(3), np.ones(4))
+    check(ValueError, x, [], [])
+    check(ValueError, x, np.ones((2, 2)), np.ones((2, 2)))
+    check(TypeError, x, np.ones(3, complex), b)
+    check(TypeError, x, a, ["u", "v", "w"])
+    check(ValueError, x, a, b, period=0.0)
+    check(ValueError, x, a, b, period=-1.0)
+    check(ValueError, x, a, b, period=float("inf"))
+    check(ValueError, x, a, b, period=float("nan"))
+    check(TypeError, x, a, b, period="1")
+    check(ValueError, x, np.zeros((1 << 24) + 2), np.zeros((1 << 24) + 2))  # k must be exact
+    check(ValueError, x, a, b, period=1e-40)
+    check(ValueError, x, a, b, period=1e40)
+    check(ValueError, x, a, b, derivative=-1)
+    check(TypeError, x, a, b, derivative=1.0)
+    check(TypeError, x, a, b, derivative=True)
+    check(TypeError, np.ones(3, np.complex64), a, b)
+
+
+@settings(max_examples=25, deadline=None)
+@given(K=st.integers(0, 40), m=st.integers(0, 3), seed=st.integers(0, 2**31 - 1),
+       period=st.floats(0.05, 100.0), span=st.floats(0.0, 300.0), n=st.integers(1, 300))
+def test_fourier_hypothesis(K, m, seed, period, span, n):
+    rng = np.random.default_rng(seed)
+    x = (rng.uniform(-span, span, n) * period).astype(np.float32)
+    a, b = _coefs(rng, K, decay=m + 1.0)
+    got = fm.fourier_series(x, a, b, period=period, derivative=m)
+    ref = _series64(x, a, b, period, m=m)
+    k = np.arange(1, K + 1)
+    scale = (np.abs(a[0]) / 2 if m == 0 else 0.0) + \
+        ((np.abs(a[1:]) + np.abs(b[1:])) * (k * 2 * np.pi / period) ** m).sum()
+    assert np.abs(got - ref).max() <= 4e-6 * scale + 1e-30
