@@ -34,17 +34,6 @@
 #include "conv2d_args.h"
 using namespace metal;
 
-// Helpers called by the kernels: device functions on CUDA, inlined on the CPU. fm_kernel.h
-// defines FM_FUNC from the commit that introduced it on; this copy covers older trees.
-#ifndef FM_FUNC
-#if defined(__METAL_VERSION__)
-#define FM_FUNC inline
-#elif defined(__CUDACC__)
-#define FM_FUNC __device__ __forceinline__
-#else
-#define FM_FUNC inline __attribute__((always_inline))
-#endif
-#endif
 
 // ---------------------------------------------------------------- problem descriptions
 // Each problem says, for group g: the GEMM sizes, how to read A[m][k] and B[k][c] (zero

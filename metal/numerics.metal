@@ -10,17 +10,6 @@
 #include "numerics_args.h"
 using namespace metal;
 
-// Helpers called by kernels: inlined on the CPU (or the lane loops do not vectorise), device
-// functions on CUDA. fm_kernel.h defines FM_FUNC on newer trees; this is the same definition.
-#ifndef FM_FUNC
-#if defined(__METAL_VERSION__)
-#define FM_FUNC inline
-#elif defined(__CUDACC__)
-#define FM_FUNC __device__ __forceinline__
-#else
-#define FM_FUNC inline __attribute__((always_inline))
-#endif
-#endif
 
 // ---------------------------------------------------------------------------- stencils
 // The output is contiguous with shape (outer..., n, inner...). Each point subtracts f[i]

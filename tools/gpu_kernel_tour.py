@@ -75,7 +75,9 @@ def main(argv=None) -> int:
              dict(N=1, Ci=4, Co=8, H=10, W=13, k=(3, 2), stride=2, padding=(1, 0), dilation=1, groups=2),
              dict(N=2, Ci=6, Co=6, H=9, W=9, k=(3, 3), stride=1, padding="same", dilation=2, groups=6),
              dict(N=3, Ci=16, Co=24, H=12, W=12, k=(1, 1), stride=1, padding=0, dilation=1, groups=1),
-             dict(N=2, Ci=8, Co=4, H=14, W=14, k=(4, 4), stride=1, padding="same", dilation=1, groups=1)]
+             dict(N=2, Ci=8, Co=4, H=14, W=14, k=(4, 4), stride=1, padding="same", dilation=1, groups=1),
+             dict(N=4, Ci=40, Co=48, H=13, W=11, k=(3, 3), stride=1, padding=1, dilation=1, groups=1),
+             dict(N=2, Ci=64, Co=80, H=17, W=15, k=(3, 3), stride=2, padding=1, dilation=1, groups=1)]
     for c in cases:
         xin = rng.standard_normal((c["N"], c["Ci"], c["H"], c["W"])).astype(np.float32)
         w = rng.standard_normal((c["Co"], c["Ci"] // c["groups"], *c["k"])).astype(np.float32)

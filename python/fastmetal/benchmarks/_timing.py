@@ -58,7 +58,8 @@ def machine_summary() -> str:
         pass
     parts = [f"{cpu}, {os.cpu_count()} cores", f"fastmetal {fm.__version__} "
              f"(default device {fm.default_device()}, CPU ISA {fm._core._cpu_isa()}, "
-             f"{fm._core._num_threads()} threads)", f"numpy {np.__version__}"]
+             f"{fm._core._num_threads()} threads, CPU conv path {fm._core._cpu_conv_path()})",
+             f"numpy {np.__version__}"]
     torch = torch_or_none()
     if torch is not None:
         parts.append(f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
