@@ -184,7 +184,11 @@ def run_derivative(samples, K, budget, rng):
 
 
 def plot(rows, path):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"# --plot {path}: matplotlib is not installed (pip install 'fastmetal[bench]')")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.2))
