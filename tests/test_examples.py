@@ -16,3 +16,8 @@ def load(name):
 def test_small_cnn_learns_the_stripes_task(capsys):
     accuracy = load("train_small_cnn").main(["--steps", "120"])
     assert accuracy > 0.9, capsys.readouterr().out
+
+
+def test_fourier_then_differentiate_is_accurate():
+    analytic_error = load("fourier_then_differentiate").main(["--terms", "200", "--samples", "20000"])
+    assert analytic_error < 1e-4
