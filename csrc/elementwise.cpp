@@ -19,7 +19,10 @@ bool all_zero(const Strides& s) {
 bool unit(const Strides& s) { return s.size() == 1 && s[0] == 1; }
 
 std::string kernel_name(const char* kind, const char* layout, const std::string& op, DType t) {
-  return std::string(kind) + "_" + layout + "_" + op + "_" + dtype_name(t);
+  std::string name;
+  name.reserve(64);  // one allocation: this runs on every call
+  name.append(kind).append("_").append(layout).append("_").append(op).append("_").append(dtype_name(t));
+  return name;
 }
 
 // 1-D launch over n contiguous elements, in pieces if n does not fit a 32-bit grid.
@@ -81,12 +84,19 @@ void launch_strided(Backend& be, const std::string& kernel, std::vector<KernelAr
 void launch_unary(const std::string& op, const Array& x, const Array& out) {
   if (out.size() == 0) return;
   Backend& be = out.backend();
+  const std::size_t item = itemsize(out.dtype);
+  if (x.shape == out.shape && x.contiguous() && out.contiguous()) {  // the common case, directly
+    launch_contiguous(be, kernel_name("unary", "v", op, out.dtype),
+                      {KernelArg::buffer(x.storage, x.byte_offset()),
+                       KernelArg::buffer(out.storage, out.byte_offset())},
+                      {item, item}, out.size());
+    return;
+  }
   Shape shape = out.shape;
   Strides xs = broadcast_strides(x.shape, x.strides, shape), os = out.strides;
   merge_dims(shape, {&xs, &os});
   std::vector<KernelArg> args = {KernelArg::buffer(x.storage, x.byte_offset()),
                                  KernelArg::buffer(out.storage, out.byte_offset())};
-  const std::size_t item = itemsize(out.dtype);
   if (shape.empty() || (unit(xs) && unit(os))) {
     launch_contiguous(be, kernel_name("unary", "v", op, out.dtype), args, {item, item},
                       numel(shape));
@@ -99,6 +109,16 @@ void launch_unary(const std::string& op, const Array& x, const Array& out) {
 void launch_binary(const std::string& op, const Array& x, const Array& y, const Array& out) {
   if (out.size() == 0) return;
   Backend& be = out.backend();
+  if (x.shape == out.shape && y.shape == out.shape && x.contiguous() && y.contiguous() &&
+      out.contiguous()) {  // the common case, directly
+    const std::size_t item = itemsize(out.dtype);
+    launch_contiguous(be, kernel_name("binary", "v", op, out.dtype),
+                      {KernelArg::buffer(x.storage, x.byte_offset()),
+                       KernelArg::buffer(y.storage, y.byte_offset()),
+                       KernelArg::buffer(out.storage, out.byte_offset())},
+                      {item, item, item}, out.size());
+    return;
+  }
   Shape shape = out.shape;
   Strides xs = broadcast_strides(x.shape, x.strides, shape);
   Strides ys = broadcast_strides(y.shape, y.strides, shape);

@@ -25,8 +25,14 @@ struct Storage {
   // Where wrap_host had to copy instead of sharing memory: the user's memory, so that
   // results written here can be copied back (see Backend::wrap_host).
   void* copied_from = nullptr;
-  // Returns the memory to its pool, or drops the wrapped owner. Runs when the last
-  // reference goes; owners of Python memory take the GIL themselves.
+  // Bytes actually allocated (the pool's size class), for returning the block.
+  std::size_t capacity = 0;
+  // Keeps wrapped user memory alive as long as this storage (owners of Python memory
+  // take the GIL themselves when they let go).
+  std::shared_ptr<void> owner;
+  // Returns the memory to its pool. Runs when the last reference goes. Keep captures to
+  // two pointers (e.g. the backend and this Storage): std::function then stores them
+  // without a heap allocation, and this runs on every op call.
   std::function<void()> release;
 
   Storage() = default;

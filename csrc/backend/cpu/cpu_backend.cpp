@@ -43,7 +43,9 @@ class CpuBackend final : public Backend {
     s->backend = this;
     s->host = b.host;
     s->nbytes = nbytes;
-    s->release = [this, b] { pool_.give_back(b); };
+    s->capacity = b.size;
+    Storage* self = s.get();
+    s->release = [this, self] { pool_.give_back({self->host, self->handle, self->capacity}); };
     return s;
   }
 
@@ -52,7 +54,7 @@ class CpuBackend final : public Backend {
     s->backend = this;
     s->host = ptr;
     s->nbytes = nbytes;
-    s->release = [owner = std::move(owner)]() mutable { owner.reset(); };
+    s->owner = std::move(owner);
     return s;
   }
 
@@ -60,7 +62,9 @@ class CpuBackend final : public Backend {
               const std::vector<KernelArg>& args) override {
     const KernelInfo* info = kernel_table().find(kernel);
     if (info == nullptr) throw BackendError("[fastmetal] no CPU kernel named '" + kernel + "'");
-    std::vector<void*> ptrs(args.size());
+    constexpr std::size_t kMaxArgs = 32;
+    if (args.size() > kMaxArgs) throw BackendError("[fastmetal] too many kernel arguments for '" + kernel + "'");
+    void* ptrs[kMaxArgs];
     for (std::size_t i = 0; i < args.size(); ++i)
       ptrs[i] = args[i].storage ? static_cast<char*>(args[i].storage->host) + args[i].offset
                                 : const_cast<void*>(args[i].bytes);
@@ -75,12 +79,16 @@ class CpuBackend final : public Backend {
     std::uint64_t tasks = std::min<std::uint64_t>(4 * std::uint64_t(pool.num_threads()),
                                                   std::max<std::uint64_t>(1, total / kMinThreadsPerTask));
     if (pool.num_threads() == 1) tasks = 1;
-    void* const* a = ptrs.data();
+    void* const* a = ptrs;
 
     if (info->mode == Mode::grid) {
-      // Split along the outermost axis that has enough extent; keep x chunks whole cache lines.
       L.lo = uvec3{0, 0, 0};
       L.hi = L.grid;
+      if (tasks == 1) {  // small launch: run here, no pool round trip
+        info->fn(L, a);
+        return;
+      }
+      // Split along the outermost axis that has enough extent; keep x chunks whole cache lines.
       int axis = L.grid.z >= tasks ? 2 : (L.grid.z == 1 && L.grid.y >= tasks ? 1 : 0);
       const std::uint32_t extent = axis == 2 ? L.grid.z : axis == 1 ? L.grid.y : L.grid.x;
       tasks = std::min<std::uint64_t>(tasks, extent);
