@@ -30,7 +30,9 @@ struct ThreadPool::Job {
   std::mutex mu;
   std::condition_variable finished;
   std::exception_ptr error;
-  int workers_inside = 0;  // guarded by the pool's mutex; the caller waits for 0
+  // Workers currently inside run_some: raised under the pool's mutex (so a worker never
+  // enters a job its caller has already retired), lowered without it.
+  std::atomic<int> workers_inside{0};
 };
 
 int default_num_threads() {
@@ -110,14 +112,10 @@ void ThreadPool::worker_loop() {
         queued_.fetch_sub(1);
         continue;
       }
-      ++job->workers_inside;
+      job->workers_inside.fetch_add(1);
     }
     run_some(*job);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --job->workers_inside;
-    }
-    left_cv_.notify_all();
+    job->workers_inside.fetch_sub(1, std::memory_order_release);
   }
 }
 
@@ -137,7 +135,13 @@ void ThreadPool::parallel_for(std::int64_t n, const std::function<void(std::int6
   }
   cv_.notify_all();
   run_some(job);
-  {
+  // Short jobs finish within microseconds of each other: spin a little before sleeping,
+  // since a futex wake-up costs more than the work of a small launch.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+  while (job.done.load(std::memory_order_acquire) != job.n &&
+         std::chrono::steady_clock::now() < spin_until)
+    cpu_relax();
+  if (job.done.load() != job.n) {
     std::unique_lock<std::mutex> lock(job.mu);
     job.finished.wait(lock, [&] { return job.done.load() == job.n; });
   }
@@ -150,8 +154,9 @@ void ThreadPool::parallel_for(std::int64_t n, const std::function<void(std::int6
         queued_.fetch_sub(1);
         break;
       }
-    left_cv_.wait(lock, [&] { return job.workers_inside == 0; });
   }
+  // A worker that ran the last index may still be leaving run_some.
+  while (job.workers_inside.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   if (job.error) std::rethrow_exception(job.error);
 }
 

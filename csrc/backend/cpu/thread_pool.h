@@ -32,7 +32,6 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::condition_variable left_cv_;  // a worker left a job
   std::deque<Job*> queue_;
   bool stop_ = false;
   std::atomic<bool> stop_flag_{false};  // stop_, readable without the mutex
