@@ -111,7 +111,7 @@ def _gradient_table(h, n: int, edge_order: int):
     an axis of n points with spacing h: a float (uniform) or the n - 1 coordinate steps."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if np.ndim(h) == 0:
-            h = float(h)
+            h = np.float64(h)  # zero spacing gives inf/nan as in numpy.gradient, not ZeroDivisionError
             if edge_order == 1:
                 left, right, right_off = [-1.0 / h, 1.0 / h, 0.0], [-1.0 / h, 1.0 / h, 0.0], -1
             else:
