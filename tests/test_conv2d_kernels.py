@@ -1,0 +1,152 @@
+"""The MSL kernels of metal/conv2d.metal, run on the CPU through the generated entries (the
+GEMM and reduction kernels under the fiber emulator, in random thread orders and with
+threadgroup sizes that do not divide the tiles): the oracle for the Metal kernels."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import fastmetal as fm
+from fastmetal import _core
+
+from conv_reference import make_problem, check_forward, check_backward
+
+
+@pytest.fixture
+def kernel_path():
+    """Run conv2d through the MSL kernels (emulated on the CPU) inside the test."""
+    saved_path, saved_group = _core._cpu_conv_path(), _core._conv_group_size()
+    saved_seed = os.environ.get("FASTMETAL_EMULATOR_SEED")
+    _core._set_cpu_conv_path("kernels")
+    yield
+    _core._set_cpu_conv_path(saved_path)
+    _core._set_conv_group_size(saved_group)
+    if saved_seed is None:
+        os.environ.pop("FASTMETAL_EMULATOR_SEED", None)
+    else:
+        os.environ["FASTMETAL_EMULATOR_SEED"] = saved_seed
+
+
+# ----------------------------------------------------------------------------- MSL kernels
+def test_conv_kernels_are_built():
+    for name in ("conv2d_forward_64x64", "conv2d_forward_32x64", "conv2d_forward_direct",
+                 "conv2d_backward_input_64x64", "conv2d_backward_input_32x64",
+                 "conv2d_backward_input_direct", "conv2d_backward_weight_64x64",
+                 "conv2d_backward_weight_32x64", "conv2d_backward_weight_reduce",
+                 "conv2d_sum_splits", "conv2d_backward_bias"):
+        assert _core._has_kernel("cpu", name), name
+
+
+# Configurations that reach every kernel: GEMMs with 32- and 64-row tiles (C_out/groups or
+# C_in/groups above 32), split-K weight gradients (long N*H_out*W_out), direct kernels and
+# reductions (depthwise).
+KERNEL_CASES = [
+    ((2, 6, 9, 9), (10, 6, 3, 3), dict(padding=1)),                       # 32-row GEMMs
+    ((1, 36, 5, 6), (40, 36, 2, 3), dict(padding="same")),                # 64-row GEMMs
+    ((3, 6, 12, 11), (8, 3, 3, 2), dict(stride=(2, 3), dilation=(2, 1), groups=2)),
+    ((2, 8, 14, 14), (6, 8, 1, 1), dict()),                               # split-K, 1x1
+    ((2, 5, 7, 8), (5, 1, 3, 3), dict(padding=(1, 2), groups=5)),         # depthwise
+    ((1, 3, 6, 5), (9, 1, 2, 2), dict(padding="same", dilation=2, groups=3)),  # multiplier 3
+    ((4, 7, 5, 5), (2, 7, 3, 3), dict(stride=2)),                         # C_out < 5: direct
+]
+
+
+@pytest.mark.parametrize("case", range(len(KERNEL_CASES)))
+@pytest.mark.parametrize("threads,seed", [(256, 1), (37, 2), (64, 3), (300, 4), (1, 5)])
+def test_msl_kernels_under_the_emulator(kernel_path, case, threads, seed):
+    xshape, wshape, kw = KERNEL_CASES[case]
+    if threads == 1 and np.prod(wshape) > 2000:
+        pytest.skip("one thread per group: only the small cases (slow under the emulator)")
+    _core._set_conv_group_size(threads)
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    r = np.random.default_rng(100 * case + seed)
+    x = r.standard_normal(xshape).astype(np.float32)
+    w = r.standard_normal(wshape).astype(np.float32)
+    b = r.standard_normal(wshape[0]).astype(np.float32)
+    assert _core._cpu_conv_path() == "kernels"
+    check_forward(x, w, b, kw)
+    check_forward(x, w, None, kw)
+    check_backward(x, w, kw, r)
+
+
+def test_msl_reductions_for_any_group_size(kernel_path):
+    # threadgroup memory outlives a launch on the CPU: a large group first leaves every
+    # slot written, so a reduction that read slots its own group never wrote would fail.
+    r = np.random.default_rng(10)
+    x = r.standard_normal((2, 5, 9, 10)).astype(np.float32)
+    w = r.standard_normal((5, 1, 3, 3)).astype(np.float32)
+    kw = dict(groups=5, padding=(0, 1))
+    for i, threads in enumerate([1024, 37, 1000, 5, 129, 1, 2048]):
+        _core._set_conv_group_size(threads)
+        os.environ["FASTMETAL_EMULATOR_SEED"] = str(i)
+        check_backward(x, w, kw, r, needs=("weight", "bias"))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_msl_kernels_random_configs(kernel_path, seed):
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    _core._set_conv_group_size([0, 48, 100, 129][seed % 4])
+    x, w, b, kw, r = make_problem(2000 + seed, small=True)
+    check_forward(x, w, b, kw)
+    check_backward(x, w, kw, r)
+
+
+def test_msl_kernels_match_fast_path(kernel_path):
+    r = np.random.default_rng(11)
+    x = r.standard_normal((2, 12, 10, 10)).astype(np.float32)
+    w = r.standard_normal((16, 6, 3, 3)).astype(np.float32)
+    b = r.standard_normal(16).astype(np.float32)
+    kw = dict(padding=1, groups=2)
+    y_k = fm.conv2d(x, w, b, **kw)
+    g_k = fm.conv2d_backward(np.ones_like(y_k), x, w, **kw)
+    _core._set_cpu_conv_path("fast")
+    y_f = fm.conv2d(x, w, b, **kw)
+    g_f = fm.conv2d_backward(np.ones_like(y_f), x, w, **kw)
+    np.testing.assert_allclose(y_k, y_f, rtol=1e-5, atol=1e-4)
+    for a, bb in zip(g_k, g_f):
+        np.testing.assert_allclose(a, bb, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("path", ["fast", "kernels"])
+def test_python_threads_calling_at_once(kernel_path, path):
+    """The GIL is released while computing: concurrent calls give the serial results."""
+    import threading
+    _core._set_cpu_conv_path(path)
+    r = np.random.default_rng(13)
+    cases = []
+    for i in range(4):
+        x = r.standard_normal((2, 6, 9, 8)).astype(np.float32)
+        w = r.standard_normal((8 if i % 2 else 2, 6 // (1 + i % 2), 3, 3)).astype(np.float32)
+        kw = dict(padding=1, groups=1 + i % 2)
+        cases.append((x, w, kw))
+    run = lambda x, w, kw: (fm.conv2d(x, w, **kw),  # noqa: E731
+                            *fm.conv2d_backward(np.ones((2, w.shape[0], 9, 8), np.float32),
+                                                x, w, **kw))
+    expected = [run(*c) for c in cases]
+    errors = []
+
+    def worker(t):
+        try:
+            for it in range(3):
+                i = (t + it) % len(cases)
+                for got, want in zip(run(*cases[i]), expected[i]):
+                    if not np.array_equal(got, want):
+                        errors.append((t, it))
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_private_switches_validate():
+    with pytest.raises(ValueError, match="expected 'fast' or 'kernels'"):
+        _core._set_cpu_conv_path("gpu")
+    with pytest.raises(ValueError, match="expected 0..4096"):
+        _core._set_conv_group_size(-1)
