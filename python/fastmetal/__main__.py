@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import time
 
 import numpy as np
 
@@ -17,82 +16,62 @@ import fastmetal as fm
 BENCHMARKS = ("elementwise", "fourier", "conv2d")
 
 
-def _timed(fn, repeats=5):
-    fn()
-    best = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best.append(time.perf_counter() - t0)
-    return float(np.median(best))
+def _fourier_case(rng):
+    t = np.linspace(-20, 20, 100_000).astype(np.float32)
+    k = np.arange(1000)
+    a = (1.0 / (1 + k)).astype(np.float32)
+    b = (0.5 / (1 + k)).astype(np.float32)
+    tt = t.astype(np.float64)
+    ref = a[0] / 2 + sum(a[j] * np.cos(j * tt) + b[j] * np.sin(j * tt) for j in range(1, 1000))
+
+    def numpy32():  # the same formula, chunked over terms
+        out = np.full(t.shape, a[0] / 2, np.float32)
+        for s in range(1, 1000, 100):
+            e = min(s + 100, 1000)
+            ph = np.arange(s, e, dtype=np.float32)[:, None] * t[None, :]
+            out += (a[s:e, None] * np.cos(ph) + b[s:e, None] * np.sin(ph)).sum(0)
+        return out
+    return lambda: fm.fourier_series(t, a, b), ref, numpy32, "numpy"
+
+
+def _conv_case(rng):
+    x = rng.standard_normal((64, 32, 26, 26)).astype(np.float32)
+    w = (rng.standard_normal((64, 32, 3, 3)) * 0.1).astype(np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view
+    ref = np.einsum("nchwij,ocij->nohw", windows(x.astype(np.float64), (3, 3), axis=(2, 3)),
+                    w.astype(np.float64))
+    return (lambda: fm.conv2d(x, w), ref,
+            lambda: np.einsum("nchwij,ocij->nohw", windows(x, (3, 3), axis=(2, 3)), w, optimize=True),
+            "numpy einsum")
 
 
 def demo() -> int:
-    from fastmetal.benchmarks._timing import fmt_time, machine_summary
+    """Check each headline op against a float64 reference and time it against NumPy."""
+    from fastmetal.benchmarks._timing import fmt_time, machine_summary, median_time
     print(f"fastmetal {fm.__version__}")
     print(f"devices: {fm.devices()} (default: {fm.default_device()}; "
           f"set FASTMETAL_DEVICE or fastmetal.set_default_device to choose)")
     print(f"machine: {machine_summary()}\n")
     rng = np.random.default_rng(0)
+    x = rng.standard_normal(2**22).astype(np.float32)
+    m, row = x.reshape(4096, 1024), x[:1024].copy()
+    cases = {
+        "sigmoid, 2^22 elements": (lambda: fm.sigmoid(x), 1 / (1 + np.exp(-x.astype(np.float64))),
+                                   lambda: 1 / (1 + np.exp(-x)), "numpy"),
+        "broadcast add, 4096x1024 + 1024": (lambda: fm.add(m, row), m.astype(np.float64) + row,
+                                            lambda: m + row, "numpy"),
+        "fourier_series, 1e5 samples, K=1000": _fourier_case(rng),
+        "conv2d, 64x32x26x26 * 64x32x3x3": _conv_case(rng),
+    }
+    print("headline operations (checked against NumPy float64, timed against NumPy float32):")
     failures = 0
-
-    def report(name, ours, ref_fn, err, t_fm, t_ref, ref_name):
-        nonlocal failures
+    for name, (ours, ref, peer, peer_name) in cases.items():
+        err = float(np.max(np.abs(np.asarray(ours(), np.float64) - ref)) / np.max(np.abs(ref)))
         ok = err < 1e-4
         failures += not ok
-        print(f"  {name:<34} max rel err {err:.1e} {'ok ' if ok else 'BAD'}  "
-              f"fastmetal {fmt_time(t_fm):>10}  {ref_name} {fmt_time(t_ref):>10}  ({t_ref / t_fm:.1f}x)")
-
-    print("headline operations (checked against NumPy float64, timed against NumPy float32):")
-    x = rng.standard_normal(2**22).astype(np.float32)
-    got = fm.sigmoid(x)
-    ref = 1 / (1 + np.exp(-x.astype(np.float64)))
-    report("sigmoid, 2^22 elements", got, None, float(np.max(np.abs(got - ref) / np.abs(ref))),
-           _timed(lambda: fm.sigmoid(x)), _timed(lambda: 1 / (1 + np.exp(-x))), "numpy")
-    m = x.reshape(4096, 1024)
-    row = x[:1024].copy()
-    got = fm.add(m, row)
-    ref = m.astype(np.float64) + row
-    report("broadcast add, 4096x1024 + 1024", got, None,
-           float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-30))),
-           _timed(lambda: fm.add(m, row)), _timed(lambda: m + row), "numpy")
-
-    try:
-        t = np.linspace(-20, 20, 100_000).astype(np.float32)
-        k = np.arange(1000)
-        a = (1.0 / (1 + k)).astype(np.float32)
-        b = (0.5 / (1 + k)).astype(np.float32)
-        got = fm.fourier_series(t, a, b)
-        tt = t.astype(np.float64)
-        ref = a[0] / 2 + sum(a[j] * np.cos(j * tt) + b[j] * np.sin(j * tt) for j in range(1, 1000))
-        err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
-
-        def np32():
-            out = np.full(t.shape, a[0] / 2, np.float32)
-            for s in range(0, 1000, 100):
-                kk = np.arange(max(s, 1), s + 100, dtype=np.float32)[:, None]
-                ph = kk * t[None, :]
-                out += (a[max(s, 1):s + 100, None] * np.cos(ph) + b[max(s, 1):s + 100, None] * np.sin(ph)).sum(0)
-            return out
-        report("fourier_series, 1e5 samples, K=1000", got, None, err,
-               _timed(lambda: fm.fourier_series(t, a, b), 3), _timed(np32, 1), "numpy")
-    except NotImplementedError as e:
-        print(f"  fourier_series: {e}")
-
-    try:
-        xin = rng.standard_normal((64, 32, 26, 26)).astype(np.float32)
-        w = (rng.standard_normal((64, 32, 3, 3)) * 0.1).astype(np.float32)
-        got = fm.conv2d(xin, w)
-        # float64 reference through im2col
-        cols = np.lib.stride_tricks.sliding_window_view(xin.astype(np.float64), (3, 3), axis=(2, 3))
-        ref = np.einsum("nchwij,ocij->nohw", cols, w.astype(np.float64))
-        err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
-        report("conv2d, 64x32x26x26 * 64x32x3x3", got, None, err,
-               _timed(lambda: fm.conv2d(xin, w), 3),
-               _timed(lambda: np.einsum("nchwij,ocij->nohw", np.lib.stride_tricks.sliding_window_view(
-                   xin, (3, 3), axis=(2, 3)), w, optimize=True), 1), "numpy einsum")
-    except NotImplementedError as e:
-        print(f"  conv2d: {e}")
+        t_fm, t_peer = median_time(ours, 0.2, min_repeats=3), median_time(peer, 0.2, min_repeats=1)
+        print(f"  {name:<36} max rel err {err:.1e} {'ok ' if ok else 'BAD'}  fastmetal "
+              f"{fmt_time(t_fm):>10}  {peer_name} {fmt_time(t_peer):>10}  ({t_peer / t_fm:.1f}x)")
     print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d]")
     return 1 if failures else 0
 
