@@ -2,52 +2,13 @@
 // array into the kernel's parameter types and loop over thread positions. Everything
 // here is a template the compiler inlines, so a grid-mode kernel becomes one plain loop.
 #pragma once
-#include <tuple>
-#include <type_traits>
-
+#include "../kernel_params.h"
 #include "kernel_table.h"
 
 namespace fm::cpu {
 
-template <typename F>
-struct params_of;
-template <typename R, typename... A>
-struct params_of<R (*)(A...)> {
-  using type = std::tuple<A...>;
-};
-template <typename F, std::size_t I>
-using param_t = std::tuple_element_t<I, typename params_of<F>::type>;
-
-// A buffer argument: pointer parameters get the pointer, reference (and by-value)
-// parameters the object it points to.
-template <typename F, std::size_t I>
-inline decltype(auto) arg(void* p) {
-  using P = param_t<F, I>;
-  if constexpr (std::is_pointer_v<P>) {
-    return static_cast<P>(p);
-  } else {
-    using V = std::remove_reference_t<P>;
-    return *static_cast<V*>(p);
-  }
-}
-
-// A builtin argument: uint takes x, uint2 (x, y), uint3 (x, y, z).
-template <typename F, std::size_t I>
-inline auto builtin(const uvec3& v) {
-  using P = std::remove_cv_t<std::remove_reference_t<param_t<F, I>>>;
-  if constexpr (std::is_integral_v<P>) {
-    return static_cast<P>(v.x);
-  } else if constexpr (sizeof(P) == 2 * sizeof(v.x)) {
-    return P(v.x, v.y);
-  } else {
-    return P(v.x, v.y, v.z);
-  }
-}
-template <typename F, std::size_t I>
-inline auto builtin(std::uint32_t v) {
-  using P = std::remove_cv_t<std::remove_reference_t<param_t<F, I>>>;
-  return static_cast<P>(v);
-}
+using kernel_params::arg;
+using kernel_params::builtin;
 
 template <typename Fn>
 inline void run_grid(const Launch& L, Fn&& f) {

@@ -1,9 +1,8 @@
 // Device-side helpers of the generated CUDA wrappers: Metal's builtins from CUDA's indices
 // and typed kernel arguments (the CUDA counterpart of backend/cpu/fm_cpu_entry.h).
 #pragma once
-#include <tuple>
-#include <type_traits>
-
+#define FM_ENTRY_FN __device__ __forceinline__
+#include "../kernel_params.h"
 #include "cuda_kernel_table.h"
 
 namespace fm::cudak {
@@ -32,41 +31,7 @@ __device__ __forceinline__ ThreadIds thread_ids(const Dims& d) {
   return t;
 }
 
-template <typename F>
-struct params_of;
-template <typename R, typename... A>
-struct params_of<R (*)(A...)> {
-  using type = std::tuple<A...>;
-};
-template <typename F, std::size_t I>
-using param_t = std::tuple_element_t<I, typename params_of<F>::type>;
-
-template <typename F, std::size_t I>
-__device__ __forceinline__ decltype(auto) arg(void* p) {
-  using P = param_t<F, I>;
-  if constexpr (std::is_pointer_v<P>) {
-    return static_cast<P>(p);
-  } else {
-    using V = std::remove_reference_t<P>;
-    return *static_cast<V*>(p);
-  }
-}
-
-template <typename F, std::size_t I>
-__device__ __forceinline__ auto builtin(const u3& v) {
-  using P = std::remove_cv_t<std::remove_reference_t<param_t<F, I>>>;
-  if constexpr (std::is_integral_v<P>) {
-    return static_cast<P>(v.x);
-  } else if constexpr (sizeof(P) == 2 * sizeof(v.x)) {
-    return P(v.x, v.y);
-  } else {
-    return P(v.x, v.y, v.z);
-  }
-}
-template <typename F, std::size_t I>
-__device__ __forceinline__ auto builtin(unsigned int v) {
-  using P = std::remove_cv_t<std::remove_reference_t<param_t<F, I>>>;
-  return static_cast<P>(v);
-}
+using kernel_params::arg;
+using kernel_params::builtin;
 
 }  // namespace fm::cudak

@@ -1,10 +1,7 @@
-// Undo the keyword macros of compat/cuda/metal_stdlib (see compat/cpu/fm_end.h).
+// Undo the keyword macros of compat/cuda/metal_stdlib: the same keywords as the CPU shim's,
+// plus the renamed vector types.
 #pragma once
-#undef kernel
-#undef device
-#undef thread
-#undef constant
-#undef threadgroup
+#include "../cpu/fm_end.h"
 #undef float2
 #undef float3
 #undef float4
