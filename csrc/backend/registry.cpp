@@ -19,12 +19,13 @@ namespace fm {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  std::atomic<Backend*> default_backend{nullptr};  // fast path for every op call
+  std::mutex mu;  // guards env_error
   std::map<std::string, std::unique_ptr<Backend>> backends;
   std::vector<std::string> order;  // best first
-  std::string default_name;
-  std::string env_error;  // FASTMETAL_DEVICE named something unusable
+  // The default; null while FASTMETAL_DEVICE names something unusable (env_error says what)
+  // and no set_default_device() has replaced it. Atomic: every op call reads it.
+  std::atomic<Backend*> default_backend{nullptr};
+  std::string env_error;
 };
 
 std::string available_list(const Registry& r) {
@@ -51,11 +52,11 @@ Registry& registry() {
 #endif
     r->order.push_back("cpu");
     r->backends["cpu"] = cpu::make_cpu_backend();
-    r->default_name = r->order.front();
+    r->default_backend = r->backends[r->order.front()].get();
     if (const char* env = std::getenv("FASTMETAL_DEVICE"); env && *env) {
-      if (r->backends.count(env))
-        r->default_name = env;
-      else
+      auto it = r->backends.find(env);
+      r->default_backend = it == r->backends.end() ? nullptr : it->second.get();
+      if (it == r->backends.end())
         r->env_error = std::string("[fastmetal] FASTMETAL_DEVICE='") + env +
                        "' is not an available device; available: " + available_list(*r);
     }
@@ -77,28 +78,22 @@ Backend& get_backend(const std::string& name) {
   return *it->second;
 }
 
-std::string default_device() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (!r.env_error.empty()) throw ValueError(r.env_error);
-  return r.default_name;
-}
-
 Backend& default_backend() {
   Registry& r = registry();
   if (Backend* b = r.default_backend.load(std::memory_order_acquire)) return *b;
-  Backend& b = get_backend(default_device());  // raises for a bad FASTMETAL_DEVICE
-  r.default_backend.store(&b, std::memory_order_release);
-  return b;
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (Backend* b = r.default_backend.load()) return *b;  // set_default_device() just ran
+  throw ValueError(r.env_error);
 }
+
+std::string default_device() { return default_backend().name(); }
 
 void set_default_device(const std::string& name) {
   Registry& r = registry();
-  get_backend(name);  // validates
+  Backend& b = get_backend(name);  // validates
   std::lock_guard<std::mutex> lock(r.mu);
-  r.default_name = name;
   r.env_error.clear();
-  r.default_backend.store(&get_backend(name), std::memory_order_release);
+  r.default_backend.store(&b, std::memory_order_release);
 }
 
 void Backend::copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) {
