@@ -125,19 +125,7 @@ Operand inspect(py::handle obj, const std::string& op, const char* arg) {
 // Contiguous float32 on `b` (zero-copy for contiguous float32 NumPy arrays on host-visible
 // devices; float16 / float64 / integer / bool are converted).
 Array prepare(const Operand& o, Backend& b, const std::string& op, const char* arg) {
-  py::module_ np = py::module_::import("numpy");
-  if (o.fm) {
-    Array a = to_array(o.obj, b, op, arg, DType::float32);
-    if (a.contiguous()) return a;
-    if (!b.host_visible())
-      throw BackendError(message(op, "cannot make a strided ", arg, " contiguous on '", b.name(),
-                                 "'"));
-    py::array c = np.attr("ascontiguousarray")(numpy_view(a));
-    return to_array(c, b, op, arg, DType::float32);
-  }
-  py::array arr = to_native_numpy(o.obj, op, arg, DType::float32);
-  arr = np.attr("ascontiguousarray")(arr);
-  return to_array(arr, b, op, arg, DType::float32);
+  return to_contiguous_array(o.obj, b, op, arg, DType::float32);
 }
 
 py::object conv2d_py(py::handle input, py::handle weight, py::handle bias, py::handle stride,

@@ -62,15 +62,17 @@ py::object filled(py::handle shape, py::handle dtype, py::handle device, const c
   Backend& b = backend_arg(device);
   Array a = Array::empty(b, s, t);
   if (value >= 0 && a.size() > 0) {
-    std::vector<char> host(a.nbytes());
+    // Fill in place where the CPU sees the memory, else on the host and copy once.
+    std::vector<char> staging;
+    char* p = a.storage->host ? a.host_data() : (staging.resize(a.nbytes()), staging.data());
     if (value == 0) {
-      std::memset(host.data(), 0, host.size());
+      std::memset(p, 0, a.nbytes());
     } else if (t == DType::float32) {
-      std::fill_n(reinterpret_cast<float*>(host.data()), a.size(), 1.0f);
+      std::fill_n(reinterpret_cast<float*>(p), a.size(), 1.0f);
     } else {
-      std::fill_n(reinterpret_cast<_Float16*>(host.data()), a.size(), _Float16(1.0f));
+      std::fill_n(reinterpret_cast<_Float16*>(p), a.size(), _Float16(1.0f));
     }
-    b.copy_from_host(*a.storage, a.byte_offset(), host.data(), host.size());
+    if (!staging.empty()) b.copy_from_host(*a.storage, a.byte_offset(), p, a.nbytes());
   }
   return py::cast(std::move(a));
 }

@@ -62,12 +62,8 @@ py::object fourier(py::handle x, f32_array coef, double c0, double period) {
     throw ValueError(message(op, "expected at most 2**24 terms, got ", coef.shape(0)));
   Backend& backend = pick_backend(op, {{"x", x}});
   const bool fm_result = any_array({x});
-  Array xa = to_array(x, backend, op, "x", DType::float32);
-  if (!xa.contiguous()) {
-    // The kernel reads consecutive samples per thread: gather a strided view first.
-    py::array c = py::module_::import("numpy").attr("ascontiguousarray")(numpy_view(xa));
-    xa = to_array(c, backend, op, "x", DType::float32);
-  }
+  // The kernel reads consecutive samples per thread.
+  Array xa = to_contiguous_array(x, backend, op, "x", DType::float32);
   std::vector<float> cf(coef.data(), coef.data() + coef.size());
   FourierParams p;
   p.period = period;

@@ -176,6 +176,14 @@ Array to_array(py::handle obj, Backend& backend, const std::string& op, const ch
   return wrap_numpy(backend, to_native_numpy(obj, op, arg, want));
 }
 
+Array to_contiguous_array(py::handle obj, Backend& backend, const std::string& op, const char* arg,
+                          DType want) {
+  Array a = to_array(obj, backend, op, arg, want);
+  if (a.contiguous()) return a;
+  py::array gathered = numpy_fn("ascontiguousarray")(numpy_view(a));
+  return to_array(gathered, backend, op, arg, want);
+}
+
 py::dtype numpy_dtype(DType t) {
   static auto* f32 = new py::dtype("float32");
   static auto* f16 = new py::dtype("float16");

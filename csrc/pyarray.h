@@ -38,6 +38,10 @@ DType parse_dtype(py::handle dtype, const std::string& op, const char* arg);
 // Shares memory with obj where backend and dtype allow; else converts/copies.
 Array to_array(py::handle obj, Backend& backend, const std::string& op, const char* arg,
                std::optional<DType> want = std::nullopt);
+// The same, contiguous: strided views are gathered into a new allocation (kernels that
+// walk rows themselves need this).
+Array to_contiguous_array(py::handle obj, Backend& backend, const std::string& op, const char* arg,
+                          DType want);
 // A NumPy array with native dtype (float32/float16) from any array-like.
 py::array to_native_numpy(py::handle obj, const std::string& op, const char* arg,
                           std::optional<DType> want = std::nullopt);
