@@ -8,7 +8,6 @@
 #include "errors.h"
 #include "numerics_args.h"
 #include "kernel_table.h"
-#include "thread_pool.h"
 
 namespace fm {
 namespace {
@@ -175,13 +174,15 @@ void launch_fourier(const Array& x, const std::vector<float>& coef, const Fourie
   const std::string wide = "fourier_series_l" + std::to_string(lanes);
   const std::size_t xo = x.byte_offset(), oo = out.byte_offset();
 
-  // Launch samples [lo, lo + count) (count a multiple of `l`) with the kernel of `l` lanes.
+  // Launch samples [lo, lo + count) (count a multiple of `l`) with the kernel of `l` lanes;
+  // each thread sums every term for its `l` samples, which the cost hint tells the CPU backend.
   auto run = [&](const std::string& kernel, std::int64_t l, std::int64_t lo, std::int64_t count) {
     for (std::int64_t done = 0; done < count;) {
       const std::int64_t threads = std::min<std::int64_t>(kMaxU32 / 2, (count - done) / l);
       Dispatch d;
       d.grid[0] = std::uint32_t(threads);
       d.group[0] = std::min<std::uint32_t>(be.preferred_group_size(kernel), d.grid[0]);
+      d.cost = std::uint64_t(l) * std::uint64_t(std::max<std::int32_t>(1, a.num_terms));
       const std::size_t byte = std::size_t(lo + done) * sizeof(float);
       be.launch(kernel, d,
                 {KernelArg::buffer(x.storage, xo + byte), KernelArg::buffer(c),
@@ -190,24 +191,7 @@ void launch_fourier(const Array& x, const std::vector<float>& coef, const Fourie
     }
   };
   const std::int64_t main = n / lanes * lanes;
-  if (cpu && main > 0) {
-    // Each thread here does K terms of work; the CPU backend's launch splits work by thread
-    // count (tuned for cheap elementwise threads) and would keep 100k samples on one core.
-    // So split by cost here: one launch per piece, the pieces spread over the pool.
-    auto& pool = cpu::ThreadPool::instance();
-    const std::int64_t work = main * std::max<std::int64_t>(1, a.num_terms);
-    const std::int64_t want = std::max<std::int64_t>(1, std::min<std::int64_t>(
-        4 * pool.num_threads(), work / (1 << 16)));
-    const std::int64_t groups = main / lanes;
-    const std::int64_t per = (groups + want - 1) / want;
-    const std::int64_t pieces = (groups + per - 1) / per;
-    pool.parallel_for(pieces, [&](std::int64_t i) {
-      const std::int64_t g0 = i * per, g1 = std::min(groups, g0 + per);
-      run(wide, lanes, g0 * lanes, (g1 - g0) * lanes);
-    });
-  } else if (main > 0) {
-    run(wide, lanes, 0, main);
-  }
+  if (main > 0) run(wide, lanes, 0, main);
   if (main < n) run("fourier_series_l1", 1, main, n - main);
 }
 

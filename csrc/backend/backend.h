@@ -72,6 +72,9 @@ struct KernelArg {
 struct Dispatch {
   std::uint32_t grid[3] = {1, 1, 1};
   std::uint32_t group[3] = {1, 1, 1};
+  // Work of one thread relative to one elementwise op (a thread that sums K terms for 64
+  // samples: 64 K). The CPU backend sizes its tasks by total work; GPUs ignore it.
+  std::uint64_t cost = 1;
 };
 
 class Backend {

@@ -14,8 +14,9 @@ namespace fm::cpu {
 namespace {
 
 constexpr std::size_t kAlign = 16384;
-// Below this many threads a launch runs on the calling thread: waking workers costs more.
-constexpr std::uint64_t kMinThreadsPerTask = 16384;
+// Below this much work (in elementwise-op units, Dispatch::cost) a launch runs on the
+// calling thread: waking workers costs more.
+constexpr std::uint64_t kMinWorkPerTask = 16384;
 
 std::uint32_t ceil_div(std::uint32_t a, std::uint32_t b) { return (a + b - 1) / b; }
 
@@ -77,7 +78,7 @@ class CpuBackend final : public Backend {
     if (total == 0) return;
     ThreadPool& pool = ThreadPool::instance();
     std::uint64_t tasks = std::min<std::uint64_t>(4 * std::uint64_t(pool.num_threads()),
-                                                  std::max<std::uint64_t>(1, total / kMinThreadsPerTask));
+                                                  std::max<std::uint64_t>(1, total * std::max<std::uint64_t>(1, d.cost) / kMinWorkPerTask));
     if (pool.num_threads() == 1) tasks = 1;
     void* const* a = ptrs;
 
@@ -93,7 +94,7 @@ class CpuBackend final : public Backend {
       const std::uint32_t extent = axis == 2 ? L.grid.z : axis == 1 ? L.grid.y : L.grid.x;
       tasks = std::min<std::uint64_t>(tasks, extent);
       std::uint32_t chunk = ceil_div(extent, std::uint32_t(tasks));
-      if (axis == 0) chunk = (chunk + 63) / 64 * 64;
+      if (axis == 0 && d.cost <= 1) chunk = (chunk + 63) / 64 * 64;  // cheap threads: whole cache lines
       const std::int64_t n = ceil_div(extent, chunk);
       pool.parallel_for(n, [&](std::int64_t t) {
         Launch part = L;
