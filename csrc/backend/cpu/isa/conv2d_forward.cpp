@@ -1,9 +1,35 @@
-// conv2d forward and input gradient: the stride-1 direct form over padded images, im2col chunks for strided convs.
-// Fast CPU conv2d, compiled once per ISA; the GEMM/dot engine is conv2d_engine.h.
+// conv2d forward and input gradient: the stride-1 direct form over padded images, im2col
+// chunks for strided convs. Compiled once per ISA; the GEMM/dot engine is conv2d_engine.h.
 #include "conv2d_engine.h"
 
 namespace fm::cpu::FM_CPU_ISA {
 using namespace conv;
+
+namespace {
+// Where tap (kh, kw) of channel c starts in a padded source of `plane` floats per channel
+// and row pitch Wp: off[(c * kH + kh) * kW + kw].
+std::vector<i64> tap_offsets(const Conv2dArgs& a, int channels, i64 plane, int Wp) {
+  std::vector<i64> off(std::size_t(channels) * a.kH * a.kW);
+  for (int c = 0; c < channels; ++c)
+    for (int kh = 0; kh < a.kH; ++kh)
+      for (int kw = 0; kw < a.kW; ++kw)
+        off[(std::size_t(c) * a.kH + kh) * a.kW + kw] =
+            c * plane + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
+  return off;
+}
+
+// Runs `d` on every image of `src` (channels x H x W each) copied into a zero-padded
+// Hp x Wp buffer (`top` / `left` rows / columns first), plus the slack the last tile reads.
+void run_padded(int N, const Direct& d, const float* src, i64 src_image, int channels, int H,
+                int W, int Hp, int Wp, int top, int left, float* dst, i64 dst_image) {
+  const i64 plane = i64(Hp) * Wp;
+  const i64 need = (d.G - 1) * d.src_group + d.off[d.K - 1] + round_up(d.wide(), NR);
+  const i64 slack = std::max<i64>(0, need - i64(channels) * plane);
+  run_direct(N, d, i64(channels) * plane + slack, dst_image, dst, [&](int n, float* buf) {
+    pad_copy(src + n * src_image, channels, H, W, buf, Hp, Wp, top, left, slack);
+  });
+}
+}  // namespace
 
 // ------------------------------------------------------------------ forward
 void conv2d_forward(const Conv2dArgs& a, const float* x, const float* w, const float* bias,
@@ -28,18 +54,9 @@ void conv2d_forward(const Conv2dArgs& a, const float* x, const float* w, const f
   if (a.stride_h == 1 && a.stride_w == 1 && (K >= 32 || G > 1)) {
     const int Hp = a.H_out + (a.kH - 1) * a.dil_h, Wp = a.W_out + (a.kW - 1) * a.dil_w;
     const i64 plane = i64(Hp) * Wp;
-    std::vector<i64> off(K);
-    for (int ci = 0; ci < Cg; ++ci)
-      for (int kh = 0; kh < a.kH; ++kh)
-        for (int kw = 0; kw < a.kW; ++kw)
-          off[(ci * a.kH + kh) * a.kW + kw] = ci * plane + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
-    Direct d{G, Mg, K, Ap.data(), apg, off.data(), Cg * plane, a.H_out, a.W_out, Wp, P, bias};
-    // Reads reach src_group*(G-1) + off[K-1] + round_up(Q, NR).
-    const i64 need = (G - 1) * Cg * plane + off[K - 1] + round_up(d.wide(), NR);
-    const i64 slack = std::max<i64>(0, need - i64(a.C_in) * plane);
-    run_direct(a.N, d, i64(a.C_in) * plane + slack, y_image, y, [&](int n, float* buf) {
-      pad_copy(x + n * x_image, a.C_in, a.H, a.W, buf, Hp, Wp, a.pad_h, a.pad_w, slack);
-    });
+    const std::vector<i64> off = tap_offsets(a, Cg, plane, Wp);
+    const Direct d{G, Mg, K, Ap.data(), apg, off.data(), Cg * plane, a.H_out, a.W_out, Wp, P, bias};
+    run_padded(a.N, d, x, x_image, a.C_in, a.H, a.W, Hp, Wp, a.pad_h, a.pad_w, y, y_image);
     return;
   }
 
@@ -92,17 +109,9 @@ void conv2d_backward_input(const Conv2dArgs& a, const float* gy, const float* w,
                         (a.kW - 1 - kw)];
              },
              Ap.data() + g * apg);
-    std::vector<i64> off(K);
-    for (int co = 0; co < Mg; ++co)
-      for (int kh = 0; kh < a.kH; ++kh)
-        for (int kw = 0; kw < a.kW; ++kw)
-          off[(co * a.kH + kh) * a.kW + kw] = co * plane + i64(kh) * a.dil_h * Wp + i64(kw) * a.dil_w;
-    Direct d{G, Cg, K, Ap.data(), apg, off.data(), Mg * plane, a.H, a.W, Wp, HW, nullptr};
-    const i64 need = (G - 1) * Mg * plane + off[K - 1] + round_up(d.wide(), NR);
-    const i64 slack = std::max<i64>(0, need - i64(a.C_out) * plane);
-    run_direct(a.N, d, i64(a.C_out) * plane + slack, x_image, gx, [&](int n, float* buf) {
-      pad_copy(gy + n * y_image, a.C_out, a.H_out, a.W_out, buf, Hp, Wp, top, left, slack);
-    });
+    const std::vector<i64> off = tap_offsets(a, Mg, plane, Wp);
+    const Direct d{G, Cg, K, Ap.data(), apg, off.data(), Mg * plane, a.H, a.W, Wp, HW, nullptr};
+    run_padded(a.N, d, gy, y_image, a.C_out, a.H_out, a.W_out, Hp, Wp, top, left, gx, x_image);
     return;
   }
 
