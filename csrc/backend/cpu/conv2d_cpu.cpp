@@ -1,5 +1,5 @@
-// The header's functions, dispatched to the per-ISA copies in isa/conv2d_gemm.cpp
-// (packed, register-blocked GEMM micro-kernels; see that file).
+// The header's functions, dispatched to the per-ISA copies in isa/conv2d_forward.cpp and
+// isa/conv2d_weight_grad.cpp (packed, register-blocked GEMM micro-kernels: isa/conv2d_engine.h).
 #include "conv2d_cpu.h"
 
 #include "isa_dispatch.h"
