@@ -10,28 +10,28 @@
 // Cody–Waite reduction x = n ln2 + r, |r| <= ln2/2, degree-7 Taylor for e^r (truncation
 // < 6e-9 relative), and 2^n applied in two halves so subnormal results come out right.
 FM_FUNC float fm_exp(float x) {
-  const float xc = clamp(x, -104.0f, 89.0f);            // clamp keeps NaN as NaN
-  const float xs = select(xc, 0.0f, isnan(xc));          // no NaN into integer conversion
+  const float xc = metal::clamp(x, -104.0f, 89.0f);            // clamp keeps NaN as NaN
+  const float xs = metal::select(xc, 0.0f, metal::isnan(xc));          // no NaN into integer conversion
   const float shifter = 12582912.0f;                     // 1.5 * 2^23: rounds to integer
-  const float t = fma(xs, 1.44269504088896341f, shifter);
+  const float t = metal::fma(xs, 1.44269504088896341f, shifter);
   const float n = t - shifter;
-  float r = fma(n, -0.693145751953125f, xs);             // ln2 split into hi + lo
-  r = fma(n, -1.428606765330187045e-06f, r);
+  float r = metal::fma(n, -0.693145751953125f, xs);             // ln2 split into hi + lo
+  r = metal::fma(n, -1.428606765330187045e-06f, r);
   float p = 1.0f / 5040.0f;
-  p = fma(p, r, 1.0f / 720.0f);
-  p = fma(p, r, 1.0f / 120.0f);
-  p = fma(p, r, 1.0f / 24.0f);
-  p = fma(p, r, 1.0f / 6.0f);
-  p = fma(p, r, 0.5f);
-  p = fma(p, r, 1.0f);
-  p = fma(p, r, 1.0f);
-  const int32_t ni = as_type<int32_t>(t) - as_type<int32_t>(shifter);
+  p = metal::fma(p, r, 1.0f / 720.0f);
+  p = metal::fma(p, r, 1.0f / 120.0f);
+  p = metal::fma(p, r, 1.0f / 24.0f);
+  p = metal::fma(p, r, 1.0f / 6.0f);
+  p = metal::fma(p, r, 0.5f);
+  p = metal::fma(p, r, 1.0f);
+  p = metal::fma(p, r, 1.0f);
+  const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);
   const int32_t n1 = ni / 2;
   const int32_t n2 = ni - n1;
-  const float s1 = as_type<float>((n1 + 127) << 23);
-  const float s2 = as_type<float>((n2 + 127) << 23);
+  const float s1 = metal::as_type<float>((n1 + 127) << 23);
+  const float s2 = metal::as_type<float>((n2 + 127) << 23);
   const float y = (p * s1) * s2;
-  return select(y, x, isnan(x));
+  return metal::select(y, x, metal::isnan(x));
 }
 
 FM_FUNC float fm_sigmoid(float x) { return 1.0f / (1.0f + fm_exp(-x)); }
@@ -41,13 +41,13 @@ FM_FUNC float fm_sigmoid(float x) { return 1.0f / (1.0f + fm_exp(-x)); }
 FM_FUNC float fm_log1p(float x) {
   const float u = 1.0f + x;
   const float d = u - 1.0f;
-  const float r = log(u) * (x / select(d, 1.0f, d == 0.0f));
-  return select(select(r, x, d == 0.0f), u, isinf(u));
+  const float r = metal::log(u) * (x / metal::select(d, 1.0f, d == 0.0f));
+  return metal::select(metal::select(r, x, d == 0.0f), u, metal::isinf(u));
 }
 
 // softplus(x) = log(1 + e^x), written so that neither branch overflows.
 FM_FUNC float fm_softplus(float x) {
-  return max(x, 0.0f) + fm_log1p(fm_exp(-fabs(x)));
+  return metal::max(x, 0.0f) + fm_log1p(fm_exp(-metal::fabs(x)));
 }
 
 // erfc with small *relative* error in both tails. With q = (a-2)/(a+2), a = |x|, the
@@ -61,44 +61,44 @@ FM_FUNC float fm_erfc_core(float a, float aa, float aa_lo) {
   const float den = a + 2.0f;
   const float r = 1.0f / den;
   float q = (a - 2.0f) * r;
-  q = fma(r, fma(-q, den, a - 2.0f), q);  // one Newton step: q to full float precision
+  q = metal::fma(r, metal::fma(-q, den, a - 2.0f), q);  // one Newton step: q to full float precision
   float p = 8.733854776e-05f;
-  p = fma(p, q, 1.820253112e-04f);
-  p = fma(p, q, -4.064179540e-04f);
-  p = fma(p, q, -1.436045223e-03f);
-  p = fma(p, q, 1.252846852e-03f);
-  p = fma(p, q, 8.715686841e-03f);
-  p = fma(p, q, -8.030299685e-03f);
-  p = fma(p, q, -5.421902239e-02f);
-  p = fma(p, q, 1.640509376e-01f);
-  p = fma(p, q, -1.660304438e-01f);
-  p = fma(p, q, -9.276381708e-02f);
-  p = fma(p, q, 2.769783819e-01f);
-  return (1.0f + p) / fma(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
+  p = metal::fma(p, q, 1.820253112e-04f);
+  p = metal::fma(p, q, -4.064179540e-04f);
+  p = metal::fma(p, q, -1.436045223e-03f);
+  p = metal::fma(p, q, 1.252846852e-03f);
+  p = metal::fma(p, q, 8.715686841e-03f);
+  p = metal::fma(p, q, -8.030299685e-03f);
+  p = metal::fma(p, q, -5.421902239e-02f);
+  p = metal::fma(p, q, 1.640509376e-01f);
+  p = metal::fma(p, q, -1.660304438e-01f);
+  p = metal::fma(p, q, -9.276381708e-02f);
+  p = metal::fma(p, q, 2.769783819e-01f);
+  return (1.0f + p) / metal::fma(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
 }
 
 FM_FUNC float fm_erfc(float x) {
-  const float a = min(fabs(x), 10.1f);
+  const float a = metal::min(metal::fabs(x), 10.1f);
   const float aa = a * a;
-  const float y = fm_erfc_core(a, aa, fma(a, a, -aa));
-  return select(select(y, 2.0f - y, x < 0.0f), x, isnan(x));
+  const float y = fm_erfc_core(a, aa, metal::fma(a, a, -aa));
+  return metal::select(metal::select(y, 2.0f - y, x < 0.0f), x, metal::isnan(x));
 }
 
 // GELU, exact erf form as torch.nn.functional.gelu: x/2 (1 + erf(x/sqrt2)) = x/2 erfc(-x/sqrt2);
 // the erfc form keeps full relative accuracy for large negative x.
 // The tail's condition number is 2 z^2, so z^2 = x^2 / 2 is formed exactly from x.
 FM_FUNC float fm_gelu(float x) {
-  const float a = min(fabs(x) * 0.70710678118654752f, 10.1f);
-  const float xc = min(fabs(x), 14.28f);  // 10.1 * sqrt2: erfc is 0 beyond
+  const float a = metal::min(metal::fabs(x) * 0.70710678118654752f, 10.1f);
+  const float xc = metal::min(metal::fabs(x), 14.28f);  // 10.1 * sqrt2: erfc is 0 beyond
   const float xx = xc * xc;
-  const float e = fm_erfc_core(a, 0.5f * xx, 0.5f * fma(xc, xc, -xx));
-  const float erfc_minus_z = select(e, 2.0f - e, x > 0.0f);  // erfc(-x/sqrt2)
-  return select(0.5f * x * erfc_minus_z, x, isnan(x));
+  const float e = fm_erfc_core(a, 0.5f * xx, 0.5f * metal::fma(xc, xc, -xx));
+  const float erfc_minus_z = metal::select(e, 2.0f - e, x > 0.0f);  // erfc(-x/sqrt2)
+  return metal::select(0.5f * x * erfc_minus_z, x, metal::isnan(x));
 }
 
 // NaN-propagating max/min (NumPy's maximum/minimum, not C's fmax/fmin).
-FM_FUNC float fm_maximum(float x, float y) { return select(y, x, isnan(x) || x > y); }
-FM_FUNC float fm_minimum(float x, float y) { return select(y, x, isnan(x) || x < y); }
+FM_FUNC float fm_maximum(float x, float y) { return metal::select(y, x, metal::isnan(x) || x > y); }
+FM_FUNC float fm_minimum(float x, float y) { return metal::select(y, x, metal::isnan(x) || x < y); }
 
 // relu(NaN) = NaN, as np.maximum(x, 0) and torch.relu.
-FM_FUNC float fm_relu(float x) { return select(x, 0.0f, x <= 0.0f); }
+FM_FUNC float fm_relu(float x) { return metal::select(x, 0.0f, x <= 0.0f); }
