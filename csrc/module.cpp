@@ -83,6 +83,44 @@ py::tuple shape_tuple(const Array& a) {
   return t;
 }
 
+// A view of a's storage; the Python side (fastmetal/_array.py) computes offset/shape/strides
+// for indexing, reshape and transpose, and this checks them so that no view can address
+// memory outside its storage, whatever Python passes.
+Array make_view(const Array& a, std::int64_t offset, const Shape& shape, const Strides& strides) {
+  const char* op = "Array._view";
+  if (shape.size() != strides.size())
+    throw ValueError(message(op, "expected as many strides as dimensions, got ", shape.size(),
+                             " dimensions and ", strides.size(), " strides"));
+  const std::int64_t item = std::int64_t(itemsize(a.dtype));
+  const std::int64_t capacity = std::int64_t(a.storage->nbytes) / item;  // elements
+  std::int64_t lo = offset, hi = offset, count = 1;
+  bool empty = false;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0)
+      throw ValueError(message(op, "expected non-negative dimensions, got shape ", shape_str(shape)));
+    if (shape[d] == 0) empty = true;
+  }
+  for (std::size_t d = 0; d < shape.size() && !empty; ++d) {
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(strides[d], shape[d] - 1, &span) ||
+        __builtin_mul_overflow(count, shape[d], &count) ||
+        __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi))
+      throw ValueError(message(op, "expected a view inside the storage, got shape ",
+                               shape_str(shape), " strides ", shape_str(strides),
+                               " (offset arithmetic overflows)"));
+  }
+  const bool inside = empty ? (offset >= 0 && offset <= capacity) : (lo >= 0 && hi < capacity);
+  if (!inside)
+    throw ValueError(message(op, "expected a view inside the storage of ", capacity,
+                             " elements, got offset ", offset, " shape ", shape_str(shape),
+                             " strides ", shape_str(strides)));
+  Array v = a;  // shares the storage and keeps every flag of `a`
+  v.offset = offset;
+  v.shape = shape;
+  v.strides = strides;
+  return v;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -167,6 +205,16 @@ PYBIND11_MODULE(_core, m) {
              if (a.backend().host_visible()) return py::make_tuple(1, 0);  // kDLCPU
              return py::make_tuple(2, 0);                                   // kDLCUDA
            })
+      .def_property_readonly("_offset", [](const Array& a) { return a.offset; },
+                             "Element index of [0, ..., 0] inside the storage.")
+      .def_property_readonly(
+          "_strides",
+          [](const Array& a) { return py::tuple(py::cast(a.strides)); },
+          "Strides in elements (negative and zero allowed).")
+      .def("_view", &make_view, py::arg("offset"), py::arg("shape"), py::arg("strides"),
+           "A new Array on the same storage (no copy): element offset, shape and strides in "
+           "elements. Every addressed element must lie inside the storage. Flags of the "
+           "source Array (and its storage) carry over, so views of read-only data stay read-only.")
       .def("__repr__", [](py::object self) {
         const Array& a = self.cast<const Array&>();
         std::string body = py::repr(numpy_view(a, self));

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any, Callable
 
 import numpy as np
 
 import fastmetal as fm
 
 
-def timed(fn):
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     """Result and time of the second call (the first warms caches and pools)."""
     fn()
     t0 = time.perf_counter()
@@ -23,13 +24,13 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def report(name, got, ref, seconds):
+def report(name: str, got: Any, ref: Any, seconds: float) -> None:
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     cos = float(g @ r / (np.linalg.norm(g) * np.linalg.norm(r)))
     print(f"  {name:<40} {seconds * 1e3:9.2f} ms   max err {np.max(np.abs(g - r)):.2e}   cos sim {cos:.12f}")
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--terms", type=int, default=1000)
     ap.add_argument("--samples", type=int, default=100_000)
@@ -56,7 +57,7 @@ def main(argv=None):
     f, t = timed(lambda: fm.fourier_series(x, a, b, period=period))
     report("fastmetal.fourier_series", f, f_ref, t)
 
-    def numpy32():
+    def numpy32() -> Any:
         out = np.full(x.shape, a[0] / 2, np.float32)
         for s in range(1, K + 1, 200):
             kk = np.arange(s, min(s + 200, K + 1), dtype=np.float32)[:, None]

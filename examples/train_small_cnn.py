@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 
 import fastmetal as fm
 
 
-def make_batch(rng: np.random.Generator, n: int):
+def make_batch(rng: np.random.Generator, n: int) -> tuple[Any, Any]:
     labels = rng.integers(0, 2, n)
     phase = rng.integers(0, 4, n)
     coords = np.arange(16)
@@ -27,11 +28,11 @@ def make_batch(rng: np.random.Generator, n: int):
     return images[:, None].astype(np.float32), labels
 
 
-def relu_backward(grad, pre):
+def relu_backward(grad: Any, pre: Any) -> Any:
     return np.where(pre > 0, grad, 0.0).astype(np.float32)
 
 
-def main(argv=None) -> float:
+def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32)

@@ -26,6 +26,8 @@ from ._core import (
 from ._elementwise import BINARY as _BINARY
 from ._elementwise import FUNCTIONS as _FUNCTIONS
 from ._elementwise import UNARY as _UNARY
+from . import _array  # Array operators, views and NumPy dispatch
+from ._array import expand_dims
 from .numerics import derivative, fourier_series, gradient
 from .conv import conv2d, conv2d_backward
 from . import nn
@@ -54,6 +56,7 @@ __all__ = [
     "conv2d",
     "conv2d_backward",
     "nn",
+    "expand_dims",
     *_UNARY,
     *_BINARY,
 ]

@@ -1,0 +1,415 @@
+"""fastmetal.Array as an array: operators, views, __setitem__ and NumPy dispatch.
+
+The class itself is C++ (`fastmetal._core.Array`); the methods here are attached to it
+when the package is imported. Everything runs on the Array's device through fastmetal's
+kernels (the elementwise table; `copy` moves data), never through NumPy, except:
+  * `astype` between float32 and float16 converts on the host (no cast kernel yet);
+  * NumPy functions and ufuncs fastmetal does not implement run in NumPy on a host view
+    on host-visible devices (cpu, metal) and return NumPy arrays; on other devices they
+    raise TypeError naming the function (never a silent copy to the host).
+
+Comparisons (`<`, `==`, ..., `fastmetal.less`, ...) return float masks: 1.0 where true,
+0.0 where false, in the operation's result dtype (float32; float16 when both operands
+are float16), so that masks combine with arithmetic (`(a > 0) * a`) on every device.
+
+Reductions (`sum`, `mean`, `max`, `min`, `argmax`, `argmin`, `var`, `std`) and `@` call
+the module-level functions of the same name (`fastmetal.sum`, `fastmetal.matmul`, ...),
+looked up when called, so that they work as soon as those functions exist.
+"""
+from __future__ import annotations
+
+import numbers
+import sys
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import _core
+from . import _views
+from ._core import Array
+from ._elementwise import FUNCTIONS
+
+_unary = _core.unary
+_binary = _core.binary
+_HOST_VISIBLE = ("cpu", "metal")
+
+
+def _package() -> Any:
+    return sys.modules["fastmetal"]
+
+
+def _where(method: str) -> str:
+    return f"fastmetal.Array.{method}"
+
+
+def _layout(a: Array) -> _views.Layout:
+    return a._offset, a.shape, a._strides
+
+
+def _view(a: Array, layout: _views.Layout) -> Array:
+    offset, shape, strides = layout
+    return a._view(offset, list(shape), list(strides))
+
+
+def _host_visible(a: Array) -> bool:
+    return a.device in _HOST_VISIBLE
+
+
+# ----------------------------------------------------------------------------- operators
+# Operands an operator accepts; anything else gets NotImplemented so that Python can try
+# the other operand's reflected method.
+def _operand(obj: object) -> bool:
+    return isinstance(obj, (Array, np.ndarray, np.generic, numbers.Real, list, tuple))
+
+
+def _binary_operator(name: str, reflected: bool) -> Callable[[Array, Any], Any]:
+    def op(self: Array, other: Any) -> Any:
+        if not _operand(other):
+            return NotImplemented
+        return _binary(name, other, self) if reflected else _binary(name, self, other)
+    return op
+
+
+def _inplace_operator(name: str) -> Callable[[Array, Any], Any]:
+    def op(self: Array, other: Any) -> Any:
+        if not _operand(other):
+            return NotImplemented
+        return _binary(name, self, other, self)
+    return op
+
+
+def _unary_operator(name: str) -> Callable[[Array], Any]:
+    def op(self: Array) -> Any:
+        return _unary(name, self)
+    return op
+
+
+def _pow(self: Array, other: Any, modulo: Any = None) -> Any:
+    if modulo is not None or not _operand(other):
+        return NotImplemented
+    return _binary("power", self, other)
+
+
+def _rpow(self: Array, other: Any, modulo: Any = None) -> Any:
+    if modulo is not None or not _operand(other):
+        return NotImplemented
+    return _binary("power", other, self)
+
+
+def _planned(name: str, method: str) -> Callable[..., Any]:
+    """The module function `fastmetal.<name>`, or a TypeError saying it is not there yet."""
+    fn = getattr(_package(), name, None)
+    if fn is None:
+        raise TypeError(f"[{_where(method)}] not available yet: this build of fastmetal has no "
+                        f"fastmetal.{name}")
+    return fn
+
+
+def _matmul(self: Array, other: Any) -> Any:
+    if not _operand(other):
+        return NotImplemented
+    return _planned("matmul", "__matmul__")(self, other)
+
+
+def _rmatmul(self: Array, other: Any) -> Any:
+    if not _operand(other):
+        return NotImplemented
+    return _planned("matmul", "__rmatmul__")(other, self)
+
+
+def _reduction(name: str, with_ddof: bool) -> Callable[..., Any]:
+    def method(self: Array, axis: Any = None, keepdims: bool = False) -> Any:
+        return _planned(name, name)(self, axis=axis, keepdims=keepdims)
+
+    def method_ddof(self: Array, axis: Any = None, ddof: int = 0,
+                    keepdims: bool = False) -> Any:
+        return _planned(name, name)(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+    if with_ddof:
+        method = method_ddof  # noqa: F811
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (f"fastmetal.{name}(self, axis=axis, keepdims=keepdims"
+                      f"{', ddof=ddof' if with_ddof else ''}); TypeError if that function is not "
+                      f"available in this build.")
+    return method
+
+
+# ----------------------------------------------------------------------------- scalars
+def _item(self: Array) -> float:
+    if self.size != 1:
+        raise ValueError(f"[{_where('item')}] expected an array of one element, got "
+                         f"{self.size} elements")
+    return float(_numpy(self).reshape(-1)[0])
+
+
+def _bool(self: Array) -> bool:
+    if self.size != 1:
+        raise ValueError(f"[{_where('__bool__')}] expected an array of one element (the truth "
+                         f"value of {self.size} elements is ambiguous; use a reduction), got "
+                         f"shape {self.shape}")
+    return bool(_item(self))
+
+
+def _iter(self: Array) -> Any:
+    if self.ndim == 0:
+        raise TypeError(f"[{_where('__iter__')}] expected an array of dimension >= 1, got a "
+                        f"0-d array")
+    return (self[i] for i in range(self.shape[0]))
+
+
+# ----------------------------------------------------------------------------- host views
+_core_numpy = Array.numpy
+
+
+def _numpy(self: Array) -> np.ndarray:
+    """A NumPy array of the data: a view sharing memory on host-visible devices, else a copy."""
+    if not _host_visible(self) and not _contiguous(self):
+        self = _copy(self)
+    return _core_numpy(self)
+
+
+def _array(self: Array, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    arr = _numpy(self)
+    if dtype is not None:
+        arr = arr.astype(dtype, copy=False)
+    if copy:
+        arr = arr.copy()
+    return arr
+
+
+def _repr(self: Array) -> str:
+    return f"fastmetal.Array({_numpy(self)!r}, device='{self.device}')"
+
+
+def _tolist(self: Array) -> Any:
+    return _numpy(self).tolist()
+
+
+# ----------------------------------------------------------------------------- views
+def _contiguous(a: Array) -> bool:
+    if a.size == 0:
+        return True
+    want = _views.contiguous_strides(a.shape)
+    return all(n == 1 or s == w for n, s, w in zip(a.shape, a._strides, want))
+
+
+def _getitem(self: Array, key: Any) -> Array:
+    return _view(self, _views.index(_layout(self), key, _where("__getitem__")))
+
+
+def _reshape(self: Array, *shape: Any, order: str = "C") -> Array:
+    where = _where("reshape")
+    if order != "C":
+        raise ValueError(f"[{where}] expected order='C', got order={order!r}")
+    target = _views.resolve_shape(self.size, _views.parse_shape(shape, where), where)
+    layout = _views.nocopy_reshape(_layout(self), target)
+    if layout is not None:
+        return _view(self, layout)
+    return _view(_copy(self), (0, target, _views.contiguous_strides(target)))
+
+
+def _transpose(self: Array, *axes: Any) -> Array:
+    return _view(self, _views.transpose(_layout(self), axes, _where("transpose")))
+
+
+def _T(self: Array) -> Array:
+    return _transpose(self)
+
+
+def _squeeze(self: Array, axis: Any = None) -> Array:
+    return _view(self, _views.squeeze(_layout(self), axis, _where("squeeze")))
+
+
+def expand_dims(a: Array, axis: Any) -> Array:
+    """Expand the shape of `a`: insert axes of length 1 at `axis` (int or tuple), as
+    numpy.expand_dims. Returns a view of `a` (no copy)."""
+    if not isinstance(a, Array):
+        raise TypeError(f"[fastmetal.expand_dims] expected a fastmetal.Array, got "
+                        f"{type(a).__name__}")
+    return _view(a, _views.expand_dims(_layout(a), axis, "fastmetal.expand_dims"))
+
+
+def _ravel(self: Array) -> Array:
+    if _contiguous(self):
+        return _reshape(self, -1)
+    return _flatten(self)
+
+
+def _flatten(self: Array) -> Array:
+    flat = _copy(self)
+    return _view(flat, (0, (self.size,), (1,)))
+
+
+def _copy(self: Array) -> Array:
+    """A contiguous copy on the same device (the `copy` kernel: bit-exact)."""
+    return _unary("copy", self)
+
+
+def _astype(self: Array, dtype: Any, copy: bool = True) -> Array:
+    """This array in `dtype` (float32 or float16). Same dtype: a copy (or self with
+    copy=False). float32 <-> float16 converts on the host (rounding to nearest even)."""
+    try:
+        target = np.dtype(dtype)
+    except TypeError:
+        target = None
+    if target not in (np.dtype(np.float32), np.dtype(np.float16)):
+        raise TypeError(f"[{_where('astype')}] expected dtype float32 or float16, got "
+                        f"{dtype!r}")
+    if target == self.dtype:
+        return _copy(self) if copy else self
+    source = self if _host_visible(self) else (self if _contiguous(self) else _copy(self))
+    return _core.asarray(np.asarray(source.numpy()).astype(target), device=self.device)
+
+
+def _to(self: Array, device: str) -> Array:
+    """This array on `device` (self if it is already there; else a copy via the host)."""
+    if device == self.device:
+        return self
+    source = self if _contiguous(self) else _copy(self)
+    return _core.asarray(source.numpy(), device=device)
+
+
+# ----------------------------------------------------------------------------- setitem
+def _setitem(self: Array, key: Any, value: Any) -> None:
+    where = _where("__setitem__")
+    target = _getitem(self, key)
+    if isinstance(value, Array):
+        if value.device != self.device:
+            raise ValueError(f"[{where}] expected a value on device '{self.device}', got "
+                             f"'{value.device}'")
+        if value.dtype != target.dtype:
+            value = _astype(value, target.dtype)
+        elif not _host_visible(self):
+            # The copy kernel reads the value while writing the target; on devices where
+            # fastmetal cannot tell whether they overlap, read from a fresh copy.
+            value = _copy(value)
+    else:
+        if isinstance(value, (str, bytes, complex)) or not (
+                isinstance(value, (numbers.Real, np.ndarray, np.generic, list, tuple))):
+            raise TypeError(f"[{where}] expected a real number, array-like or fastmetal.Array "
+                            f"value, got {type(value).__name__}")
+        host = np.asarray(value)
+        if host.dtype.kind not in "fiub":
+            raise TypeError(f"[{where}] expected a real (float, integer or bool) value, got "
+                            f"dtype {host.dtype}")
+        value = _core.asarray(host.astype(target.dtype), device=self.device)
+    layout = _views.broadcast_to(_layout(value), target.shape, where)
+    if target.size == 0:
+        return
+    _unary("copy", _view(value, layout), target)
+
+
+# ----------------------------------------------------------------------------- NumPy protocols
+# NumPy ufunc name -> fastmetal function name, where they differ.
+_UFUNC_ALIASES = {"absolute": "abs", "positive": "copy", "true_divide": "divide"}
+_FM_ONLY = {"copy"}  # table ops that are not the NumPy ufunc of the same name
+_REDUCTIONS = ("sum", "mean", "max", "min", "argmax", "argmin", "var", "std")
+_PLANNED = frozenset(_REDUCTIONS + ("matmul",))
+# NumPy function name -> fastmetal.Array method doing the same (first argument the array).
+_VIEW_FUNCTIONS = {"reshape": "reshape", "transpose": "transpose", "ravel": "ravel",
+                   "squeeze": "squeeze", "copy": "copy"}
+
+
+def _to_numpy_args(obj: Any) -> Any:
+    if isinstance(obj, Array):
+        return _numpy(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_numpy_args(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _to_numpy_args(v) for k, v in obj.items()}
+    return obj
+
+
+def _fallback(what: str, call: Callable[..., Any], args: tuple, kwargs: dict,
+              devices: set) -> Any:
+    """Run a NumPy function on host views of host-visible arrays, or say why not."""
+    remote = sorted(d for d in devices if d not in _HOST_VISIBLE)
+    if remote:
+        raise TypeError(f"[fastmetal.Array] expected a NumPy function fastmetal implements "
+                        f"for arrays on '{remote[0]}', got {what} (no fastmetal "
+                        f"implementation; copy to the host with .numpy() explicitly)")
+    return call(*_to_numpy_args(args), **_to_numpy_args(kwargs))
+
+
+def _devices_of(objs: Any) -> set:
+    found: set = set()
+    for o in objs:
+        if isinstance(o, Array):
+            found.add(o.device)
+        elif isinstance(o, (list, tuple)):
+            found |= _devices_of(o)
+        elif isinstance(o, dict):
+            found |= _devices_of(o.values())
+    return found
+
+
+def _array_ufunc(self: Array, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    name = _UFUNC_ALIASES.get(ufunc.__name__, ufunc.__name__)
+    out = kwargs.pop("out", None)
+    if isinstance(out, tuple):
+        out = out[0] if len(out) == 1 else out
+    if method == "__call__" and not kwargs and not isinstance(out, tuple) and \
+            all(_operand(x) for x in inputs):
+        if name == "matmul" and out is None and len(inputs) == 2:
+            return _planned("matmul", "__array_ufunc__")(*inputs)
+        if name in FUNCTIONS and (name not in _FM_ONLY or ufunc.__name__ == "positive") \
+                and len(inputs) == ufunc.nin:
+            return FUNCTIONS[name](*inputs, out=out)
+    if out is not None:
+        kwargs["out"] = out if isinstance(out, tuple) else (out,)
+    what = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+    return _fallback(what, getattr(ufunc, method), inputs, kwargs,
+                     _devices_of(inputs) | _devices_of(kwargs.values()))
+
+
+def _array_function(self: Array, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+    name = getattr(func, "__name__", "")
+    name = {"amax": "max", "amin": "min"}.get(name, name)
+    if args and isinstance(args[0], Array):
+        if name in _PLANNED:
+            return _planned(name, "__array_function__")(*args, **kwargs)
+        if name in _VIEW_FUNCTIONS:
+            return getattr(args[0], _VIEW_FUNCTIONS[name])(*args[1:], **kwargs)
+        if name == "expand_dims":
+            return expand_dims(*args, **kwargs)
+    what = f"numpy.{name}"
+    return _fallback(what, func, args, kwargs, _devices_of(args) | _devices_of(kwargs.values()))
+
+
+# ----------------------------------------------------------------------------- attach
+def _install() -> None:
+    methods: dict = {
+        "__getitem__": _getitem, "__setitem__": _setitem, "__iter__": _iter,
+        "__bool__": _bool, "__float__": lambda self: float(_item(self)),
+        "__int__": lambda self: int(_item(self)),
+        "__neg__": _unary_operator("negative"), "__pos__": _unary_operator("copy"),
+        "__abs__": _unary_operator("abs"),
+        "__pow__": _pow, "__rpow__": _rpow,
+        "__matmul__": _matmul, "__rmatmul__": _rmatmul,
+        "__array_ufunc__": _array_ufunc, "__array_function__": _array_function,
+        "__array__": _array, "__repr__": _repr,
+        "numpy": _numpy, "item": _item, "tolist": _tolist,
+        "reshape": _reshape, "transpose": _transpose, "T": property(_T),
+        "squeeze": _squeeze, "ravel": _ravel, "flatten": _flatten,
+        "copy": _copy, "astype": _astype, "to": _to,
+    }
+    for dunder, op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
+                       ("truediv", "divide")):
+        methods[f"__{dunder}__"] = _binary_operator(op, reflected=False)
+        methods[f"__r{dunder}__"] = _binary_operator(op, reflected=True)
+        methods[f"__i{dunder}__"] = _inplace_operator(op)
+    for dunder, op in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
+                       ("ge", "greater_equal"), ("eq", "equal"), ("ne", "not_equal")):
+        methods[f"__{dunder}__"] = _binary_operator(op, reflected=False)
+    for name in _REDUCTIONS:
+        methods[name] = _reduction(name, with_ddof=name in ("var", "std"))
+    for name, fn in methods.items():
+        if callable(fn) and not isinstance(fn, property):
+            fn.__qualname__ = f"Array.{name}"
+        setattr(Array, name, fn)
+    Array.__array_priority__ = 100.0  # binary ops with ndarray come to Array first
+    # Array == Array returns a mask, so Arrays are unhashable, as NumPy arrays.
+    Array.__hash__ = None
+
+
+_install()
