@@ -258,7 +258,9 @@ def _astype(self: Array, dtype: Any, copy: bool = True) -> Array:
     if target == self.dtype:
         return _copy(self) if copy else self
     source = self if _host_visible(self) else (self if _contiguous(self) else _copy(self))
-    return _core.asarray(np.asarray(source.numpy()).astype(target), device=self.device)
+    with np.errstate(over="ignore"):  # out-of-range values become inf, as in kernels
+        converted = np.asarray(source.numpy()).astype(target)
+    return _core.asarray(converted, device=self.device)
 
 
 def _to(self: Array, device: str) -> Array:
@@ -292,7 +294,9 @@ def _setitem(self: Array, key: Any, value: Any) -> None:
         if host.dtype.kind not in "fiub":
             raise TypeError(f"[{where}] expected a real (float, integer or bool) value, got "
                             f"dtype {host.dtype}")
-        value = _core.asarray(host.astype(target.dtype), device=self.device)
+        with np.errstate(over="ignore"):  # out-of-range values become inf, as in kernels
+            host = host.astype(target.dtype)
+        value = _core.asarray(host, device=self.device)
     layout = _views.broadcast_to(_layout(value), target.shape, where)
     if target.size == 0:
         return

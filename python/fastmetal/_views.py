@@ -212,6 +212,9 @@ def squeeze(layout: Layout, axis: Any, where: str) -> Layout:
     offset, shape, strides = layout
     if axis is None:
         drop = {i for i, n in enumerate(shape) if n == 1}
+    elif not shape:  # as NumPy: a 0-d array accepts axis 0 or -1, and stays 0-d
+        _axis_tuple(axis, 1, where)
+        drop = set()
     else:
         drop = set(_axis_tuple(axis, len(shape), where))
         for a in drop:
