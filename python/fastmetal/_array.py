@@ -265,6 +265,9 @@ def _astype(self: Array, dtype: Any, copy: bool = True) -> Array:
 
 def _to(self: Array, device: str) -> Array:
     """This array on `device` (self if it is already there; else a copy via the host)."""
+    if not isinstance(device, str):
+        raise TypeError(f"[{_where('to')}] expected a device name (str), got "
+                        f"{type(device).__name__}")
     if device == self.device:
         return self
     source = self if _contiguous(self) else _copy(self)
