@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numbers
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import numpy as np
 
@@ -125,17 +125,17 @@ def _reduction(name: str, with_ddof: bool) -> Callable[..., Any]:
                     keepdims: bool = False) -> Any:
         return _planned(name, name)(self, axis=axis, ddof=ddof, keepdims=keepdims)
 
-    if with_ddof:
-        method = method_ddof  # noqa: F811
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = (f"fastmetal.{name}(self, axis=axis, keepdims=keepdims"
-                      f"{', ddof=ddof' if with_ddof else ''}); TypeError if that function is not "
-                      f"available in this build.")
-    return method
+    chosen: Callable[..., Any] = method_ddof if with_ddof else method
+    chosen.__name__ = chosen.__qualname__ = name
+    chosen.__doc__ = (f"fastmetal.{name}(self, axis=axis, keepdims=keepdims"
+                      f"{', ddof=ddof' if with_ddof else ''}); TypeError if this build of "
+                      f"fastmetal has no fastmetal.{name}.")
+    return chosen
 
 
 # ----------------------------------------------------------------------------- scalars
 def _item(self: Array) -> float:
+    """The value of a one-element array as a Python float."""
     if self.size != 1:
         raise ValueError(f"[{_where('item')}] expected an array of one element, got "
                          f"{self.size} elements")
@@ -182,6 +182,7 @@ def _repr(self: Array) -> str:
 
 
 def _tolist(self: Array) -> Any:
+    """Nested Python lists of floats (through the host)."""
     return _numpy(self).tolist()
 
 
@@ -194,10 +195,13 @@ def _contiguous(a: Array) -> bool:
 
 
 def _getitem(self: Array, key: Any) -> Array:
+    """Basic indexing (ints, slices with any step, None, ...): a view, never a copy."""
     return _view(self, _views.index(_layout(self), key, _where("__getitem__")))
 
 
 def _reshape(self: Array, *shape: Any, order: str = "C") -> Array:
+    """The same elements in `shape` (one dimension may be -1), in C order: a view when the
+    strides allow it (NumPy's rule), else a contiguous copy."""
     where = _where("reshape")
     if order != "C":
         raise ValueError(f"[{where}] expected order='C', got order={order!r}")
@@ -209,14 +213,17 @@ def _reshape(self: Array, *shape: Any, order: str = "C") -> Array:
 
 
 def _transpose(self: Array, *axes: Any) -> Array:
+    """A view with the axes permuted (reversed when no axes are given)."""
     return _view(self, _views.transpose(_layout(self), axes, _where("transpose")))
 
 
 def _T(self: Array) -> Array:
+    """The transposed view, as `transpose()`."""
     return _transpose(self)
 
 
 def _squeeze(self: Array, axis: Any = None) -> Array:
+    """A view without the axes of length 1 (all of them, or those in `axis`)."""
     return _view(self, _views.squeeze(_layout(self), axis, _where("squeeze")))
 
 
@@ -230,12 +237,14 @@ def expand_dims(a: Array, axis: Any) -> Array:
 
 
 def _ravel(self: Array) -> Array:
+    """1-D: a view when the array is C-contiguous, else a copy."""
     if _contiguous(self):
         return _reshape(self, -1)
     return _flatten(self)
 
 
 def _flatten(self: Array) -> Array:
+    """1-D copy, always (a new allocation on the same device)."""
     flat = _copy(self)
     return _view(flat, (0, (self.size,), (1,)))
 
@@ -276,6 +285,8 @@ def _to(self: Array, device: str) -> Array:
 
 # ----------------------------------------------------------------------------- setitem
 def _setitem(self: Array, key: Any, value: Any) -> None:
+    """Write `value` (a number, array-like or Array on this device, broadcast to the
+    indexed view) into the indexed view, on the device, through the copy kernel."""
     where = _where("__setitem__")
     target = _getitem(self, key)
     if isinstance(value, Array):
@@ -416,7 +427,7 @@ def _install() -> None:
         setattr(Array, name, fn)
     Array.__array_priority__ = 100.0  # binary ops with ndarray come to Array first
     # Array == Array returns a mask, so Arrays are unhashable, as NumPy arrays.
-    Array.__hash__ = None
+    setattr(Array, "__hash__", None)
 
 
 _install()
