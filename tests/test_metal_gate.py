@@ -83,3 +83,81 @@ def test_missing_libclang_is_reported(monkeypatch):
     monkeypatch.delitem(sys.modules, "clang", raising=False)
     ci, why = check_msl.load_cindex()
     assert ci is None and "pip install libclang" in why
+
+
+# ----------------------------------------------------------------------------- NaN shim
+SPECIAL = ["NAN", "-NAN", "INFINITY", "-INFINITY", "0.0f", "-0.0f", "1.0f", "-1.0f", "0.5f",
+           "-2.5f", "88.5f", "-104.5f", "1e-30f", "3.0e38f", "-3.0e38f", "12.0f", "-12.0f"]
+
+
+def _nan_driver(metal_dir, gen_dir) -> str:
+    gen = _load("gen_kernels")
+    ops = gen.read_op_table(metal_dir / "elementwise_ops.tbl")
+    (gen_dir / "elementwise_ops.h").write_text(gen.elementwise_header(ops))
+    lines = ["#include <cstdio>", "#include <cstring>", "#include <cstdint>", "#include <string>",
+             "#include <metal_stdlib>",
+             '#include "elementwise.metal"', '#include "fm_end.h"',
+             "static void put(const char* op, int i, float v) {",
+             "  std::uint32_t b; std::memcpy(&b, &v, 4);",
+             "  std::printf(\"%s %d %s\\n\", op, i, v != v ? \"nan\" : std::to_string(b).c_str());",
+             "}",
+             f"static const float kVals[] = {{{', '.join(SPECIAL)}}};",
+             "int main() {", "  const int n = int(sizeof(kVals) / sizeof(kVals[0]));"]
+    for op in ops:
+        if op.arity == 1:
+            lines.append(f'  for (int i = 0; i < n; ++i) put("{op.name}", i, Op_{op.name}()(kVals[i]));')
+        else:
+            lines.append(f"  for (int i = 0; i < n; ++i) for (int j = 0; j < n; ++j) "
+                         f'put("{op.name}", i * n + j, Op_{op.name}()(kVals[i], kVals[j]));')
+    lines += ["  return 0;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _run_elementwise_ops(metal_dir, tmp_path, nan_test: bool) -> list[str]:
+    import shutil
+    import subprocess
+    cxx = next((c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+    if cxx is None:
+        skip_or_fail("no C++ compiler for the CPU shim build")
+    gen_dir = tmp_path / ("gen_nan" if nan_test else "gen")
+    gen_dir.mkdir(exist_ok=True)
+    src = gen_dir / "driver.cpp"
+    src.write_text(_nan_driver(metal_dir, gen_dir))
+    exe = gen_dir / "driver"
+    cmd = [cxx, "-std=c++17", "-O2", "-fno-fast-math", "-w", "-I", str(REPO / "metal/compat/cpu"),
+           "-I", str(metal_dir), "-I", str(gen_dir), str(src), "-o", str(exe)]
+    if nan_test:
+        cmd.insert(1, "-DFM_SHIM_NAN_TEST")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def _nan_dependence(metal_dir, tmp_path) -> list[str]:
+    normal = _run_elementwise_ops(metal_dir, tmp_path, nan_test=False)
+    poisoned = _run_elementwise_ops(metal_dir, tmp_path, nan_test=True)
+    assert len(normal) == len(poisoned) > 0
+    return [f"{a}  (NaN test build: {b.split()[-1]})" for a, b in zip(normal, poisoned) if a != b]
+
+
+def test_elementwise_ops_do_not_depend_on_min_max_clamp_of_nan(tmp_path):
+    """Every op of elementwise_ops.tbl gives bit-identical results (NaN as NaN) when
+    metal::min/max/clamp answer 1234 for NaN arguments. With the gate's nan-undefined rule
+    (no float min/max/clamp outside fm_math.h) this covers every kernel."""
+    diffs = _nan_dependence(REPO / "metal", tmp_path)
+    assert diffs == [], "\n".join(diffs[:20])
+
+
+def test_nan_test_build_catches_dependence(tmp_path):
+    """Teeth: relu written as max(x, 0) is NaN-propagating on the CPU (std::max) and
+    passes the NumPy comparison there, but Metal may return 0; the NaN test build sees it."""
+    import shutil
+    copy = tmp_path / "metal"
+    shutil.copytree(REPO / "metal", copy, ignore=shutil.ignore_patterns("compat"))
+    math_h = copy / "fm_math.h"
+    old = "FM_FUNC float fm_relu(float x) { return metal::select(x, 0.0f, x <= 0.0f); }"
+    assert old in math_h.read_text()
+    math_h.write_text(math_h.read_text().replace(
+        old, "FM_FUNC float fm_relu(float x) { return metal::max(x, 0.0f); }"))
+    diffs = _nan_dependence(copy, tmp_path)
+    assert diffs and all(d.startswith("relu ") for d in diffs), diffs
