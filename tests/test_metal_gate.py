@@ -161,3 +161,59 @@ def test_nan_test_build_catches_dependence(tmp_path):
         old, "FM_FUNC float fm_relu(float x) { return metal::max(x, 0.0f); }"))
     diffs = _nan_dependence(copy, tmp_path)
     assert diffs and all(d.startswith("relu ") for d in diffs), diffs
+
+
+INDEX_DRIVER = r"""
+#include <cstdio>
+#include <cstdint>
+#include <random>
+#include <metal_stdlib>
+#include "strided.h"
+#include "fm_end.h"
+int main() {
+  std::mt19937_64 rng(11);
+  long checked = 0;
+  for (int t = 0; t < 20000; ++t) {
+    StridedArgs a{};
+    a.ndim = 1 + int32_t(rng() % 6);
+    std::int64_t span = 0;
+    for (int d = 0; d < a.ndim; ++d) {
+      a.shape[d] = 1 + int32_t(rng() % 40);
+      a.strides[0][d] = std::int64_t(rng() % 200000) - 100000;  // negative, zero (broadcast), any
+      span += (a.strides[0][d] < 0 ? -a.strides[0][d] : a.strides[0][d]) * (a.shape[d] - 1);
+    }
+    a.index32 = span <= INT32_MAX ? 1 : 0;  // the host's rule (csrc/elementwise.cpp)
+    const int nd = a.ndim;
+    const std::uint32_t gx = a.shape[nd - 1], gy = nd > 1 ? a.shape[nd - 2] : 1;
+    std::uint32_t gz = 1;
+    for (int d = 0; d + 2 < nd; ++d) gz *= a.shape[d];
+    for (int s = 0; s < 8; ++s) {
+      const uint3 gid(std::uint32_t(rng() % gx), std::uint32_t(rng() % gy), std::uint32_t(rng() % gz));
+      if (fm_offset_g(gid, a, 0) != fm_strided_offset(gid, a.shape, a.strides[0], nd)) return 1;
+      if (nd == 3 && fm_offset_s(gid, a, 0) != fm_offset3(gid, a.strides[0])) return 2;
+      checked += a.index32;
+    }
+  }
+  std::printf("checked %ld\n", checked);
+  return checked > 0 ? 0 : 3;
+}
+"""
+
+
+def test_narrow_index_math_matches_64_bit(tmp_path):
+    """The 32-bit offsets Metal uses (FM_NARROW_INDEX) equal the 64-bit ones wherever the
+    host allows them; built here through the CPU shim with the Metal choice forced on."""
+    import shutil
+    import subprocess
+    cxx = next((c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+    if cxx is None:
+        skip_or_fail("no C++ compiler for the CPU shim build")
+    src = tmp_path / "index.cpp"
+    src.write_text(INDEX_DRIVER)
+    exe = tmp_path / "index"
+    r = subprocess.run([cxx, "-std=c++17", "-O1", "-w", "-DFM_NARROW_INDEX=1",
+                        "-I", str(REPO / "metal/compat/cpu"), "-I", str(REPO / "metal"), str(src),
+                        "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
