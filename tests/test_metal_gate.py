@@ -217,3 +217,17 @@ def test_narrow_index_math_matches_64_bit(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_macos_ci_verdict():
+    """The macOS job's one line (tools/metal_ci_report.py): it fails when the Metal backend
+    was built but no Metal test executed, unless the GPU is known to lack Metal 3."""
+    report = _load("metal_ci_report")
+    v = report.verdict
+    assert v("darwin", ["metal", "cpu"], "", 40)[0]
+    assert not v("darwin", ["metal", "cpu"], "", 0)[0]                       # built, device, nothing ran
+    ok, line = v("darwin", ["cpu"], "'Apple Paravirtual device' does not support Metal 3", 0)
+    assert ok and "lacks Metal 3" in line and "\n" not in line
+    assert not v("darwin", ["cpu"], "could not load the embedded metallib: bad", 0)[0]
+    assert not v("darwin", ["cpu"], "", 0)[0]                                 # no Metal backend built
+    assert v("linux", ["cpu"], "", 0)[0]
