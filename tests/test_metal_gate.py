@@ -231,3 +231,48 @@ def test_macos_ci_verdict():
     assert not v("darwin", ["cpu"], "could not load the embedded metallib: bad", 0)[0]
     assert not v("darwin", ["cpu"], "", 0)[0]                                 # no Metal backend built
     assert v("linux", ["cpu"], "", 0)[0]
+
+
+@pytest.mark.host_visible
+def test_views_at_odd_byte_offsets(device):
+    """NumPy views that start at an odd byte offset (Metal's setBuffer:offset: cannot bind
+    them in place, so the Metal backend copies them) give the right results, in and out."""
+    import numpy as np
+
+    import fastmetal as fm
+    raw_in, raw_out = bytearray(4 * 64 + 1), bytearray(4 * 64 + 3)
+    x = np.frombuffer(raw_in, np.float32, count=64, offset=1)
+    y = np.frombuffer(raw_out, np.float32, count=64, offset=3)
+    assert not x.flags.aligned and not y.flags.aligned
+    x[:] = np.linspace(-3.0, 3.0, 64, dtype=np.float32)
+    want = np.exp(x.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(fm.exp(x)), want, rtol=2e-6)
+    fm.exp(x, out=y)
+    fm.synchronize()
+    np.testing.assert_allclose(y, want, rtol=2e-6)
+
+
+def test_cpu_only_lane_variants_stay_out_of_metal_and_cuda():
+    """Kernels only the CPU launches (several lanes per thread) get CPU entries only; the
+    metallib (the stand-in xcrun compares its host names with these targets) and the CUDA
+    build leave them out."""
+    fe = _load("msl_frontend")
+    gen = _load("gen_kernels")
+    instances = fe.parse_metal(REPO / "metal/numerics.metal", [REPO / "metal"])
+    lanes = {i.host_name: i.targets for i in instances if "_l16" in i.host_name or "_l64" in i.host_name}
+    assert lanes and all(t == {"cpu"} for t in lanes.values()), lanes
+    assert all(i.targets == {"metal", "cpu", "cuda"} for i in instances if i.host_name.endswith("_l1"))
+    cuda = gen.cuda_entries("numerics", instances)
+    cpu = gen.cpu_entries("numerics", instances)
+    assert all(f"k_{h}(" not in cuda and f"entry_{h}(" in cpu for h in lanes)
+
+
+def test_metal_device_discovery_is_wired():
+    """A command-line process gets a device: CoreGraphics linked, MTLCopyAllDevices as the
+    fallback, the reason kept when there is none. (Static: only a Mac can run it; the
+    Objective-C++ gate type-checks the calls against Apple's signatures.)"""
+    cmake = (REPO / "cmake/metal.cmake").read_text()
+    mm = (REPO / "csrc/backend/metal/metal_backend.mm").read_text()
+    assert '"-framework CoreGraphics"' in cmake
+    assert "MTLCopyAllDevices()" in mm and "metal_unavailable_reason" in mm
+    assert "MTLCopyAllDevices" in (REPO / "tools/objc_stubs/Metal/Metal.h").read_text()
