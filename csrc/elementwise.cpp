@@ -66,6 +66,15 @@ void launch_strided(Backend& be, const std::string& kernel, std::vector<KernelAr
     a.shape[d] = std::int32_t(shape[d]);
     for (std::size_t k = 0; k < 3; ++k) a.strides[k][d] = strides[k] ? (*strides[k])[d] : 0;
   }
+  // Metal kernels use 32-bit index math when every offset this launch forms fits.
+  std::int64_t widest = 0;
+  for (std::size_t k = 0; k < 3; ++k) {
+    std::int64_t span = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      span += (a.strides[k][d] < 0 ? -a.strides[k][d] : a.strides[k][d]) * (shape[d] - 1);
+    widest = std::max(widest, span);
+  }
+  a.index32 = widest <= std::int64_t(INT32_MAX) ? 1 : 0;
   const std::size_t nd = shape.size();
   std::int64_t rest = 1;
   for (std::size_t d = 0; d + 2 < nd; ++d) rest *= shape[d];

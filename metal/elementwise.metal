@@ -27,8 +27,8 @@ template <typename T, typename Op>
 kernel void unary_g(device const T* x [[buffer(0)]], device T* out [[buffer(1)]],
                     constant StridedArgs& a [[buffer(2)]],
                     uint3 gid [[thread_position_in_grid]]) {
-  const int64_t xi = fm_strided_offset(gid, a.shape, a.strides[0], a.ndim);
-  const int64_t oi = fm_strided_offset(gid, a.shape, a.strides[2], a.ndim);
+  const int64_t xi = fm_offset_g(gid, a, 0);
+  const int64_t oi = fm_offset_g(gid, a, 2);
   out[oi] = static_cast<T>(Op()(static_cast<float>(x[xi])));
 }
 
@@ -37,8 +37,8 @@ kernel void unary_r(device const T* x [[buffer(0)]], device T* out [[buffer(1)]]
                     constant StridedArgs& a [[buffer(2)]],
                     uint3 gid [[thread_position_in_grid]]) {
   const uint3 row = uint3(0u, gid.y, gid.z);
-  const int64_t xi = fm_offset3(row, a.strides[0]) + gid.x;
-  const int64_t oi = fm_offset3(row, a.strides[2]) + gid.x;
+  const int64_t xi = fm_offset_s(row, a, 0) + gid.x;
+  const int64_t oi = fm_offset_s(row, a, 2) + gid.x;
   out[oi] = static_cast<T>(Op()(static_cast<float>(x[xi])));
 }
 
@@ -46,8 +46,8 @@ template <typename T, typename Op>
 kernel void unary_s(device const T* x [[buffer(0)]], device T* out [[buffer(1)]],
                     constant StridedArgs& a [[buffer(2)]],
                     uint3 gid [[thread_position_in_grid]]) {
-  out[fm_offset3(gid, a.strides[2])] =
-      static_cast<T>(Op()(static_cast<float>(x[fm_offset3(gid, a.strides[0])])));
+  out[fm_offset_s(gid, a, 2)] =
+      static_cast<T>(Op()(static_cast<float>(x[fm_offset_s(gid, a, 0)])));
 }
 
 template <typename T, typename Op>
@@ -73,9 +73,9 @@ kernel void binary_r(device const T* x [[buffer(0)]], device const T* y [[buffer
                      device T* out [[buffer(2)]], constant StridedArgs& a [[buffer(3)]],
                      uint3 gid [[thread_position_in_grid]]) {
   const uint3 row = uint3(0u, gid.y, gid.z);
-  const int64_t xi = fm_offset3(row, a.strides[0]) + gid.x;
-  const int64_t yi = fm_offset3(row, a.strides[1]) + gid.x;
-  const int64_t oi = fm_offset3(row, a.strides[2]) + gid.x;
+  const int64_t xi = fm_offset_s(row, a, 0) + gid.x;
+  const int64_t yi = fm_offset_s(row, a, 1) + gid.x;
+  const int64_t oi = fm_offset_s(row, a, 2) + gid.x;
   out[oi] = static_cast<T>(Op()(static_cast<float>(x[xi]), static_cast<float>(y[yi])));
 }
 
@@ -83,18 +83,18 @@ template <typename T, typename Op>
 kernel void binary_s(device const T* x [[buffer(0)]], device const T* y [[buffer(1)]],
                      device T* out [[buffer(2)]], constant StridedArgs& a [[buffer(3)]],
                      uint3 gid [[thread_position_in_grid]]) {
-  out[fm_offset3(gid, a.strides[2])] = static_cast<T>(Op()(
-      static_cast<float>(x[fm_offset3(gid, a.strides[0])]),
-      static_cast<float>(y[fm_offset3(gid, a.strides[1])])));
+  out[fm_offset_s(gid, a, 2)] = static_cast<T>(Op()(
+      static_cast<float>(x[fm_offset_s(gid, a, 0)]),
+      static_cast<float>(y[fm_offset_s(gid, a, 1)])));
 }
 
 template <typename T, typename Op>
 kernel void binary_g(device const T* x [[buffer(0)]], device const T* y [[buffer(1)]],
                      device T* out [[buffer(2)]], constant StridedArgs& a [[buffer(3)]],
                      uint3 gid [[thread_position_in_grid]]) {
-  const int64_t xi = fm_strided_offset(gid, a.shape, a.strides[0], a.ndim);
-  const int64_t yi = fm_strided_offset(gid, a.shape, a.strides[1], a.ndim);
-  const int64_t oi = fm_strided_offset(gid, a.shape, a.strides[2], a.ndim);
+  const int64_t xi = fm_offset_g(gid, a, 0);
+  const int64_t yi = fm_offset_g(gid, a, 1);
+  const int64_t oi = fm_offset_g(gid, a, 2);
   out[oi] = static_cast<T>(Op()(static_cast<float>(x[xi]), static_cast<float>(y[yi])));
 }
 

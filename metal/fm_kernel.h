@@ -5,6 +5,11 @@
 // On Metal this is an explicit template instantiation carrying the host name the library
 // finds the function by. On the CPU and CUDA the build's generator (tools/gen_kernels.py)
 // reads these lines and writes the launch entries, so here the macro expands to nothing.
+//
+//   FM_INSTANTIATE_CPU("fourier_series_l16", fourier_series_k, 16);
+//
+// A variant only the CPU uses (several lanes per thread, for its vector units): the CPU
+// gets an entry, the metallib and the CUDA build leave it out.
 #pragma once
 
 #if defined(__METAL_VERSION__)
@@ -13,6 +18,7 @@
 #else
 #define FM_INSTANTIATE(name, func, ...) static_assert(true, name)
 #endif
+#define FM_INSTANTIATE_CPU(name, func, ...) static_assert(true, name)
 
 // Helper functions called by kernels. On the CPU they must be inlined into the kernel's
 // loop or it does not vectorise (GCC otherwise keeps big helpers like fm_exp out of line);

@@ -118,16 +118,16 @@ FM_INSTANTIATE("stencil_interior_5_l1", stencil_interior, 5, false, 1, 2);
 FM_INSTANTIATE("stencil_interior_7_l1", stencil_interior, 7, false, 1, 2);
 FM_INSTANTIATE("stencil_interior_9_l1", stencil_interior, 9, false, 1, 2);
 FM_INSTANTIATE("stencil_interior_3pp_l1", stencil_interior, 3, true, 1, 2);
-FM_INSTANTIATE("stencil_interior_3_l16_axis", stencil_interior, 3, false, 16, 1);
-FM_INSTANTIATE("stencil_interior_5_l16_axis", stencil_interior, 5, false, 16, 1);
-FM_INSTANTIATE("stencil_interior_7_l16_axis", stencil_interior, 7, false, 16, 1);
-FM_INSTANTIATE("stencil_interior_9_l16_axis", stencil_interior, 9, false, 16, 1);
-FM_INSTANTIATE("stencil_interior_3pp_l16_axis", stencil_interior, 3, true, 16, 1);
-FM_INSTANTIATE("stencil_interior_3_l16_inner", stencil_interior, 3, false, 16, 0);
-FM_INSTANTIATE("stencil_interior_5_l16_inner", stencil_interior, 5, false, 16, 0);
-FM_INSTANTIATE("stencil_interior_7_l16_inner", stencil_interior, 7, false, 16, 0);
-FM_INSTANTIATE("stencil_interior_9_l16_inner", stencil_interior, 9, false, 16, 0);
-FM_INSTANTIATE("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_3_l16_axis", stencil_interior, 3, false, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_5_l16_axis", stencil_interior, 5, false, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_7_l16_axis", stencil_interior, 7, false, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_9_l16_axis", stencil_interior, 9, false, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_3pp_l16_axis", stencil_interior, 3, true, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_3_l16_inner", stencil_interior, 3, false, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_5_l16_inner", stencil_interior, 5, false, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_7_l16_inner", stencil_interior, 7, false, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_9_l16_inner", stencil_interior, 9, false, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 16, 0);
 
 // ---------------------------------------------------------------------------- Fourier
 // A product that must stay rounded on its own: the float-float steps below subtract it from
@@ -274,5 +274,5 @@ kernel void fourier_series_k(device const float* x [[buffer(0)]],
 }
 
 FM_INSTANTIATE("fourier_series_l1", fourier_series_k, 1);
-FM_INSTANTIATE("fourier_series_l16", fourier_series_k, 16);
-FM_INSTANTIATE("fourier_series_l64", fourier_series_k, 64);
+FM_INSTANTIATE_CPU("fourier_series_l16", fourier_series_k, 16);
+FM_INSTANTIATE_CPU("fourier_series_l64", fourier_series_k, 64);

@@ -2,17 +2,21 @@
 # Checks cmake/metal.cmake on Linux, where Apple's Metal compiler does not exist.
 #
 # A stand-in `xcrun` (written below) plays `xcrun -sdk macosx metal|metallib`: it checks the
-# flags fastmetal passes, preprocesses each .metal the way Apple's compiler would
+# flags fastmetal passes (among them -mmacosx-version-min equal to the wheel's deployment
+# target, pyproject.toml's MACOSX_DEPLOYMENT_TARGET: Apple's compiler ignores that
+# environment variable, so the stand-in ignores it too), preprocesses each .metal the way Apple's compiler would
 # (__METAL_VERSION__=300, the repository's include paths) and writes an ".air" that lists
 # the kernel host names found in it; "metallib" concatenates them. A small CMake project
 # then uses the functions of cmake/metal.cmake to build that metallib, embed it with
 # metallib_embed.S into an executable, and the script checks:
 #   1. the embedded bytes are exactly the metallib's (the .incbin and its symbols work);
 #   2. the host names the Metal library would export are exactly the kernels of
-#      kernels.json, the names the host code launches (no per-op Objective-C needed);
+#      kernels.json meant for Metal, the names the host code launches (CPU-only lane
+#      variants stay out of the metallib);
 #   3. editing a shared header rebuilds the .air files, the metallib and re-embeds it;
 #   4. configuring the real project with -DFASTMETAL_METAL=ON fails with a clear message
 #      when xcrun is absent, and with one naming macOS when xcrun exists but this is Linux;
+#      with AUTO and no working Metal compiler it configures (CPU only) with a warning;
 #   5. configured for macOS through a Darwin cross toolchain, the real project compiles the
 #      .mm as Objective-C++ with ARC, links Metal/Foundation and builds the Mach-O objects.
 # Needs cmake, a C compiler, python3 and clang (for preprocessing). Installs nothing.
@@ -35,6 +39,10 @@ failed=0
 pass() { echo "check_metal_cmake: ok    $*"; }
 fail() { echo "check_metal_cmake: FAIL  $*" >&2; failed=1; }
 
+# The deployment target the macOS wheels are tagged with.
+deploy=$(sed -n 's/.*MACOSX_DEPLOYMENT_TARGET *= *"\([0-9.]*\)".*/\1/p' "$root/pyproject.toml" | head -n1)
+[[ -n $deploy ]] || { echo "check_metal_cmake: no MACOSX_DEPLOYMENT_TARGET in pyproject.toml" >&2; exit 2; }
+
 # ---------------------------------------------------------------- the stand-in xcrun
 mkdir -p "$tmp/bin" "$tmp/metal_stdlib_stub"
 : >"$tmp/metal_stdlib_stub/metal_stdlib"
@@ -42,7 +50,7 @@ cat >"$tmp/bin/xcrun" <<EOF
 #!/usr/bin/env bash
 # Stand-in for xcrun on Linux (tools/check_metal_cmake.sh).
 set -euo pipefail
-echo "xcrun \$* MACOSX_DEPLOYMENT_TARGET=\${MACOSX_DEPLOYMENT_TARGET:-}" >>"$tmp/xcrun.log"
+echo "xcrun \$*" >>"$tmp/xcrun.log"
 [[ \$1 == -sdk && \$2 == macosx ]] || { echo "xcrun stand-in: expected -sdk macosx" >&2; exit 1; }
 tool=\$3; shift 3
 case \$tool in
@@ -52,7 +60,8 @@ case \$tool in
     for want in -std=metal3.0 -fno-fast-math " -c " " -o "; do
       [[ \$args == *"\$want"* ]] || { echo "xcrun stand-in: metal without \$want" >&2; exit 1; }
     done
-    [[ \${MACOSX_DEPLOYMENT_TARGET:-} == 13.0 ]] || { echo "xcrun stand-in: deployment target '\${MACOSX_DEPLOYMENT_TARGET:-}'" >&2; exit 1; }
+    # Apple's metal ignores MACOSX_DEPLOYMENT_TARGET: only the flag counts.
+    [[ \$args == *" -mmacosx-version-min=$deploy "* ]] || { echo "xcrun stand-in: metal -c without -mmacosx-version-min=$deploy (the wheel's deployment target): \$args" >&2; exit 1; }
     incs=(); src=""; out=""
     while [[ \$# -gt 0 ]]; do
       case \$1 in
@@ -162,7 +171,7 @@ fi
 if "$PYTHON" - "$build/metal/fastmetal.metallib" "$build/generated/kernels.json" <<'EOF'
 import json, sys
 lib = [l.strip() for l in open(sys.argv[1]) if l.strip() and not l.startswith(("AIR ", "# "))]
-manifest = set(json.load(open(sys.argv[2])))
+manifest = {k for k, v in json.load(open(sys.argv[2])).items() if "metal" in v.get("targets", ["metal"])}
 dupes = sorted({n for n in lib if lib.count(n) > 1})
 missing, extra = sorted(manifest - set(lib)), sorted(set(lib) - manifest)
 print(f"check_metal_cmake:       {len(set(lib))} Metal host names, {len(manifest)} manifest kernels")
@@ -171,7 +180,7 @@ if dupes or missing or extra:
     sys.exit(1)
 EOF
 then
-  pass "Metal host names == kernels.json"
+  pass "Metal host names == kernels.json (Metal targets)"
 else
   fail "Metal host names differ from kernels.json"
 fi
@@ -229,6 +238,26 @@ else
   else
     fail "FASTMETAL_METAL=ON on Linux: unexpected output"; tail -n 20 "$tmp/real-linux.log" >&2
   fi
+  # AUTO where the Metal compiler does not work: a warning, and a CPU-only configure.
+  mkdir -p "$tmp/badbin"
+  printf '#!/bin/sh\necho "xcrun: error: unable to find utility metal" >&2\nexit 72\n' >"$tmp/badbin/xcrun"
+  chmod +x "$tmp/badbin/xcrun"
+  cat >"$tmp/auto.cmake" <<EOF2
+set(APPLE 1)
+EOF2
+  if PATH="$tmp/badbin:$(echo "$PATH" | tr ':' '\n' | grep -v "^$tmp/bin\$" | paste -sd:)" \
+       cmake -S "$root" -B "$tmp/real-auto" -DFASTMETAL_METAL=AUTO -DFASTMETAL_CUDA=OFF \
+       -DCMAKE_PROJECT_INCLUDE="$tmp/auto.cmake" -Dpybind11_DIR="$pybind_dir" \
+       -DPython_EXECUTABLE="$(command -v "$PYTHON")" >"$tmp/real-auto.log" 2>&1; then
+    if grep -q "building WITHOUT the Metal backend" "$tmp/real-auto.log" &&
+       grep -q "MetalToolchain" "$tmp/real-auto.log"; then
+      pass "FASTMETAL_METAL=AUTO without a working Metal compiler: CPU-only configure, warning names the fix"
+    else
+      fail "FASTMETAL_METAL=AUTO without a Metal compiler: no clear warning"; tail -n 20 "$tmp/real-auto.log" >&2
+    fi
+  else
+    fail "FASTMETAL_METAL=AUTO without a Metal compiler failed to configure"; tail -n 20 "$tmp/real-auto.log" >&2
+  fi
 fi
 
 # 5. The real project configured for macOS (a Darwin cross toolchain: clang targeting
@@ -285,8 +314,8 @@ else
     else
       fail "embed rule: $embed_rule"
     fi
-    if grep -q -- "-framework Metal  *-framework Foundation" "$dbuild/build.ninja"; then
-      pass "_core links -framework Metal -framework Foundation"
+    if grep -q -- "-framework Metal  *-framework Foundation  *-framework CoreGraphics" "$dbuild/build.ninja"; then
+      pass "_core links -framework Metal -framework Foundation -framework CoreGraphics"
     else
       fail "framework link flags missing"
     fi

@@ -12,9 +12,9 @@ Writes into --out-dir:
   cuda_entries_<stem>.cu   CUDA: a __global__ wrapper per kernel instance (with --cuda)
   kernels.json             manifest: host name -> buffer indices, builtins, mode
 
-A kernel is parsed from its signature: `kernel void name(params)`, optionally preceded by
-`template <...>`. Each parameter carries `[[buffer(n)]]` or a builtin attribute such as
-`[[thread_position_in_grid]]`; the generated entry fills builtins from the grid position.
+The kernels are read by the project's one MSL front end (tools/msl_frontend.py); this file
+has one emitter per target (CPU entries, CUDA wrappers, manifest). Instances made with
+FM_INSTANTIATE_CPU get CPU entries only (no CUDA wrapper; the metallib leaves them out too).
 """
 from __future__ import annotations
 
@@ -25,27 +25,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from msl_frontend import BUILTINS, Instance, MslError, parse_metal  # noqa: E402
+
 DTYPES = {"float32": "float", "float16": "half"}
 UNARY_LAYOUTS = ("v", "r", "s", "g")
 BINARY_LAYOUTS = ("v", "sv", "vs", "r", "s", "g")
-
-# builtin attribute -> field of fm::cpu::ThreadIds
-BUILTINS = {
-    "thread_position_in_grid": "grid_pos",
-    "threads_per_grid": "grid_size",
-    "thread_position_in_threadgroup": "local_pos",
-    "threadgroup_position_in_grid": "group_pos",
-    "threads_per_threadgroup": "group_size",
-    "threadgroups_per_grid": "num_groups",
-    "thread_index_in_threadgroup": "local_index",
-    "thread_index_in_simdgroup": "simd_lane",
-    "simdgroup_index_in_threadgroup": "simd_group",
-    "threads_per_simdgroup": "simd_width",
-}
-GRID_ONLY = {"thread_position_in_grid", "threads_per_grid"}
-# Anything that makes threads of a group wait for each other: needs the emulator on the CPU.
-SYNC_RE = re.compile(r"\b(threadgroup_barrier|simdgroup_barrier|simd_\w+|quad_\w+)\s*\(")
-
 
 # ----------------------------------------------------------------------------- op table
 @dataclass
@@ -98,139 +83,6 @@ def elementwise_header(ops: list[Op]) -> str:
     return "\n".join(out) + "\n"
 
 
-# ----------------------------------------------------------------------------- parsing
-@dataclass
-class Param:
-    name: str
-    buffer: int | None = None
-    builtin: str | None = None
-
-
-@dataclass
-class KernelDef:
-    name: str
-    is_template: bool
-    params: list[Param]
-    synchronizes: bool
-
-
-@dataclass
-class Instance:
-    host_name: str
-    kernel: KernelDef
-    template_args: str | None
-
-    @property
-    def call(self) -> str:
-        return f"{self.kernel.name}<{self.template_args}>" if self.template_args else self.kernel.name
-
-    @property
-    def mode(self) -> str:
-        if self.kernel.synchronizes:
-            return "emulated"
-        used = {p.builtin for p in self.kernel.params if p.builtin}
-        return "grid" if used <= GRID_ONLY else "groups"
-
-
-def strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
-    return re.sub(r"//[^\n]*", "", text)
-
-
-def matching(text: str, start: int, open_ch: str, close_ch: str) -> int:
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == open_ch:
-            depth += 1
-        elif text[i] == close_ch:
-            depth -= 1
-            if depth == 0:
-                return i
-    raise ValueError(f"unbalanced {open_ch}{close_ch}")
-
-
-def split_top_level(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in s:
-        if ch in "([<{":
-            depth += 1
-        elif ch in ")]>}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur))
-    return [p.strip() for p in parts]
-
-
-def parse_param(text: str, where: str) -> Param:
-    m = re.search(r"\[\[\s*(\w+)\s*(?:\(\s*(\d+)\s*\))?\s*\]\]", text)
-    if not m:
-        sys.exit(f"{where}: kernel parameter without an attribute: {text!r}")
-    decl = text[: m.start()].strip()
-    name_m = re.search(r"(\w+)\s*$", decl)
-    if not name_m:
-        sys.exit(f"{where}: cannot find the parameter name in {text!r}")
-    attr, index = m.group(1), m.group(2)
-    if attr == "buffer":
-        return Param(name_m.group(1), buffer=int(index))
-    if attr not in BUILTINS:
-        sys.exit(f"{where}: unsupported kernel attribute [[{attr}]] (supported: buffer, "
-                 + ", ".join(sorted(BUILTINS)) + ")")
-    return Param(name_m.group(1), builtin=attr)
-
-
-KERNEL_RE = re.compile(r"(template\s*<[^>]*>\s*)?\bkernel\s+void\s+(\w+)\s*\(")
-INSTANTIATE_RE = re.compile(r'FM_INSTANTIATE\(\s*"([^"]+)"\s*,\s*(\w+)\s*(?:,([^;]*))?\)\s*;')
-
-
-def expand_includes(path: Path, search: list[Path], seen: set[Path]) -> str:
-    text = path.read_text()
-
-    def repl(m: re.Match) -> str:
-        for d in [path.parent, *search]:
-            cand = (d / m.group(1)).resolve()
-            if cand.exists():
-                if cand in seen:
-                    return ""
-                seen.add(cand)
-                return expand_includes(cand, search, seen)
-        return ""
-
-    return re.sub(r'#include\s+"([^"]+)"', repl, text)
-
-
-def parse_metal(path: Path, search: list[Path]) -> list[Instance]:
-    text = strip_comments(expand_includes(path, search, set()))
-    kernels: dict[str, KernelDef] = {}
-    for m in KERNEL_RE.finditer(text):
-        name = m.group(2)
-        open_paren = m.end() - 1
-        close_paren = matching(text, open_paren, "(", ")")
-        where = f"{path.name}:{name}"
-        params = [parse_param(p, where) for p in split_top_level(text[open_paren + 1: close_paren])]
-        body_start = text.index("{", close_paren)
-        body = text[body_start: matching(text, body_start, "{", "}") + 1]
-        kernels[name] = KernelDef(name, m.group(1) is not None, params, bool(SYNC_RE.search(body)))
-    instances = []
-    for m in INSTANTIATE_RE.finditer(text):
-        host, func, targs = m.group(1), m.group(2), (m.group(3) or "").strip()
-        if func not in kernels:
-            sys.exit(f"{path.name}: FM_INSTANTIATE names unknown kernel {func!r}")
-        instances.append(Instance(host, kernels[func], targs or None))
-    for k in kernels.values():
-        if not k.is_template:
-            instances.append(Instance(k.name, k, None))
-    hosts = [i.host_name for i in instances]
-    dup = {h for h in hosts if hosts.count(h) > 1}
-    if dup:
-        sys.exit(f"{path.name}: duplicate host names {sorted(dup)}")
-    return instances
-
-
 # ----------------------------------------------------------------------------- CPU entries
 def cpu_entries(stem: str, instances: list[Instance]) -> str:
     out = [
@@ -276,19 +128,6 @@ def cpu_entries(stem: str, instances: list[Instance]) -> str:
 
 
 # ----------------------------------------------------------------------------- CUDA entries
-CUDA_BUILTIN_EXPR = {
-    "thread_position_in_grid": "t.grid_pos",
-    "threads_per_grid": "t.grid_size",
-    "thread_position_in_threadgroup": "t.local_pos",
-    "threadgroup_position_in_grid": "t.group_pos",
-    "threads_per_threadgroup": "t.group_size",
-    "threadgroups_per_grid": "t.num_groups",
-    "thread_index_in_threadgroup": "t.local_index",
-    "thread_index_in_simdgroup": "t.simd_lane",
-    "simdgroup_index_in_threadgroup": "t.simd_group",
-    "threads_per_simdgroup": "t.simd_width",
-}
-
 
 def cuda_entries(stem: str, instances: list[Instance]) -> str:
     out = [
@@ -300,13 +139,14 @@ def cuda_entries(stem: str, instances: list[Instance]) -> str:
         "",
         "namespace fm::cuda_kernels {",
     ]
+    instances = [inst for inst in instances if "cuda" in inst.targets]
     for inst in instances:
         args = []
         for i, p in enumerate(inst.kernel.params):
             if p.buffer is not None:
                 args.append(f"::fm::cudak::arg<F, {i}>(a.ptr[{p.buffer}])")
             else:
-                args.append(f"::fm::cudak::builtin<F, {i}>({CUDA_BUILTIN_EXPR[p.builtin]})")
+                args.append(f"::fm::cudak::builtin<F, {i}>(t.{BUILTINS[p.builtin]})")
         out.append(f"__global__ void k_{inst.host_name}(::fm::cudak::Args a, ::fm::cudak::Dims d) {{")
         out.append(f"  using F = decltype(&{inst.call});")
         out.append("  const ::fm::cudak::ThreadIds t = ::fm::cudak::thread_ids(d);")
@@ -346,7 +186,10 @@ def main() -> None:
     stems = []
     for metal in sorted(ns.metal_dir.glob("*.metal")):
         stem = metal.stem
-        instances = parse_metal(metal, [ns.metal_dir, out_dir])
+        try:
+            instances = parse_metal(metal, [ns.metal_dir, out_dir])
+        except MslError as e:
+            sys.exit(str(e))
         stems.append(stem)
         write_if_changed(out_dir / f"cpu_entries_{stem}.cpp", cpu_entries(stem, instances))
         if ns.cuda:
@@ -356,6 +199,7 @@ def main() -> None:
                 "file": metal.name,
                 "function": inst.call,
                 "mode": inst.mode,
+                "targets": sorted(inst.targets),
                 "buffers": {p.name: p.buffer for p in inst.kernel.params if p.buffer is not None},
                 "builtins": {p.name: p.builtin for p in inst.kernel.params if p.builtin},
             }

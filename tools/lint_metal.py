@@ -25,6 +25,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from msl_frontend import KERNEL_RE, SYNC_RE, blank_comments, line_of, matching  # noqa: E402
+
 RULES = {
     "texture": (re.compile(r"\b(texture[123]d\w*|texturecube\w*|sampler)\b"), "textures and samplers are not portable"),
     "threadgroup-param": (re.compile(r"\[\[\s*threadgroup\s*\(\s*\d+\s*\)\s*\]\]"), "[[threadgroup(n)]] parameters are not portable; declare threadgroup arrays at kernel scope"),
@@ -36,53 +39,17 @@ RULES = {
                          "pass arrays as `device const T*`, not `constant T*`"),
 }
 
-KERNEL_RE = re.compile(r"\bkernel\s+void\s+(\w+)\s*\(")
-BARRIER_RE = re.compile(r"\b(threadgroup_barrier|simdgroup_barrier|simd_\w+)\s*\(")
-
-
-def strip_comments_and_strings(text: str) -> str:
-    """Blank out comments and string literals, keeping line structure."""
-    def blank(m: re.Match) -> str:
-        return re.sub(r"[^\n]", " ", m.group(0))
-    text = re.sub(r"/\*.*?\*/", blank, text, flags=re.S)
-    text = re.sub(r"//[^\n]*", blank, text)
-    return re.sub(r'"(?:\\.|[^"\\])*"', blank, text)
-
-
-def matching_brace(text: str, start: int) -> int:
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(text) - 1
-
-
 def kernel_bodies(text: str) -> list[tuple[str, int, int]]:
     """(name, start, end) of every kernel body (offsets of its braces)."""
     out = []
     for m in KERNEL_RE.finditer(text):
-        depth, i = 0, m.end() - 1
-        while i < len(text):  # skip the parameter list
-            depth += text[i] == "("
-            depth -= text[i] == ")"
-            if depth == 0:
-                break
-            i += 1
-        start = text.index("{", i)
-        out.append((m.group(1), start, matching_brace(text, start)))
+        start = text.index("{", matching(text, m.end() - 1, "(", ")"))
+        out.append((m.group(3), start, matching(text, start, "{", "}")))
     return out
 
 
-def line_of(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
 def lint_text(path: str, raw: str) -> list[str]:
-    text = strip_comments_and_strings(raw)
+    text = blank_comments(raw, strings=True)
     findings = []
     for rule, (pattern, msg) in RULES.items():
         for m in pattern.finditer(text):
@@ -105,7 +72,7 @@ def lint_text(path: str, raw: str) -> list[str]:
 
     for name, s, e in bodies:
         body = text[s:e]
-        barriers = [b.start() for b in BARRIER_RE.finditer(body)]
+        barriers = [b.start() for b in SYNC_RE.finditer(body)]
         if not barriers:
             continue
         for r in re.finditer(r"\breturn\b", body):

@@ -7,6 +7,16 @@
 
 namespace fm::metal {
 
+// setBuffer:offset:atIndex: wants the offset aligned to the element type the kernel reads.
+// fastmetal's arrays hold float32 or float16, so 4 bytes serves both; host memory that is
+// not aligned so (a NumPy view at an odd byte offset) is copied, not wrapped.
+constexpr std::uintptr_t kBufferOffsetAlignment = 4;
+inline bool offset_bindable(std::uintptr_t offset) { return offset % kBufferOffsetAlignment == 0; }
+
+// setBytes:length:atIndex: is for data smaller than 4 KiB; larger blocks go in a buffer.
+constexpr std::size_t kSetBytesLimit = 4096;
+inline bool fits_set_bytes(std::size_t n) { return n < kSetBytesLimit; }
+
 // The whole pages holding [p, p + n): newBufferWithBytesNoCopy wants a page-aligned
 // pointer and a length that is a multiple of the page size. ok is false where the span
 // would wrap around the address space.

@@ -3,8 +3,9 @@
 //
 // Execution model: launch() encodes into the current command buffer (one serial compute
 // encoder, so each dispatch sees the writes of the one before); synchronize() commits and
-// waits. Every buffer a launch names is kept (StoragePtr) until the wait returns, and only
-// then dropped, on the caller's thread: pooled memory cannot be reused and Python owners
+// waits for every command buffer committed before it began, by any thread
+// (command_tracker.h). Every buffer a launch names is kept (StoragePtr) until its command
+// buffer has completed, and only then dropped, on a caller's thread: pooled memory cannot be reused and Python owners
 // cannot be freed while the GPU may still touch them, and no Metal thread ever runs
 // Python code (keep_alive takes the GIL itself; callers release it around launch/sync).
 //
@@ -31,6 +32,7 @@
 
 #include "../../allocator.h"
 #include "../../errors.h"
+#include "command_tracker.h"
 #include "dispatch_math.h"
 #include "metal_backend.h"
 
@@ -45,8 +47,6 @@ extern "C" const unsigned char fastmetal_metallib_end[];
 namespace fm::metal {
 namespace {
 
-// setBytes:length:atIndex: is for blocks up to 4 KiB; larger blocks go through a buffer.
-constexpr std::size_t kMaxInlineBytes = 4096;
 // The buffer argument table of a compute encoder has 31 entries.
 constexpr std::size_t kMaxBufferArgs = 31;
 // Commit (without waiting) after this many dispatches, so a long loop without
@@ -109,12 +109,6 @@ struct Pipeline {
   std::uint32_t simd_width = 1;   // threadExecutionWidth
 };
 
-// A committed command buffer and the storages it uses. `keep` is declared first so that it
-// is destroyed last: the command buffer lets go of the MTLBuffers before their memory goes.
-struct Submitted {
-  std::vector<StoragePtr> keep;
-  id<MTLCommandBuffer> cb;
-};
 
 class MetalBackend final : public Backend {
  public:
@@ -168,8 +162,10 @@ class MetalBackend final : public Backend {
       if (ptr == nullptr || nbytes == 0) return pool_storage(nbytes, std::move(owner));
       // 16 KiB (Apple Silicon's GPU page) also covers 4 KiB pages (Intel, Rosetta).
       const std::uintptr_t page = std::max<std::uintptr_t>(std::uintptr_t(getpagesize()), 16384);
-      const PageSpan span = page_span(reinterpret_cast<std::uintptr_t>(ptr), nbytes, page);
-      if (span.ok && span.end - span.begin <= max_buffer_length_) {
+      const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(ptr);
+      const PageSpan span = page_span(at, nbytes, page);
+      // The bound offset (ptr - page start) must suit the element type: else copy.
+      if (span.ok && span.end - span.begin <= max_buffer_length_ && offset_bindable(at - span.begin)) {
         id<MTLBuffer> buffer =
             [device_ newBufferWithBytesNoCopy:reinterpret_cast<void*>(span.begin)
                                        length:NSUInteger(span.end - span.begin)
@@ -201,20 +197,23 @@ class MetalBackend final : public Backend {
     pooled([&] { launch_impl(kernel, d, args); });
   }
 
+  // Returns once every command buffer committed before the call (by any thread) completed;
+  // what completed goes back to the pool and its Python owners are released.
   void synchronize() override {
     pooled([&] {
-      std::vector<Submitted> batch;
       {
         std::lock_guard<std::mutex> lock(mu_);
         flush_locked();
-        batch.swap(submitted_);
       }
-      std::string error;
-      for (Submitted& s : batch) {
-        [s.cb waitUntilCompleted];
-        if (s.cb.status == MTLCommandBufferStatusError && error.empty()) error = describe(s.cb.error);
-      }
-      batch.clear();  // the GPU is done: buffers go back to the pool, Python owners are released
+      const std::string error = submitted_.wait_committed(
+          [](id<MTLCommandBuffer> cb) { [cb waitUntilCompleted]; },
+          [](id<MTLCommandBuffer> cb) {
+            return cb.status == MTLCommandBufferStatusCompleted ||
+                   cb.status == MTLCommandBufferStatusError;
+          },
+          [](id<MTLCommandBuffer> cb) {
+            return cb.status == MTLCommandBufferStatusError ? describe(cb.error) : std::string();
+          });
       if (!error.empty())
         throw BackendError("[fastmetal] Metal command buffer failed: " + error);
     });
@@ -236,7 +235,8 @@ class MetalBackend final : public Backend {
     return function_names_.count(kernel) != 0;
   }
 
-  // Host-visible memory: a memcpy, after any queued work that may still use it.
+  // Host-visible memory: a memcpy, after any queued work that may still use it (pending()
+  // stays true until every committed command buffer has completed and been retired).
   void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) override {
     if (pending()) synchronize();
     std::memcpy(dst, static_cast<const char*>(src.host) + offset, n);
@@ -321,6 +321,9 @@ class MetalBackend final : public Backend {
         const std::size_t base = std::size_t(static_cast<const char*>(a.storage->host) - contents);
         if (base > buffer.length || a.offset > buffer.length - base)
           throw BackendError(where() + " has an offset past the end of its buffer");
+        if (!offset_bindable(base + a.offset))
+          throw BackendError(where() + " has a byte offset of " + std::to_string(base + a.offset) +
+                             ", not a multiple of " + std::to_string(kBufferOffsetAlignment));
         offsets[i] = NSUInteger(base + a.offset);
       } else if (a.bytes == nullptr || a.size == 0) {
         throw BackendError(where() + " is empty");
@@ -336,7 +339,7 @@ class MetalBackend final : public Backend {
       if (a.storage) {
         [encoder setBuffer:buffer_of(*a.storage) offset:offsets[i] atIndex:NSUInteger(i)];
         keep_.push_back(a.storage);
-      } else if (a.size <= kMaxInlineBytes) {
+      } else if (fits_set_bytes(a.size)) {
         [encoder setBytes:a.bytes length:NSUInteger(a.size) atIndex:NSUInteger(i)];
       } else {
         // The command buffer retains this temporary until it has run.
@@ -378,18 +381,20 @@ class MetalBackend final : public Backend {
     }
     if (cb_ != nil) {
       [cb_ commit];
-      Submitted s;
-      s.keep.swap(keep_);
-      s.cb = cb_;
-      submitted_.push_back(std::move(s));
+      std::vector<StoragePtr> keep;
+      keep.swap(keep_);
+      submitted_.committed(cb_, std::move(keep));
       cb_ = nil;
     }
     dispatches_ = 0;
   }
 
   bool pending() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cb_ != nil || !submitted_.empty();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cb_ != nil) return true;
+    }
+    return !submitted_.empty();
   }
 
   id<MTLDevice> device_;
@@ -402,24 +407,43 @@ class MetalBackend final : public Backend {
   std::mutex pipelines_mu_;
   std::unordered_map<std::string, Pipeline> pipelines_;
 
-  std::mutex mu_;  // guards everything below
+  std::mutex mu_;  // guards cb_, encoder_, keep_, dispatches_
   id<MTLCommandBuffer> cb_;
   id<MTLComputeCommandEncoder> encoder_;
   std::vector<StoragePtr> keep_;  // storages named by the open command buffer
-  std::vector<Submitted> submitted_;
   int dispatches_ = 0;
+  // Committed command buffers and their storages (its own lock, taken after mu_).
+  CommandTracker<id<MTLCommandBuffer>, StoragePtr> submitted_;
 
   CachingAllocator pool_;  // last: its cached buffers go before the device does
 };
 
 }  // namespace
 
+namespace {
+std::mutex unavailable_mu;
+std::string unavailable;  // why make_metal_backend() returned nullptr
+}  // namespace
+
+std::string metal_unavailable_reason() {
+  std::lock_guard<std::mutex> lock(unavailable_mu);
+  return unavailable;
+}
+
 std::unique_ptr<Backend> make_metal_backend() {
   std::unique_ptr<Backend> backend;
-  std::string disabled;  // why a present device is not used
+  std::string disabled;  // why no device is used
   @autoreleasepool {
+    // A command-line process (python) may get nil here where CoreGraphics is not linked or
+    // no display is attached; the device list still has the GPU then.
     id<MTLDevice> device = MTLCreateSystemDefaultDevice();
-    if (device != nil) {
+    if (device == nil) {
+      NSArray<id<MTLDevice>>* all = MTLCopyAllDevices();
+      if (all.count > 0) device = [all objectAtIndex:0];
+    }
+    if (device == nil) {
+      disabled = "no Metal device (MTLCreateSystemDefaultDevice and MTLCopyAllDevices found none)";
+    } else {
       const std::size_t size = std::size_t(fastmetal_metallib_end - fastmetal_metallib_start);
       id<MTLCommandQueue> queue = nil;
       id<MTLLibrary> library = nil;
@@ -450,6 +474,10 @@ std::unique_ptr<Backend> make_metal_backend() {
     }
   }
   if (!disabled.empty()) std::fprintf(stderr, "[fastmetal] Metal backend disabled: %s\n", disabled.c_str());
+  {
+    std::lock_guard<std::mutex> lock(unavailable_mu);
+    unavailable = disabled;
+  }
   return backend;
 }
 

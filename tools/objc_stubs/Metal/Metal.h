@@ -11,6 +11,13 @@
 #import <Foundation/Foundation.h>
 #import <dispatch/dispatch.h>
 
+// MTLDefines.h
+#ifdef __cplusplus
+#define MTL_EXTERN extern "C" __attribute__((visibility ("default")))
+#else
+#define MTL_EXTERN extern __attribute__((visibility ("default")))
+#endif
+
 NS_ASSUME_NONNULL_BEGIN
 
 @protocol MTLDevice;
@@ -157,6 +164,8 @@ typedef NS_ENUM(NSInteger, MTLGPUFamily){
                                                                       error:(__autoreleasing NSError **)error;
 @end
 
-extern "C" id<MTLDevice> __nullable MTLCreateSystemDefaultDevice(void) NS_RETURNS_RETAINED;
+// MTLDevice.h
+MTL_EXTERN id <MTLDevice> __nullable MTLCreateSystemDefaultDevice(void) API_AVAILABLE(macos(10.11), ios(8.0)) NS_RETURNS_RETAINED;
+MTL_EXTERN NSArray <id<MTLDevice>> *MTLCopyAllDevices(void) API_AVAILABLE(macos(10.11), macCatalyst(13.0)) API_UNAVAILABLE(ios) NS_RETURNS_RETAINED;
 
 NS_ASSUME_NONNULL_END
