@@ -28,6 +28,9 @@ from ._elementwise import FUNCTIONS as _FUNCTIONS
 from ._elementwise import UNARY as _UNARY
 from .numerics import derivative, fourier_series, gradient
 from .conv import conv2d, conv2d_backward
+from . import training
+from .training import (cross_entropy, dropout, dropout_backward, log_softmax,  # noqa: F401
+                       log_softmax_backward, max_pool2d, max_pool2d_backward)
 from . import nn
 
 try:
@@ -54,6 +57,7 @@ __all__ = [
     "conv2d",
     "conv2d_backward",
     "nn",
+    *training.__all__,
     *_UNARY,
     *_BINARY,
 ]
