@@ -118,15 +118,19 @@ kernel void dropout_apply(device const float* x [[buffer(0)]],
 }
 
 // ---------------------------------------------------------------------------- softmax rows
-// Max-shifted log-sum-exp of one row: safe for any finite logits (|x| up to 3.4e38: the
-// shifted values are <= 0, so exp cannot overflow, and the max term contributes exp(0) = 1).
-FM_FUNC float row_logsumexp(device const float* row, int32_t n, int32_t stride) {
+// log-softmax of a row as (x - m) - log_sum with m the row's max and log_sum =
+// log(sum(exp(x - m))), as PyTorch forms it: safe for any finite logits (|x| up to 3.4e38:
+// the shifted values are <= 0, so exp cannot overflow, and the max term contributes
+// exp(0) = 1), and exact where x - m is (adding m back first would round away log_sum
+// next to 1e30). A row of -inf, or one with +inf or NaN, gives NaN, as PyTorch.
+FM_FUNC float row_max_logsum(device const float* row, int32_t n, int32_t stride,
+                             thread float& log_sum) {
   float m = -INFINITY;
   for (int32_t i = 0; i < n; ++i) m = max(m, row[int64_t(i) * stride]);
-  // A row of -inf, or one with +inf or NaN, gives NaN (inf - inf), as PyTorch.
   float s = 0.0f;
   for (int32_t i = 0; i < n; ++i) s += exp(row[int64_t(i) * stride] - m);
-  return m + log(s);
+  log_sum = log(s);
+  return m;
 }
 
 // Grid: (inner, outer).
@@ -135,10 +139,11 @@ kernel void log_softmax_forward(device const float* x [[buffer(0)]],
                                 constant RowArgs& a [[buffer(2)]],
                                 uint2 gid [[thread_position_in_grid]]) {
   const uint64_t base = uint64_t(gid.y) * uint64_t(a.n) * uint64_t(a.inner) + gid.x;
-  const float lse = row_logsumexp(x + base, a.n, a.inner);
+  float log_sum;
+  const float m = row_max_logsum(x + base, a.n, a.inner, log_sum);
   for (int32_t i = 0; i < a.n; ++i) {
     const uint64_t k = base + uint64_t(i) * uint64_t(a.inner);
-    out[k] = x[k] - lse;
+    out[k] = (x[k] - m) - log_sum;
   }
 }
 
@@ -158,7 +163,7 @@ kernel void log_softmax_backward(device const float* grad_out [[buffer(0)]],
 }
 
 // ---------------------------------------------------------------------------- cross-entropy
-// Per row: loss_r = logsumexp(row) - row[label], grad = (softmax - onehot) / rows, fused.
+// Per row: loss_r = -log_softmax(row)[label], grad = (softmax - onehot) / rows, fused.
 kernel void cross_entropy_rows(device const float* logits [[buffer(0)]],
                                device const int32_t* labels [[buffer(1)]],
                                device float* row_loss [[buffer(2)]],
@@ -167,11 +172,12 @@ kernel void cross_entropy_rows(device const float* logits [[buffer(0)]],
                                uint gid [[thread_position_in_grid]]) {
   const uint64_t base = uint64_t(gid) * uint64_t(a.classes);
   device const float* row = logits + base;
-  const float lse = row_logsumexp(row, a.classes, 1);
+  float log_sum;
+  const float m = row_max_logsum(row, a.classes, 1, log_sum);
   const int32_t label = labels[gid];
-  row_loss[gid] = lse - row[label];
+  row_loss[gid] = log_sum - (row[label] - m);
   for (int32_t c = 0; c < a.classes; ++c) {
-    const float p = exp(row[c] - lse);
+    const float p = exp((row[c] - m) - log_sum);
     grad[base + uint64_t(c)] = (c == label ? p - 1.0f : p) * a.inv_rows;
   }
 }
