@@ -42,7 +42,7 @@ kernel void max_pool2d_forward(device const float* x [[buffer(0)]],
   out[(p * uint64_t(a.oh) + uint64_t(oy)) * uint64_t(a.ow) + uint64_t(ox)] = best;
 }
 
-// One thread per input element: sums the output gradients of the windows whose winner it is
+// Overlapping windows: one thread per input element sums the output gradients of the windows whose winner it is
 // (gathered, so no atomics, and the order of the sum is fixed). Grid: (W, H, planes).
 kernel void max_pool2d_backward(device const float* grad_out [[buffer(0)]],
                                 device const float* x [[buffer(1)]],
@@ -67,6 +67,33 @@ kernel void max_pool2d_backward(device const float* grad_out [[buffer(0)]],
     }
   }
   grad_in[p * uint64_t(a.h * a.w) + uint64_t(me)] = acc;
+}
+
+// Windows that do not overlap (stride >= kernel, the usual pooling): thread (ox, oy) owns
+// the stride cell of its window (the first and last cells reach the image's edges), writes
+// the gradient to the winner and zeros elsewhere: each input element is read and written
+// once. Grid: (OW, OH, planes).
+kernel void max_pool2d_backward_cells(device const float* grad_out [[buffer(0)]],
+                                      device const float* x [[buffer(1)]],
+                                      device float* grad_in [[buffer(2)]],
+                                      constant PoolArgs& a [[buffer(3)]],
+                                      uint3 gid [[thread_position_in_grid]]) {
+  const int32_t ox = int32_t(gid.x), oy = int32_t(gid.y);
+  const uint64_t p = gid.z;
+  const uint64_t plane_base = p * uint64_t(a.h * a.w);
+  float best;
+  const int32_t win = pool_argmax(x + plane_base, a, oy, ox, best);
+  const float gv = grad_out[(p * uint64_t(a.oh) + uint64_t(oy)) * uint64_t(a.ow) + uint64_t(ox)];
+  const int32_t y0 = oy == 0 ? 0 : oy * a.sh - a.ph;
+  const int32_t y1 = oy == a.oh - 1 ? a.h : min(a.h, (oy + 1) * a.sh - a.ph);
+  const int32_t x0 = ox == 0 ? 0 : ox * a.sw - a.pw;
+  const int32_t x1 = ox == a.ow - 1 ? a.w : min(a.w, (ox + 1) * a.sw - a.pw);
+  for (int32_t y = y0; y < y1; ++y) {
+    for (int32_t xx = x0; xx < x1; ++xx) {
+      const int32_t k = y * a.w + xx;
+      grad_in[plane_base + uint64_t(k)] = k == win ? gv : 0.0f;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------- dropout

@@ -83,6 +83,10 @@ POOL_CASES = [
     ((3, 5, 5), 2, 1, 1),          # unbatched, overlapping windows
     ((1, 1, 4, 4), 4, 3, 2),
     ((2, 4, 9, 6), (2, 3), (3, 1), 0),
+    ((2, 2, 9, 10), 2, 3, 1),      # disjoint windows with gaps between them
+    ((1, 3, 7, 9), 2, None, 0),    # disjoint, odd sizes: last row/column in no window
+    ((2, 2, 7, 7), 3, 3, 1),       # disjoint, padded
+    ((1, 1, 5, 6), (1, 3), (2, 4), (0, 1)),
 ]
 
 

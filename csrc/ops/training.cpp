@@ -34,13 +34,21 @@ void launch_max_pool2d_backward(const Array& grad_out, const Array& x, const Poo
                                 const Array& grad_in) {
   if (grad_in.size() == 0) return;
   Backend& be = grad_in.backend();
+  const std::vector<KernelArg> args = {buf(grad_out), buf(x), buf(grad_in),
+                                       KernelArg::inline_bytes(&a, sizeof(a))};
+  if (a.sh >= a.kh && a.sw >= a.kw) {  // disjoint windows: one thread per window
+    Dispatch d = grid(be, "max_pool2d_backward_cells", std::uint32_t(a.ow), std::uint32_t(a.oh),
+                      std::uint32_t(a.planes));
+    d.cost = std::uint64_t(a.sh) * std::uint64_t(a.sw) * 2;
+    be.launch("max_pool2d_backward_cells", d, args);
+    return;
+  }
   Dispatch d = grid(be, "max_pool2d_backward", std::uint32_t(a.w), std::uint32_t(a.h),
                     std::uint32_t(a.planes));
   const std::uint64_t wy = std::uint64_t((a.kh + a.sh - 1) / a.sh);
   const std::uint64_t wx = std::uint64_t((a.kw + a.sw - 1) / a.sw);
   d.cost = wy * wx * std::uint64_t(a.kh) * std::uint64_t(a.kw);
-  be.launch("max_pool2d_backward", d,
-            {buf(grad_out), buf(x), buf(grad_in), KernelArg::inline_bytes(&a, sizeof(a))});
+  be.launch("max_pool2d_backward", d, args);
 }
 
 void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out) {
