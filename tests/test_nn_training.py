@@ -373,3 +373,19 @@ def test_optimizer_over_a_sequential_trains(device, rng):
 def test_layer_bad_arguments(make, err, match):
     with pytest.raises(err, match=r"^\[fastmetal\." + match):
         make()
+
+
+def test_flatten_of_device_array_is_a_view_there(device, rng):
+    x = fm.asarray(rng.standard_normal((3, 2, 4, 5)).astype(np.float32))
+    flat = nn.Flatten()
+    y = flat(x)
+    assert isinstance(y, fm.Array) and y.device == device and y.shape == (3, 40)
+    np.testing.assert_array_equal(host(y), host(x).reshape(3, 40))
+    g = flat.backward(y)
+    assert isinstance(g, fm.Array) and g.shape == (3, 2, 4, 5)
+    if device in ("cpu", "metal"):
+        assert np.shares_memory(np.asarray(y), np.asarray(x))
+    middle = nn.Flatten(1, 2)(x)
+    assert middle.shape == (3, 8, 5)
+    with pytest.raises(ValueError, match=r"^\[fastmetal\.nn\.Flatten\] expected start_dim"):
+        nn.Flatten(3, 1)(x)

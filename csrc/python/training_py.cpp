@@ -3,6 +3,7 @@
 // could crash a kernel (shapes, ranges), launch without the GIL and return a NumPy array
 // (NumPy in) or a fastmetal.Array (Array in).
 #include <pybind11/numpy.h>
+#include <pybind11/stl.h>
 
 #include <cstring>
 #include <limits>
@@ -194,6 +195,22 @@ py::object relu_backward(py::handle grad_out, py::handle x) {
   return wrap_result(std::move(gi), any_array({grad_out, x}));
 }
 
+// A contiguous Array seen with another shape of the same size, sharing its memory on its
+// device (Flatten on GPU arrays without a trip through the host).
+py::object reshaped_view(py::handle obj, const std::vector<std::int64_t>& shape) {
+  const std::string op = "nn.Flatten";
+  if (!is_array(obj)) throw TypeError(message(op, "internal: expected a fastmetal.Array"));
+  Array a = obj.cast<const Array&>();
+  Shape s(shape.begin(), shape.end());
+  for (auto d : s)
+    if (d < 0) throw ValueError(message(op, "expected non-negative dimensions, got ", shape_str(s)));
+  if (!a.contiguous() || numel(s) != a.size())
+    throw ValueError(message(op, "internal: a view needs a contiguous array of the same size"));
+  a.shape = s;
+  a.strides = contiguous_strides(s);
+  return py::cast(std::move(a));
+}
+
 // A parameter or state tensor updated in place: a fastmetal.Array, or a writeable C-contiguous
 // float32 NumPy array (copied back where the device could not share its memory).
 struct InPlace {
@@ -290,6 +307,8 @@ void bind_training(py::module_& m) {
         "Private: see training.py.");
   m.def("_relu_backward", &relu_backward, py::arg("grad_output"), py::arg("x"),
         "Private: see layers.py.");
+  m.def("_reshaped_view", &reshaped_view, py::arg("x"), py::arg("shape"),
+        "Private: a contiguous Array with another shape, sharing memory (see layers.py).");
   m.def("_optimizer_step", &optimizer_step, py::arg("kind"), py::arg("param"), py::arg("grad"),
         py::arg("state1"), py::arg("state2"), py::arg("hyper"), "Private: see optim.py.");
 }

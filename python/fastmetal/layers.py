@@ -60,12 +60,13 @@ def _check_forward_called(saved, cls):
 
 
 def _reshape(x, shape):
-    """x viewed with another shape (a view on host-visible devices; elsewhere through the
-    host until fastmetal.Array has its own reshape)."""
+    """x viewed with another shape: a view sharing memory for contiguous fastmetal.Arrays on
+    any device (a gathered copy for strided ones) and for NumPy arrays where NumPy can."""
     if isinstance(x, _core.Array):
-        if hasattr(x, "reshape"):
-            return x.reshape(shape)
-        return _core.asarray(np.ascontiguousarray(x.numpy()).reshape(shape), device=x.device)
+        try:
+            return _core._reshaped_view(x, list(shape))
+        except ValueError:  # strided: gather through the host first
+            return _core.asarray(np.ascontiguousarray(x.numpy()).reshape(shape), device=x.device)
     return np.reshape(x, shape)
 
 
