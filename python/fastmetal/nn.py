@@ -142,6 +142,7 @@ class Conv2d:
         return (f"Conv2d({self.in_channels}, {self.out_channels}, "
                 f"kernel_size={self.kernel_size}{extra})")
 
+
 # The other layers and the optimizers (python/fastmetal/layers.py, optim.py).
 from .layers import *  # noqa: E402,F401,F403
 from .layers import __all__ as _layer_names  # noqa: E402
