@@ -5,5 +5,6 @@
 namespace fm::python {
 void bind_numerics(pybind11::module_& m);  // numerics_py.cpp: gradient, derivative, fourier_series
 void bind_conv2d(pybind11::module_& m);    // conv2d_py.cpp: conv2d forward / backward
+void bind_training(pybind11::module_& m);  // python/training_py.cpp: pooling, dropout, losses, optimizers
 void bind_conv2d_cpu(pybind11::module_& m);  // conv2d_cpu_py.cpp: private hooks to test/time the CPU algorithms
 }  // namespace fm::python

@@ -280,6 +280,7 @@ PYBIND11_MODULE(_core, m) {
   fm::python::bind_numerics(m);
   fm::python::bind_conv2d(m);
   fm::python::bind_conv2d_cpu(m);
+  fm::python::bind_training(m);
 
   // Introspection for tests and `python -m fastmetal`.
   m.def("_cpu_isa", [] { return std::string(fm::cpu::kernel_isa()); });

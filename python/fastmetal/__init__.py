@@ -30,6 +30,9 @@ from . import _array  # Array operators, views and NumPy dispatch
 from ._array import expand_dims
 from .numerics import derivative, fourier_series, gradient
 from .conv import conv2d, conv2d_backward
+from . import training
+from .training import (cross_entropy, dropout, dropout_backward, log_softmax,  # noqa: F401
+                       log_softmax_backward, max_pool2d, max_pool2d_backward)
 from . import nn
 
 try:
@@ -57,6 +60,7 @@ __all__ = [
     "conv2d_backward",
     "nn",
     "expand_dims",
+    *training.__all__,
     *_UNARY,
     *_BINARY,
 ]

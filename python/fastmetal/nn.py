@@ -141,3 +141,11 @@ class Conv2d:
             extra += ", bias=False"
         return (f"Conv2d({self.in_channels}, {self.out_channels}, "
                 f"kernel_size={self.kernel_size}{extra})")
+
+
+# The other layers and the optimizers (python/fastmetal/layers.py, optim.py).
+from .layers import *  # noqa: E402,F401,F403
+from .layers import __all__ as _layer_names  # noqa: E402
+from . import optim  # noqa: E402,F401
+
+__all__ += [*_layer_names, "optim"]

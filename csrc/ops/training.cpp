@@ -1,0 +1,116 @@
+#include "training.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace fm {
+namespace {
+
+KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
+
+Dispatch grid(Backend& be, const std::string& kernel, std::uint32_t x, std::uint32_t y = 1,
+              std::uint32_t z = 1) {
+  Dispatch d;
+  d.grid[0] = x;
+  d.grid[1] = y;
+  d.grid[2] = z;
+  d.group[0] = std::max<std::uint32_t>(1, std::min<std::uint32_t>(be.preferred_group_size(kernel), x));
+  return d;
+}
+
+}  // namespace
+
+void launch_max_pool2d(const Array& x, const PoolArgs& a, const Array& out) {
+  if (out.size() == 0) return;
+  Backend& be = out.backend();
+  Dispatch d = grid(be, "max_pool2d_forward", std::uint32_t(a.ow), std::uint32_t(a.oh),
+                    std::uint32_t(a.planes));
+  d.cost = std::uint64_t(a.kh) * std::uint64_t(a.kw);
+  be.launch("max_pool2d_forward", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});
+}
+
+void launch_max_pool2d_backward(const Array& grad_out, const Array& x, const PoolArgs& a,
+                                const Array& grad_in) {
+  if (grad_in.size() == 0) return;
+  Backend& be = grad_in.backend();
+  const std::vector<KernelArg> args = {buf(grad_out), buf(x), buf(grad_in),
+                                       KernelArg::inline_bytes(&a, sizeof(a))};
+  if (a.sh >= a.kh && a.sw >= a.kw) {  // disjoint windows: one thread per window
+    Dispatch d = grid(be, "max_pool2d_backward_cells", std::uint32_t(a.ow), std::uint32_t(a.oh),
+                      std::uint32_t(a.planes));
+    d.cost = std::uint64_t(a.sh) * std::uint64_t(a.sw) * 2;
+    be.launch("max_pool2d_backward_cells", d, args);
+    return;
+  }
+  Dispatch d = grid(be, "max_pool2d_backward", std::uint32_t(a.w), std::uint32_t(a.h),
+                    std::uint32_t(a.planes));
+  const std::uint64_t wy = std::uint64_t((a.kh + a.sh - 1) / a.sh);
+  const std::uint64_t wx = std::uint64_t((a.kw + a.sw - 1) / a.sw);
+  d.cost = wy * wx * std::uint64_t(a.kh) * std::uint64_t(a.kw);
+  be.launch("max_pool2d_backward", d, args);
+}
+
+void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out) {
+  if (a.n == 0) return;
+  Backend& be = out.backend();
+  Dispatch d = grid(be, "dropout_apply", (a.n + 3u) / 4u);
+  d.cost = 16;  // ten Philox rounds per four elements
+  be.launch("dropout_apply", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});
+}
+
+void launch_log_softmax(const Array& x, const RowArgs& a, const Array& out) {
+  if (out.size() == 0) return;
+  Backend& be = out.backend();
+  Dispatch d = grid(be, "log_softmax_forward", std::uint32_t(a.inner), std::uint32_t(a.outer));
+  d.cost = std::uint64_t(a.n) * 4;
+  be.launch("log_softmax_forward", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});
+}
+
+void launch_log_softmax_backward(const Array& grad_out, const Array& y, const RowArgs& a,
+                                 const Array& grad_in) {
+  if (grad_in.size() == 0) return;
+  Backend& be = grad_in.backend();
+  Dispatch d = grid(be, "log_softmax_backward", std::uint32_t(a.inner), std::uint32_t(a.outer));
+  d.cost = std::uint64_t(a.n) * 3;
+  be.launch("log_softmax_backward", d,
+            {buf(grad_out), buf(y), buf(grad_in), KernelArg::inline_bytes(&a, sizeof(a))});
+}
+
+void launch_cross_entropy(const Array& logits, const StoragePtr& labels,
+                          const CrossEntropyArgs& a, const Array& loss, const Array& grad) {
+  Backend& be = grad.backend();
+  StoragePtr rows = be.allocate(std::size_t(std::max(a.rows, 1)) * sizeof(float));
+  Dispatch d = grid(be, "cross_entropy_rows", std::uint32_t(a.rows));
+  d.cost = std::uint64_t(a.classes) * 4;
+  be.launch("cross_entropy_rows", d,
+            {buf(logits), KernelArg::buffer(labels), KernelArg::buffer(rows), buf(grad),
+             KernelArg::inline_bytes(&a, sizeof(a))});
+  Dispatch one = grid(be, "cross_entropy_mean", 1);
+  one.cost = std::uint64_t(a.rows);
+  be.launch("cross_entropy_mean", one,
+            {KernelArg::buffer(rows), buf(loss), KernelArg::inline_bytes(&a, sizeof(a))});
+}
+
+void launch_relu_backward(const Array& grad_out, const Array& x, const Array& grad_in) {
+  const std::uint32_t n = std::uint32_t(grad_in.size());
+  if (n == 0) return;
+  Backend& be = grad_in.backend();
+  be.launch("relu_backward", grid(be, "relu_backward", n),
+            {buf(grad_out), buf(x), buf(grad_in), KernelArg::inline_bytes(&n, sizeof(n))});
+}
+
+void launch_optimizer(const char* kind, const Array& param, const Array& grad,
+                      const Array& state1, const Array* state2, const OptimArgs& a) {
+  if (a.n == 0) return;
+  Backend& be = param.backend();
+  const std::string kernel = std::string(kind) + "_step";
+  Dispatch d = grid(be, kernel, a.n);
+  d.cost = 4;
+  std::vector<KernelArg> args = {buf(param), buf(grad), buf(state1)};
+  if (state2) args.push_back(buf(*state2));
+  args.push_back(KernelArg::inline_bytes(&a, sizeof(a)));
+  be.launch(kernel, d, args);
+}
+
+}  // namespace fm

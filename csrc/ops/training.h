@@ -1,0 +1,38 @@
+// Launches of the training kernels (metal/training.metal) on fm::Arrays: max pooling,
+// dropout, log-softmax, cross-entropy and optimizer updates. Arguments are validated before
+// these are called (python/fastmetal/training.py and csrc/python/training_py.cpp); every
+// Array here is float32 and contiguous.
+#pragma once
+#include <cstdint>
+
+#include "array.h"
+#include "training_args.h"
+
+namespace fm {
+
+// x: (planes, H, W) -> out: (planes, OH, OW) (a.planes ... a.pw filled by the caller).
+void launch_max_pool2d(const Array& x, const PoolArgs& a, const Array& out);
+void launch_max_pool2d_backward(const Array& grad_out, const Array& x, const PoolArgs& a,
+                                const Array& grad_in);
+
+// out = x * scale where kept, else 0 (also the backward, applied to the gradient).
+void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out);
+
+// Rows of length a.n at stride a.inner.
+void launch_log_softmax(const Array& x, const RowArgs& a, const Array& out);
+void launch_log_softmax_backward(const Array& grad_out, const Array& y, const RowArgs& a,
+                                 const Array& grad_in);
+
+// labels: a.rows int32 values in [0, classes) in a storage of their own.
+void launch_cross_entropy(const Array& logits, const StoragePtr& labels,
+                          const CrossEntropyArgs& a, const Array& loss, const Array& grad);
+
+// grad_in = x <= 0 ? 0 : grad_out (all of x's size).
+void launch_relu_backward(const Array& grad_out, const Array& x, const Array& grad_in);
+
+// kind: "sgd" (state = momentum buffer), "adam" (exp_avg, exp_avg_sq), "adadelta"
+// (square_avg, acc_delta). param is updated in place; state2 unused for sgd.
+void launch_optimizer(const char* kind, const Array& param, const Array& grad,
+                      const Array& state1, const Array* state2, const OptimArgs& a);
+
+}  // namespace fm

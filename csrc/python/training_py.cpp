@@ -1,0 +1,316 @@
+// Python entry points of the training kernels. python/fastmetal/training.py and optim.py
+// validate the public arguments and call these private functions; they check once more what
+// could crash a kernel (shapes, ranges), launch without the GIL and return a NumPy array
+// (NumPy in) or a fastmetal.Array (Array in).
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "bindings.h"
+#include "errors.h"
+#include "ops/training.h"
+#include "pyarray.h"
+
+namespace fm::python {
+namespace {
+
+constexpr std::int64_t kMaxI32 = std::numeric_limits<std::int32_t>::max();
+
+template <typename Fn>
+void run_and_wait(Backend& be, Fn&& fn) {
+  py::gil_scoped_release nogil;
+  fn();
+  be.synchronize();
+}
+
+// (N, C, H, W) or (C, H, W) -> planes, H, W.
+PoolArgs pool_args(const std::string& op, const Shape& s, int kh, int kw, int sh, int sw,
+                   int ph, int pw) {
+  if (s.size() != 3 && s.size() != 4)
+    throw ValueError(message(op, "expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ",
+                             shape_str(s)));
+  if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || ph < 0 || pw < 0 || 2 * ph > kh || 2 * pw > kw)
+    throw ValueError(message(op, "internal: bad pooling parameters"));
+  const std::int64_t h = s[s.size() - 2], w = s[s.size() - 1];
+  const std::int64_t planes = numel(s) / std::max<std::int64_t>(1, h * w);
+  const std::int64_t oh = (h + 2 * ph - kh) / sh + 1, ow = (w + 2 * pw - kw) / sw + 1;
+  if (h + 2 * ph < kh || w + 2 * pw < kw || oh < 1 || ow < 1)
+    throw ValueError(message(op, "expected the padded input (", h + 2 * ph, " x ", w + 2 * pw,
+                             ") to be at least the kernel size (", kh, " x ", kw, "), got input shape ",
+                             shape_str(s)));
+  if (h * w > kMaxI32 || planes > kMaxI32)
+    throw ValueError(message(op, "expected fewer than 2**31 planes and pixels, got shape ", shape_str(s)));
+  PoolArgs a{};
+  a.planes = std::int32_t(s.size() == 4 ? s[0] * s[1] : s[0]);
+  a.h = std::int32_t(h);
+  a.w = std::int32_t(w);
+  a.oh = std::int32_t(oh);
+  a.ow = std::int32_t(ow);
+  a.kh = kh;
+  a.kw = kw;
+  a.sh = sh;
+  a.sw = sw;
+  a.ph = ph;
+  a.pw = pw;
+  return a;
+}
+
+Shape pooled_shape(const Shape& s, const PoolArgs& a) {
+  Shape o = s;
+  o[o.size() - 2] = a.oh;
+  o[o.size() - 1] = a.ow;
+  return o;
+}
+
+py::object max_pool2d(py::handle x, int kh, int kw, int sh, int sw, int ph, int pw) {
+  const std::string op = "max_pool2d";
+  Backend& be = pick_backend(op, {{"x", x}});
+  Array xa = to_contiguous_array(x, be, op, "x", DType::float32);
+  const PoolArgs a = pool_args(op, xa.shape, kh, kw, sh, sw, ph, pw);
+  Array out = Array::empty(be, pooled_shape(xa.shape, a), DType::float32);
+  run_and_wait(be, [&] { launch_max_pool2d(xa, a, out); });
+  return wrap_result(std::move(out), any_array({x}));
+}
+
+py::object max_pool2d_backward(py::handle grad_out, py::handle x, int kh, int kw, int sh, int sw,
+                               int ph, int pw) {
+  const std::string op = "max_pool2d_backward";
+  Backend& be = pick_backend(op, {{"grad_output", grad_out}, {"x", x}});
+  Array xa = to_contiguous_array(x, be, op, "x", DType::float32);
+  const PoolArgs a = pool_args(op, xa.shape, kh, kw, sh, sw, ph, pw);
+  Array ga = to_contiguous_array(grad_out, be, op, "grad_output", DType::float32);
+  if (ga.shape != pooled_shape(xa.shape, a))
+    throw ValueError(message(op, "expected grad_output of shape ", shape_str(pooled_shape(xa.shape, a)),
+                             " (the output of max_pool2d), got ", shape_str(ga.shape)));
+  Array gi = Array::empty(be, xa.shape, DType::float32);
+  run_and_wait(be, [&] { launch_max_pool2d_backward(ga, xa, a, gi); });
+  return wrap_result(std::move(gi), any_array({grad_out, x}));
+}
+
+py::object dropout(py::handle x, std::uint32_t threshold, float scale, std::uint32_t key0,
+                   std::uint32_t key1) {
+  const std::string op = "dropout";
+  Backend& be = pick_backend(op, {{"x", x}});
+  Array xa = to_contiguous_array(x, be, op, "x", DType::float32);
+  if (xa.size() > std::int64_t(std::numeric_limits<std::uint32_t>::max()) - 4)
+    throw ValueError(message(op, "expected fewer than 2**32 - 4 elements, got ", xa.size()));
+  DropoutArgs a{};
+  a.key0 = key0;
+  a.key1 = key1;
+  a.threshold = threshold;
+  a.scale = scale;
+  a.n = std::uint32_t(xa.size());
+  Array out = Array::empty(be, xa.shape, DType::float32);
+  run_and_wait(be, [&] { launch_dropout(xa, a, out); });
+  return wrap_result(std::move(out), any_array({x}));
+}
+
+RowArgs row_args(const std::string& op, const Shape& s, int axis) {
+  const int nd = int(s.size());
+  if (axis < 0 || axis >= nd)
+    throw ValueError(message(op, "expected an axis in [0, ", nd, "), got ", axis));
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= s[d];
+  for (int d = axis + 1; d < nd; ++d) inner *= s[d];
+  if (outer > kMaxI32 || inner > kMaxI32 || s[axis] > kMaxI32)
+    throw ValueError(message(op, "expected fewer than 2**31 rows, got shape ", shape_str(s)));
+  RowArgs a{};
+  a.outer = std::int32_t(outer);
+  a.n = std::int32_t(s[axis]);
+  a.inner = std::int32_t(inner);
+  return a;
+}
+
+py::object log_softmax(py::handle x, int axis) {
+  const std::string op = "log_softmax";
+  Backend& be = pick_backend(op, {{"x", x}});
+  Array xa = to_contiguous_array(x, be, op, "x", DType::float32);
+  const RowArgs a = row_args(op, xa.shape, axis);
+  Array out = Array::empty(be, xa.shape, DType::float32);
+  run_and_wait(be, [&] { launch_log_softmax(xa, a, out); });
+  return wrap_result(std::move(out), any_array({x}));
+}
+
+py::object log_softmax_backward(py::handle grad_out, py::handle y, int axis) {
+  const std::string op = "log_softmax_backward";
+  Backend& be = pick_backend(op, {{"grad_output", grad_out}, {"output", y}});
+  Array ya = to_contiguous_array(y, be, op, "output", DType::float32);
+  Array ga = to_contiguous_array(grad_out, be, op, "grad_output", DType::float32);
+  if (ga.shape != ya.shape)
+    throw ValueError(message(op, "expected grad_output of the output's shape ", shape_str(ya.shape),
+                             ", got ", shape_str(ga.shape)));
+  const RowArgs a = row_args(op, ya.shape, axis);
+  Array gi = Array::empty(be, ya.shape, DType::float32);
+  run_and_wait(be, [&] { launch_log_softmax_backward(ga, ya, a, gi); });
+  return wrap_result(std::move(gi), any_array({grad_out, y}));
+}
+
+py::tuple cross_entropy(py::handle logits,
+                        py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> labels) {
+  const std::string op = "cross_entropy";
+  Backend& be = pick_backend(op, {{"logits", logits}});
+  Array la = to_contiguous_array(logits, be, op, "logits", DType::float32);
+  if (la.shape.size() != 2 || la.shape[0] < 1 || la.shape[1] < 1)
+    throw ValueError(message(op, "expected logits of shape (N, C) with N, C >= 1, got ",
+                             shape_str(la.shape)));
+  const std::int64_t rows = la.shape[0], classes = la.shape[1];
+  if (rows > kMaxI32 || classes > kMaxI32)
+    throw ValueError(message(op, "expected fewer than 2**31 rows and classes, got ", shape_str(la.shape)));
+  if (labels.ndim() != 1 || labels.shape(0) != rows)
+    throw ValueError(message(op, "expected ", rows, " labels, got ", labels.ndim(), "-D labels of ",
+                             labels.size(), " values"));
+  const std::int32_t* lp = labels.data();
+  for (std::int64_t i = 0; i < rows; ++i)
+    if (lp[i] < 0 || lp[i] >= classes)
+      throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
+  StoragePtr lab = be.allocate(std::size_t(rows) * sizeof(std::int32_t));
+  be.copy_from_host(*lab, 0, lp, std::size_t(rows) * sizeof(std::int32_t));
+  CrossEntropyArgs a{};
+  a.rows = std::int32_t(rows);
+  a.classes = std::int32_t(classes);
+  a.inv_rows = float(1.0 / double(rows));
+  Array loss = Array::empty(be, Shape{}, DType::float32);
+  Array grad = Array::empty(be, la.shape, DType::float32);
+  run_and_wait(be, [&] { launch_cross_entropy(la, lab, a, loss, grad); });
+  const bool fm_result = any_array({logits});
+  return py::make_tuple(wrap_result(std::move(loss), fm_result),
+                        wrap_result(std::move(grad), fm_result));
+}
+
+py::object relu_backward(py::handle grad_out, py::handle x) {
+  const std::string op = "relu_backward";
+  Backend& be = pick_backend(op, {{"grad_output", grad_out}, {"x", x}});
+  Array xa = to_contiguous_array(x, be, op, "x", DType::float32);
+  Array ga = to_contiguous_array(grad_out, be, op, "grad_output", DType::float32);
+  if (ga.shape != xa.shape)
+    throw ValueError(message(op, "expected grad_output of the input's shape ", shape_str(xa.shape),
+                             ", got ", shape_str(ga.shape)));
+  if (xa.size() > std::int64_t(std::numeric_limits<std::uint32_t>::max()))
+    throw ValueError(message(op, "expected fewer than 2**32 elements, got ", xa.size()));
+  Array gi = Array::empty(be, xa.shape, DType::float32);
+  run_and_wait(be, [&] { launch_relu_backward(ga, xa, gi); });
+  return wrap_result(std::move(gi), any_array({grad_out, x}));
+}
+
+// A contiguous Array seen with another shape of the same size, sharing its memory on its
+// device (Flatten on GPU arrays without a trip through the host).
+py::object reshaped_view(py::handle obj, const std::vector<std::int64_t>& shape) {
+  const std::string op = "nn.Flatten";
+  if (!is_array(obj)) throw TypeError(message(op, "internal: expected a fastmetal.Array"));
+  Array a = obj.cast<const Array&>();
+  Shape s(shape.begin(), shape.end());
+  for (auto d : s)
+    if (d < 0) throw ValueError(message(op, "expected non-negative dimensions, got ", shape_str(s)));
+  if (!a.contiguous() || numel(s) != a.size())
+    throw ValueError(message(op, "internal: a view needs a contiguous array of the same size"));
+  a.shape = s;
+  a.strides = contiguous_strides(s);
+  return py::cast(std::move(a));
+}
+
+// A parameter or state tensor updated in place: a fastmetal.Array, or a writeable C-contiguous
+// float32 NumPy array (copied back where the device could not share its memory).
+struct InPlace {
+  py::handle obj;
+  Array array;
+  void* numpy_data = nullptr;
+};
+
+InPlace in_place(py::handle obj, Backend& be, const std::string& op, const char* arg,
+                 std::int64_t size) {
+  InPlace r;
+  r.obj = obj;
+  if (is_array(obj)) {
+    r.array = obj.cast<const Array&>();
+    if (!r.array.contiguous() || r.array.dtype != DType::float32)
+      throw ValueError(message(op, "expected ", arg, " to be a contiguous float32 array"));
+  } else {
+    if (!py::isinstance<py::array>(obj))
+      throw TypeError(message(op, "expected ", arg, " to be a numpy.ndarray or fastmetal.Array, got ",
+                              std::string(py::str(py::type::handle_of(obj).attr("__name__")))));
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().is(py::dtype::of<float>()) || !(a.flags() & py::array::c_style) || !a.writeable())
+      throw ValueError(message(op, "expected ", arg, " to be a writeable C-contiguous float32 array, got ",
+                               std::string(py::str(a.dtype()))));
+    r.numpy_data = a.mutable_data();
+    r.array = to_array(obj, be, op, arg, DType::float32);
+  }
+  if (r.array.size() != size)
+    throw ValueError(message(op, "expected ", arg, " with ", size, " elements, got ", r.array.size()));
+  return r;
+}
+
+void copy_back(const InPlace& p) {
+  if (p.numpy_data && p.array.host_data() != p.numpy_data)
+    p.array.backend().copy_to_host(*p.array.storage, p.array.byte_offset(), p.numpy_data,
+                                   p.array.nbytes());
+}
+
+void optimizer_step(const std::string& kind, py::handle param, py::handle grad, py::handle s1,
+                    py::handle s2, const py::dict& hyper) {
+  const std::string op = "nn.optim." + kind;
+  if (kind != "sgd" && kind != "adam" && kind != "adadelta")
+    throw ValueError(message(op, "internal: unknown optimizer"));
+  Backend& be = pick_backend(op, {{"param", param}, {"grad", grad}});
+  InPlace p = in_place(param, be, op, "param", is_array(param) ? param.cast<const Array&>().size()
+                                                               : py::reinterpret_borrow<py::array>(param).size());
+  const std::int64_t n = p.array.size();
+  if (n > std::int64_t(std::numeric_limits<std::uint32_t>::max()))
+    throw ValueError(message(op, "expected fewer than 2**32 elements per parameter, got ", n));
+  Array g = to_contiguous_array(grad, be, op, "grad", DType::float32);
+  if (g.size() != n)
+    throw ValueError(message(op, "expected a gradient with ", n, " elements, got ", g.size()));
+  InPlace a = in_place(s1, be, op, "state", n);
+  InPlace b;
+  const bool two = kind != "sgd";
+  if (two) b = in_place(s2, be, op, "state", n);
+  OptimArgs args{};
+  args.n = std::uint32_t(n);
+  auto get = [&](const char* k) { return hyper.contains(k) ? hyper[k].cast<double>() : 0.0; };
+  args.first = get("first") != 0.0;
+  args.nesterov = get("nesterov") != 0.0;
+  args.lr = float(get("lr"));
+  args.weight_decay = float(get("weight_decay"));
+  args.momentum = float(get("momentum"));
+  args.dampening = float(get("dampening"));
+  args.beta1 = float(get("beta1"));
+  args.beta2 = float(get("beta2"));
+  args.eps = float(get("eps"));
+  args.step_size = float(get("step_size"));
+  args.sqrt_bias2 = float(get("sqrt_bias2"));
+  args.rho = float(get("rho"));
+  run_and_wait(be, [&] {
+    launch_optimizer(kind.c_str(), p.array, g, a.array, two ? &b.array : nullptr, args);
+  });
+  copy_back(p);
+  copy_back(a);
+  if (two) copy_back(b);
+}
+
+}  // namespace
+
+void bind_training(py::module_& m) {
+  m.def("_max_pool2d", &max_pool2d, py::arg("x"), py::arg("kh"), py::arg("kw"), py::arg("sh"),
+        py::arg("sw"), py::arg("ph"), py::arg("pw"), "Private: see training.py.");
+  m.def("_max_pool2d_backward", &max_pool2d_backward, py::arg("grad_output"), py::arg("x"),
+        py::arg("kh"), py::arg("kw"), py::arg("sh"), py::arg("sw"), py::arg("ph"), py::arg("pw"),
+        "Private: see training.py.");
+  m.def("_dropout", &dropout, py::arg("x"), py::arg("threshold"), py::arg("scale"),
+        py::arg("key0"), py::arg("key1"), "Private: see training.py.");
+  m.def("_log_softmax", &log_softmax, py::arg("x"), py::arg("axis"), "Private: see training.py.");
+  m.def("_log_softmax_backward", &log_softmax_backward, py::arg("grad_output"),
+        py::arg("output"), py::arg("axis"), "Private: see training.py.");
+  m.def("_cross_entropy", &cross_entropy, py::arg("logits"), py::arg("labels"),
+        "Private: see training.py.");
+  m.def("_relu_backward", &relu_backward, py::arg("grad_output"), py::arg("x"),
+        "Private: see layers.py.");
+  m.def("_reshaped_view", &reshaped_view, py::arg("x"), py::arg("shape"),
+        "Private: a contiguous Array with another shape, sharing memory (see layers.py).");
+  m.def("_optimizer_step", &optimizer_step, py::arg("kind"), py::arg("param"), py::arg("grad"),
+        py::arg("state1"), py::arg("state2"), py::arg("hyper"), "Private: see optim.py.");
+}
+
+}  // namespace fm::python

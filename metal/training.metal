@@ -1,0 +1,294 @@
+// The kernels of a small training loop besides convolution and matmul: max pooling, dropout
+// (counter-based Philox, the same mask on every device), log-softmax, fused cross-entropy and
+// the fused optimizer updates. One thread per output element (or row); no barriers, so the
+// CPU runs them as plain loops.
+#include <metal_stdlib>
+#include "fm_kernel.h"
+#include "training_args.h"
+using namespace metal;
+
+// ---------------------------------------------------------------------------- max pooling
+// PyTorch's rule: the first maximum of the window in row-major order wins (strict >), a NaN
+// wins over any number and a later NaN over an earlier one; the window is clipped to the
+// image (padding never wins). Returns the flat index inside the plane.
+FM_FUNC int32_t pool_argmax(device const float* plane, constant PoolArgs& a, int32_t oy, int32_t ox,
+                            thread float& best) {
+  const int32_t y0 = oy * a.sh - a.ph, x0 = ox * a.sw - a.pw;
+  const int32_t ya = max(y0, 0), yb = min(y0 + a.kh, a.h);
+  const int32_t xa = max(x0, 0), xb = min(x0 + a.kw, a.w);
+  int32_t arg = ya * a.w + xa;
+  best = -INFINITY;
+  for (int32_t y = ya; y < yb; ++y) {
+    for (int32_t x = xa; x < xb; ++x) {
+      const float v = plane[y * a.w + x];
+      if (v > best || isnan(v)) {
+        best = v;
+        arg = y * a.w + x;
+      }
+    }
+  }
+  return arg;
+}
+
+// Grid: (OW, OH, planes).
+kernel void max_pool2d_forward(device const float* x [[buffer(0)]],
+                               device float* out [[buffer(1)]],
+                               constant PoolArgs& a [[buffer(2)]],
+                               uint3 gid [[thread_position_in_grid]]) {
+  const int32_t ox = int32_t(gid.x), oy = int32_t(gid.y);
+  const uint64_t p = gid.z;
+  float best;
+  pool_argmax(x + p * uint64_t(a.h * a.w), a, oy, ox, best);
+  out[(p * uint64_t(a.oh) + uint64_t(oy)) * uint64_t(a.ow) + uint64_t(ox)] = best;
+}
+
+// Overlapping windows: one thread per input element sums the output gradients of the windows whose winner it is
+// (gathered, so no atomics, and the order of the sum is fixed). Grid: (W, H, planes).
+kernel void max_pool2d_backward(device const float* grad_out [[buffer(0)]],
+                                device const float* x [[buffer(1)]],
+                                device float* grad_in [[buffer(2)]],
+                                constant PoolArgs& a [[buffer(3)]],
+                                uint3 gid [[thread_position_in_grid]]) {
+  const int32_t ix = int32_t(gid.x), iy = int32_t(gid.y);
+  const uint64_t p = gid.z;
+  device const float* plane = x + p * uint64_t(a.h * a.w);
+  device const float* g = grad_out + p * uint64_t(a.oh * a.ow);
+  // Windows oy with oy * sh - ph <= iy < oy * sh - ph + kh.
+  const int32_t oy0 = max(0, (iy + a.ph - a.kh + a.sh) / a.sh);
+  const int32_t oy1 = min(a.oh - 1, (iy + a.ph) / a.sh);
+  const int32_t ox0 = max(0, (ix + a.pw - a.kw + a.sw) / a.sw);
+  const int32_t ox1 = min(a.ow - 1, (ix + a.pw) / a.sw);
+  const int32_t me = iy * a.w + ix;
+  float acc = 0.0f;
+  for (int32_t oy = oy0; oy <= oy1; ++oy) {
+    for (int32_t ox = ox0; ox <= ox1; ++ox) {
+      float best;
+      if (pool_argmax(plane, a, oy, ox, best) == me) acc += g[oy * a.ow + ox];
+    }
+  }
+  grad_in[p * uint64_t(a.h * a.w) + uint64_t(me)] = acc;
+}
+
+// Windows that do not overlap (stride >= kernel, the usual pooling): thread (ox, oy) owns
+// the stride cell of its window (the first and last cells reach the image's edges), writes
+// the gradient to the winner and zeros elsewhere: each input element is read and written
+// once. Grid: (OW, OH, planes).
+kernel void max_pool2d_backward_cells(device const float* grad_out [[buffer(0)]],
+                                      device const float* x [[buffer(1)]],
+                                      device float* grad_in [[buffer(2)]],
+                                      constant PoolArgs& a [[buffer(3)]],
+                                      uint3 gid [[thread_position_in_grid]]) {
+  const int32_t ox = int32_t(gid.x), oy = int32_t(gid.y);
+  const uint64_t p = gid.z;
+  const uint64_t plane_base = p * uint64_t(a.h * a.w);
+  float best;
+  const int32_t win = pool_argmax(x + plane_base, a, oy, ox, best);
+  const float gv = grad_out[(p * uint64_t(a.oh) + uint64_t(oy)) * uint64_t(a.ow) + uint64_t(ox)];
+  const int32_t y0 = oy == 0 ? 0 : oy * a.sh - a.ph;
+  const int32_t y1 = oy == a.oh - 1 ? a.h : min(a.h, (oy + 1) * a.sh - a.ph);
+  const int32_t x0 = ox == 0 ? 0 : ox * a.sw - a.pw;
+  const int32_t x1 = ox == a.ow - 1 ? a.w : min(a.w, (ox + 1) * a.sw - a.pw);
+  for (int32_t y = y0; y < y1; ++y) {
+    for (int32_t xx = x0; xx < x1; ++xx) {
+      const int32_t k = y * a.w + xx;
+      grad_in[plane_base + uint64_t(k)] = k == win ? gv : 0.0f;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- dropout
+// Philox-4x32-10 (Salmon et al., Random123) with 32-bit integer operations only: the high
+// half of the 32 x 32 product is formed from 16-bit halves, so every device computes the
+// same bits.
+FM_FUNC uint32_t philox_mulhilo(uint32_t a, uint32_t b, thread uint32_t& lo) {
+  lo = a * b;
+  const uint32_t a0 = a & 0xffffu, a1 = a >> 16, b0 = b & 0xffffu, b1 = b >> 16;
+  const uint32_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  const uint32_t mid = (p00 >> 16) + (p01 & 0xffffu) + (p10 & 0xffffu);
+  return p11 + (p01 >> 16) + (p10 >> 16) + (mid >> 16);
+}
+
+FM_FUNC void philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                           uint32_t k1, thread uint32_t* r) {
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    uint32_t lo0, lo1;
+    const uint32_t hi0 = philox_mulhilo(0xD2511F53u, c0, lo0);
+    const uint32_t hi1 = philox_mulhilo(0xCD9E8D57u, c2, lo1);
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+  }
+  r[0] = c0;
+  r[1] = c1;
+  r[2] = c2;
+  r[3] = c3;
+}
+
+// Thread g handles elements 4g .. 4g + 3 (x contiguous). Dropout's backward is this kernel
+// applied to the gradient with the same key.
+kernel void dropout_apply(device const float* x [[buffer(0)]],
+                          device float* out [[buffer(1)]],
+                          constant DropoutArgs& a [[buffer(2)]],
+                          uint gid [[thread_position_in_grid]]) {
+  uint32_t r[4];
+  philox4x32_10(gid, 0u, 0u, 0u, a.key0, a.key1, r);
+  for (uint32_t j = 0; j < 4u; ++j) {
+    const uint32_t i = gid * 4u + j;
+    if (i < a.n) out[i] = (r[j] >> 8) >= a.threshold ? x[i] * a.scale : 0.0f;
+  }
+}
+
+// ---------------------------------------------------------------------------- softmax rows
+// log-softmax of a row as (x - m) - log_sum with m the row's max and log_sum =
+// log(sum(exp(x - m))), as PyTorch forms it: safe for any finite logits (|x| up to 3.4e38:
+// the shifted values are <= 0, so exp cannot overflow, and the max term contributes
+// exp(0) = 1), and exact where x - m is (adding m back first would round away log_sum
+// next to 1e30). A row of -inf, or one with +inf or NaN, gives NaN, as PyTorch.
+FM_FUNC float row_max_logsum(device const float* row, int32_t n, int32_t stride,
+                             thread float& log_sum) {
+  float m = -INFINITY;
+  for (int32_t i = 0; i < n; ++i) m = max(m, row[int64_t(i) * stride]);
+  float s = 0.0f;
+  for (int32_t i = 0; i < n; ++i) s += exp(row[int64_t(i) * stride] - m);
+  log_sum = log(s);
+  return m;
+}
+
+// Grid: (inner, outer).
+kernel void log_softmax_forward(device const float* x [[buffer(0)]],
+                                device float* out [[buffer(1)]],
+                                constant RowArgs& a [[buffer(2)]],
+                                uint2 gid [[thread_position_in_grid]]) {
+  const uint64_t base = uint64_t(gid.y) * uint64_t(a.n) * uint64_t(a.inner) + gid.x;
+  float log_sum;
+  const float m = row_max_logsum(x + base, a.n, a.inner, log_sum);
+  for (int32_t i = 0; i < a.n; ++i) {
+    const uint64_t k = base + uint64_t(i) * uint64_t(a.inner);
+    out[k] = (x[k] - m) - log_sum;
+  }
+}
+
+// grad_x = grad_y - softmax * sum(grad_y), softmax = exp(y). Grid: (inner, outer).
+kernel void log_softmax_backward(device const float* grad_out [[buffer(0)]],
+                                 device const float* y [[buffer(1)]],
+                                 device float* grad_in [[buffer(2)]],
+                                 constant RowArgs& a [[buffer(3)]],
+                                 uint2 gid [[thread_position_in_grid]]) {
+  const uint64_t base = uint64_t(gid.y) * uint64_t(a.n) * uint64_t(a.inner) + gid.x;
+  float s = 0.0f;
+  for (int32_t i = 0; i < a.n; ++i) s += grad_out[base + uint64_t(i) * uint64_t(a.inner)];
+  for (int32_t i = 0; i < a.n; ++i) {
+    const uint64_t k = base + uint64_t(i) * uint64_t(a.inner);
+    grad_in[k] = grad_out[k] - exp(y[k]) * s;
+  }
+}
+
+// ---------------------------------------------------------------------------- cross-entropy
+// Per row: loss_r = -log_softmax(row)[label], grad = (softmax - onehot) / rows, fused.
+kernel void cross_entropy_rows(device const float* logits [[buffer(0)]],
+                               device const int32_t* labels [[buffer(1)]],
+                               device float* row_loss [[buffer(2)]],
+                               device float* grad [[buffer(3)]],
+                               constant CrossEntropyArgs& a [[buffer(4)]],
+                               uint gid [[thread_position_in_grid]]) {
+  const uint64_t base = uint64_t(gid) * uint64_t(a.classes);
+  device const float* row = logits + base;
+  float log_sum;
+  const float m = row_max_logsum(row, a.classes, 1, log_sum);
+  const int32_t label = labels[gid];
+  row_loss[gid] = log_sum - (row[label] - m);
+  for (int32_t c = 0; c < a.classes; ++c) {
+    const float p = exp((row[c] - m) - log_sum);
+    grad[base + uint64_t(c)] = (c == label ? p - 1.0f : p) * a.inv_rows;
+  }
+}
+
+// The mean of the row losses, summed in a fixed order by one thread (rows is a batch size:
+// small, and the result must not depend on the device's thread count).
+kernel void cross_entropy_mean(device const float* row_loss [[buffer(0)]],
+                               device float* loss [[buffer(1)]],
+                               constant CrossEntropyArgs& a [[buffer(2)]],
+                               uint gid [[thread_position_in_grid]]) {
+  if (gid != 0u) return;
+  float s = 0.0f;
+  for (int32_t r = 0; r < a.rows; ++r) s += row_loss[r];
+  loss[0] = s * a.inv_rows;
+}
+
+// ---------------------------------------------------------------------------- optimizers
+// torch.optim.SGD: g += wd * p; buf = first ? g : momentum * buf + (1 - dampening) * g;
+// g = nesterov ? g + momentum * buf : buf (when momentum != 0); p -= lr * g.
+kernel void sgd_step(device float* param [[buffer(0)]],
+                     device const float* grad [[buffer(1)]],
+                     device float* buf [[buffer(2)]],
+                     constant OptimArgs& a [[buffer(3)]],
+                     uint gid [[thread_position_in_grid]]) {
+  if (gid >= a.n) return;
+  const float p = param[gid];
+  float g = grad[gid];
+  if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
+  if (a.momentum != 0.0f) {
+    const float b = a.first != 0 ? g : a.momentum * buf[gid] + (1.0f - a.dampening) * g;
+    buf[gid] = b;
+    g = a.nesterov != 0 ? g + a.momentum * b : b;
+  }
+  param[gid] = p - a.lr * g;
+}
+
+// torch.optim.Adam (amsgrad=False): m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
+// p -= step_size * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), as torch's order of operations.
+kernel void adam_step(device float* param [[buffer(0)]],
+                      device const float* grad [[buffer(1)]],
+                      device float* exp_avg [[buffer(2)]],
+                      device float* exp_avg_sq [[buffer(3)]],
+                      constant OptimArgs& a [[buffer(4)]],
+                      uint gid [[thread_position_in_grid]]) {
+  if (gid >= a.n) return;
+  const float p = param[gid];
+  float g = grad[gid];
+  if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
+  const float m0 = exp_avg[gid];
+  const float m = m0 + (1.0f - a.beta1) * (g - m0);
+  const float v = a.beta2 * exp_avg_sq[gid] + (1.0f - a.beta2) * g * g;
+  exp_avg[gid] = m;
+  exp_avg_sq[gid] = v;
+  const float denom = sqrt(v) / a.sqrt_bias2 + a.eps;
+  param[gid] = p - a.step_size * (m / denom);
+}
+
+// torch.optim.Adadelta: sq = rho sq + (1 - rho) g^2; delta = sqrt(acc + eps) / sqrt(sq + eps) g;
+// acc = rho acc + (1 - rho) delta^2; p -= lr * delta.
+kernel void adadelta_step(device float* param [[buffer(0)]],
+                          device const float* grad [[buffer(1)]],
+                          device float* square_avg [[buffer(2)]],
+                          device float* acc_delta [[buffer(3)]],
+                          constant OptimArgs& a [[buffer(4)]],
+                          uint gid [[thread_position_in_grid]]) {
+  if (gid >= a.n) return;
+  const float p = param[gid];
+  float g = grad[gid];
+  if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
+  const float sq = a.rho * square_avg[gid] + (1.0f - a.rho) * g * g;
+  square_avg[gid] = sq;
+  const float ad = acc_delta[gid];
+  const float delta = sqrt(ad + a.eps) / sqrt(sq + a.eps) * g;
+  acc_delta[gid] = a.rho * ad + (1.0f - a.rho) * delta * delta;
+  param[gid] = p - a.lr * delta;
+}
+
+// ---------------------------------------------------------------------------- ReLU backward
+// As torch's threshold_backward: zero where x <= 0, else the gradient (NaN x passes it).
+kernel void relu_backward(device const float* grad_out [[buffer(0)]],
+                          device const float* x [[buffer(1)]],
+                          device float* grad_in [[buffer(2)]],
+                          constant uint& n [[buffer(3)]],
+                          uint gid [[thread_position_in_grid]]) {
+  if (gid >= n) return;
+  grad_in[gid] = x[gid] <= 0.0f ? 0.0f : grad_out[gid];
+}

@@ -1,0 +1,47 @@
+// Argument blocks of the training kernels (metal/training.metal), shared by the host
+// (csrc/ops/training.cpp) and the kernels. Fixed-width fields only, 8-byte fields first.
+#pragma once
+
+// max_pool2d over planes (N * C) of H x W, output OH x OW; padded taps are skipped (as -inf).
+struct PoolArgs {
+  int32_t planes;
+  int32_t h, w, oh, ow;
+  int32_t kh, kw, sh, sw, ph, pw;
+  int32_t pad_;
+};
+
+// Rows of a softmax: the reduced axis has n elements at stride `inner`; thread (o, x) owns the
+// row starting at o * n * inner + x.
+struct RowArgs {
+  int32_t outer, n, inner, pad_;
+};
+
+// cross_entropy: `rows` rows of `classes` contiguous logits; grad = (softmax - onehot) * inv_rows.
+struct CrossEntropyArgs {
+  int32_t rows, classes;
+  float inv_rows;
+  int32_t pad_;
+};
+
+// dropout: element i keeps its value (times `scale`) where the 24 high bits of word i % 4 of
+// Philox-4x32-10(counter = (i / 4, 0, 0, 0), key = (key0, key1)) are >= threshold.
+struct DropoutArgs {
+  uint32_t key0, key1;
+  uint32_t threshold;  // ceil(p * 2^24)
+  float scale;         // 1 / (1 - p) in float32, as PyTorch
+  uint32_t n;          // elements
+  uint32_t pad_;
+};
+
+// One optimizer update of n parameters, in place (formulas of torch.optim; see training.metal).
+struct OptimArgs {
+  uint32_t n;
+  int32_t first;     // SGD: the momentum buffer is created from this step's gradient
+  int32_t nesterov;  // SGD
+  float lr, weight_decay;
+  float momentum, dampening;               // SGD
+  float beta1, beta2, eps;                 // Adam (eps also Adadelta)
+  float step_size, sqrt_bias2;             // Adam: lr / (1 - beta1^t), sqrt(1 - beta2^t)
+  float rho;                               // Adadelta
+  float pad_;
+};
