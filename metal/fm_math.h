@@ -20,6 +20,12 @@ FM_FUNC float fm_copysign(float x, float s) {
                                (metal::as_type<uint32_t>(s) & 0x80000000u));
 }
 
+// a * b + c, fused where the target has FMA (every compiler here contracts it), else a
+// multiply and an add: for polynomial steps, whose accuracy does not need the fusing.
+// metal::fma is kept for the steps that need its exactness (two-products, Cody–Waite),
+// and x86-64 without FMA has to emulate those.
+FM_FUNC float fm_mad(float a, float b, float c) { return a * b + c; }
+
 // a + b = s + err exactly (Knuth's two-sum, no multiplications).
 FM_FUNC float fm_two_sum(float a, float b, thread float& err) {
   const float s = a + b;
@@ -44,13 +50,13 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
   r = r - n * 1.428606765330187045e-06f;
   r = r + metal::select(x_lo, 0.0f, clamped || metal::isnan(x_lo));
   float p = 1.0f / 5040.0f;
-  p = metal::fma(p, r, 1.0f / 720.0f);
-  p = metal::fma(p, r, 1.0f / 120.0f);
-  p = metal::fma(p, r, 1.0f / 24.0f);
-  p = metal::fma(p, r, 1.0f / 6.0f);
-  p = metal::fma(p, r, 0.5f);
-  p = metal::fma(p, r, 1.0f);
-  p = metal::fma(p, r, 1.0f);
+  p = fm_mad(p, r, 1.0f / 720.0f);
+  p = fm_mad(p, r, 1.0f / 120.0f);
+  p = fm_mad(p, r, 1.0f / 24.0f);
+  p = fm_mad(p, r, 1.0f / 6.0f);
+  p = fm_mad(p, r, 0.5f);
+  p = fm_mad(p, r, 1.0f);
+  p = fm_mad(p, r, 1.0f);
   const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);
   const int32_t n1 = ni >> 1;
   const int32_t n2 = ni - n1;
@@ -82,10 +88,10 @@ FM_FUNC float fm_log_dd(float x, thread float& lo) {
   const float s_lo = (metal::fma(-s, d, f) - s * d_lo) / d;
   const float z = s * s;
   float p = 0.1818181818f;                        // 2/11
-  p = metal::fma(p, z, 0.2222222222f);            // 2/9
-  p = metal::fma(p, z, 0.2857142857f);            // 2/7
-  p = metal::fma(p, z, 0.4f);                     // 2/5
-  p = metal::fma(p, z, 0.6666666667f);            // 2/3
+  p = fm_mad(p, z, 0.2222222222f);            // 2/9
+  p = fm_mad(p, z, 0.2857142857f);            // 2/7
+  p = fm_mad(p, z, 0.4f);                     // 2/5
+  p = fm_mad(p, z, 0.6666666667f);            // 2/3
   const float ef = float(e);
   float err;
   const float hi = fm_two_sum(ef * 0.693145751953125f, 2.0f * s, err);  // e * ln2_hi exact
@@ -111,11 +117,11 @@ FM_FUNC float fm_tanh(float x) {
   const float a = metal::fabs(x);
   const float z = x * x;
   float p = -5.70498872745e-3f;
-  p = metal::fma(p, z, 2.06390887954e-2f);
-  p = metal::fma(p, z, -5.37397155531e-2f);
-  p = metal::fma(p, z, 1.33314422036e-1f);
-  p = metal::fma(p, z, -3.33332819422e-1f);
-  const float small = metal::fma(p * z, x, x);
+  p = fm_mad(p, z, 2.06390887954e-2f);
+  p = fm_mad(p, z, -5.37397155531e-2f);
+  p = fm_mad(p, z, 1.33314422036e-1f);
+  p = fm_mad(p, z, -3.33332819422e-1f);
+  const float small = fm_mad(p * z, x, x);
   const float e = fm_exp(2.0f * fm_clamp_nan(a, 0.0f, 9.1f));
   const float big = fm_copysign(1.0f - 2.0f / (e + 1.0f), x);
   return metal::select(big, small, a < 0.625f);
@@ -186,19 +192,19 @@ FM_FUNC void fm_rem_pio2(float x, thread float& r_hi, thread float& r_lo, thread
 FM_FUNC float fm_sin_poly(float r, float r_lo) {
   const float z = r * r;
   float p = -1.9515295891e-4f;
-  p = metal::fma(p, z, 8.3321608736e-3f);
-  p = metal::fma(p, z, -1.6666654611e-1f);
-  return r + metal::fma(r * z, p, r_lo);
+  p = fm_mad(p, z, 8.3321608736e-3f);
+  p = fm_mad(p, z, -1.6666654611e-1f);
+  return r + fm_mad(r * z, p, r_lo);
 }
 FM_FUNC float fm_cos_poly(float r, float r_lo) {
   const float z = r * r;
   float p = 2.443315711809948e-5f;
-  p = metal::fma(p, z, -1.388731625493765e-3f);
-  p = metal::fma(p, z, 4.166664568298827e-2f);
+  p = fm_mad(p, z, -1.388731625493765e-3f);
+  p = fm_mad(p, z, 4.166664568298827e-2f);
   const float hz = 0.5f * z;
   const float w = 1.0f - hz;
   // (1 - w) - hz recovers the rounding of w; - r r_lo is the first-order term of r_lo.
-  return w + (((1.0f - w) - hz) + metal::fma(z * z, p, -r * r_lo));
+  return w + (((1.0f - w) - hz) + fm_mad(z * z, p, -r * r_lo));
 }
 
 // Quadrant q of (s, c) = (sin r, cos r): sin x = [s, c, -s, -c][q & 3]; on the bits, so that
@@ -288,20 +294,20 @@ FM_FUNC float fm_erfc_core(float a, float aa, float aa_lo) {
   const float den = a + 2.0f;
   const float r = 1.0f / den;
   float q = (a - 2.0f) * r;
-  q = metal::fma(r, metal::fma(-q, den, a - 2.0f), q);  // one Newton step: q to full float precision
+  q = fm_mad(r, metal::fma(-q, den, a - 2.0f), q);  // one Newton step: q to full float precision
   float p = 8.733854776e-05f;
-  p = metal::fma(p, q, 1.820253112e-04f);
-  p = metal::fma(p, q, -4.064179540e-04f);
-  p = metal::fma(p, q, -1.436045223e-03f);
-  p = metal::fma(p, q, 1.252846852e-03f);
-  p = metal::fma(p, q, 8.715686841e-03f);
-  p = metal::fma(p, q, -8.030299685e-03f);
-  p = metal::fma(p, q, -5.421902239e-02f);
-  p = metal::fma(p, q, 1.640509376e-01f);
-  p = metal::fma(p, q, -1.660304438e-01f);
-  p = metal::fma(p, q, -9.276381708e-02f);
-  p = metal::fma(p, q, 2.769783819e-01f);
-  return (1.0f + p) / metal::fma(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
+  p = fm_mad(p, q, 1.820253112e-04f);
+  p = fm_mad(p, q, -4.064179540e-04f);
+  p = fm_mad(p, q, -1.436045223e-03f);
+  p = fm_mad(p, q, 1.252846852e-03f);
+  p = fm_mad(p, q, 8.715686841e-03f);
+  p = fm_mad(p, q, -8.030299685e-03f);
+  p = fm_mad(p, q, -5.421902239e-02f);
+  p = fm_mad(p, q, 1.640509376e-01f);
+  p = fm_mad(p, q, -1.660304438e-01f);
+  p = fm_mad(p, q, -9.276381708e-02f);
+  p = fm_mad(p, q, 2.769783819e-01f);
+  return (1.0f + p) / fm_mad(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
 }
 
 FM_FUNC float fm_erfc(float x) {
