@@ -58,7 +58,7 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
   p = fm_mad(p, r, 1.0f);
   p = fm_mad(p, r, 1.0f);
   const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);
-  const int32_t n1 = ni >> 1;
+  const int32_t n1 = ni / 2;
   const int32_t n2 = ni - n1;
   const float s1 = metal::as_type<float>((n1 + 127) << 23);
   const float s2 = metal::as_type<float>((n2 + 127) << 23);
