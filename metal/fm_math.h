@@ -1,53 +1,286 @@
 // Math helpers shared by the kernels of every backend, written in the portable MSL subset.
 //
 // Why not the standard functions: Metal has no erf/erfc/log1p, and on the CPU a libm call
-// per element stops the loop vectoriser. These are branch-free (select, not if), so the
-// same source vectorises on the CPU and stays divergence-free on GPUs.
+// per element stops the loop vectoriser. These are branch-free (select, not if; no table
+// indexed by data), so the same source vectorises on the CPU (SSE2, AVX2, AVX-512, NEON)
+// and stays divergence-free on GPUs. None relies on what MSL leaves undefined: no min, max
+// or clamp that could see a NaN (fm_clamp_nan below defines that case), no float-to-int
+// conversion of a NaN or out-of-range value.
 #pragma once
 #include "fm_kernel.h"
 
-// e^x with <= 2 ulp error over the whole float range; exact NaN/inf/underflow behaviour.
-// Cody–Waite reduction x = n ln2 + r, |r| <= ln2/2, degree-7 Taylor for e^r (truncation
-// < 6e-9 relative), and 2^n applied in two halves so subnormal results come out right.
-FM_FUNC float fm_exp(float x) {
-  const float xc = metal::clamp(x, -104.0f, 89.0f);            // clamp keeps NaN as NaN
-  const float xs = metal::select(xc, 0.0f, metal::isnan(xc));          // no NaN into integer conversion
-  const float shifter = 12582912.0f;                     // 1.5 * 2^23: rounds to integer
-  const float t = metal::fma(xs, 1.44269504088896341f, shifter);
+// lo <= x <= hi, NaN stays NaN (comparisons with NaN are false, so neither select fires).
+FM_FUNC float fm_clamp_nan(float x, float lo, float hi) {
+  return metal::select(metal::select(x, lo, x < lo), hi, x > hi);
+}
+
+// x with the sign bit of s (bit operations: exact, NaN-safe).
+FM_FUNC float fm_copysign(float x, float s) {
+  return metal::as_type<float>((metal::as_type<uint32_t>(x) & 0x7fffffffu) |
+                               (metal::as_type<uint32_t>(s) & 0x80000000u));
+}
+
+// a * b + c, fused where the target has FMA (every compiler here contracts it), else a
+// multiply and an add: for polynomial steps, whose accuracy does not need the fusing.
+// metal::fma is kept for the steps that need its exactness (two-products, Cody–Waite),
+// and x86-64 without FMA has to emulate those.
+FM_FUNC float fm_mad(float a, float b, float c) { return a * b + c; }
+
+// a + b = s + err exactly (Knuth's two-sum, no multiplications).
+FM_FUNC float fm_two_sum(float a, float b, thread float& err) {
+  const float s = a + b;
+  const float bb = s - a;
+  err = (a - (s - bb)) + (b - bb);
+  return s;
+}
+
+// e^(x_hi + x_lo) with <= 2 ulp error over the whole float range (x_lo a small correction,
+// |x_lo| << ulp(x_hi)); exact NaN/inf/underflow behaviour. Cody–Waite reduction
+// x = n ln2 + r, |r| <= ln2/2 (ln2_hi has 16 bits, so n * ln2_hi is exact), degree-7
+// Taylor for e^r (truncation < 6e-9 relative), 2^n applied in two halves so that subnormal
+// results come out right.
+FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
+  const float xc = fm_clamp_nan(x_hi, -104.0f, 89.0f);
+  const bool clamped = xc != x_hi;
+  const float xs = metal::select(xc, 0.0f, metal::isnan(xc));  // no NaN into integer conversion
+  const float shifter = 12582912.0f;                            // 1.5 * 2^23: rounds to integer
+  const float t = xs * 1.44269504088896341f + shifter;
   const float n = t - shifter;
-  float r = metal::fma(n, -0.693145751953125f, xs);             // ln2 split into hi + lo
-  r = metal::fma(n, -1.428606765330187045e-06f, r);
+  float r = xs - n * 0.693145751953125f;                        // exact (Sterbenz)
+  r = r - n * 1.428606765330187045e-06f;
+  r = r + metal::select(x_lo, 0.0f, clamped || metal::isnan(x_lo));
   float p = 1.0f / 5040.0f;
-  p = metal::fma(p, r, 1.0f / 720.0f);
-  p = metal::fma(p, r, 1.0f / 120.0f);
-  p = metal::fma(p, r, 1.0f / 24.0f);
-  p = metal::fma(p, r, 1.0f / 6.0f);
-  p = metal::fma(p, r, 0.5f);
-  p = metal::fma(p, r, 1.0f);
-  p = metal::fma(p, r, 1.0f);
+  p = fm_mad(p, r, 1.0f / 720.0f);
+  p = fm_mad(p, r, 1.0f / 120.0f);
+  p = fm_mad(p, r, 1.0f / 24.0f);
+  p = fm_mad(p, r, 1.0f / 6.0f);
+  p = fm_mad(p, r, 0.5f);
+  p = fm_mad(p, r, 1.0f);
+  p = fm_mad(p, r, 1.0f);
   const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);
   const int32_t n1 = ni / 2;
   const int32_t n2 = ni - n1;
   const float s1 = metal::as_type<float>((n1 + 127) << 23);
   const float s2 = metal::as_type<float>((n2 + 127) << 23);
   const float y = (p * s1) * s2;
-  return metal::select(y, x, metal::isnan(x));
+  return metal::select(y, x_hi, metal::isnan(x_hi));
 }
 
-FM_FUNC float fm_sigmoid(float x) { return 1.0f / (1.0f + fm_exp(-x)); }
+FM_FUNC float fm_exp(float x) { return fm_exp_dd(x, 0.0f); }
+
+// Natural log as a float-float hi + lo (relative error ~2^-35) for x > 0 finite; for
+// subnormal x, scaled by 2^23 first. x = 2^e m, m in [sqrt(1/2), sqrt 2), then
+// log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716, with s itself as a float-float.
+// Other x (0, negative, inf, NaN) give garbage here; callers select their special values.
+FM_FUNC float fm_log_dd(float x, thread float& lo) {
+  const bool sub = x < 1.17549435e-38f;
+  const float xs = metal::select(x, x * 8388608.0f, sub);
+  const int32_t bits = metal::as_type<int32_t>(xs);
+  int32_t e = ((bits >> 23) & 0xff) - 127;
+  float m = metal::as_type<float>((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
+  const bool big = m > 1.41421356f;
+  m = metal::select(m, m * 0.5f, big);
+  e = e + metal::select(0, 1, big) - metal::select(0, 23, sub);
+  const float f = m - 1.0f;                       // exact
+  const float d = 2.0f + f;                       // m + 1
+  const float d_lo = f - (d - 2.0f);              // exact error of d
+  const float s = f / d;
+  const float s_lo = (metal::fma(-s, d, f) - s * d_lo) / d;
+  const float z = s * s;
+  float p = 0.1818181818f;                        // 2/11
+  p = fm_mad(p, z, 0.2222222222f);            // 2/9
+  p = fm_mad(p, z, 0.2857142857f);            // 2/7
+  p = fm_mad(p, z, 0.4f);                     // 2/5
+  p = fm_mad(p, z, 0.6666666667f);            // 2/3
+  const float ef = float(e);
+  float err;
+  const float hi = fm_two_sum(ef * 0.693145751953125f, 2.0f * s, err);  // e * ln2_hi exact
+  lo = err + (2.0f * s_lo + (s * z) * p) + ef * 1.428606765330187045e-06f;
+  const float h = hi + lo;
+  lo = lo - (h - hi);
+  return h;
+}
+
+// log x, <= 1 ulp or so; log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays NaN.
+FM_FUNC float fm_log(float x) {
+  float lo;
+  const float y = fm_log_dd(x, lo);
+  const float inf = metal::as_type<float>(0x7f800000u);
+  const float nan = metal::as_type<float>(0x7fc00000u);
+  float r = metal::select(y, -inf, x == 0.0f);
+  r = metal::select(r, nan, x < 0.0f || metal::isnan(x));
+  return metal::select(r, inf, x == inf);
+}
+
+// tanh: odd polynomial (Cephes tanhf) below 0.625, else 1 - 2 / (e^{2|x|} + 1); +-1 past 9.1.
+FM_FUNC float fm_tanh(float x) {
+  const float a = metal::fabs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = fm_mad(p, z, 2.06390887954e-2f);
+  p = fm_mad(p, z, -5.37397155531e-2f);
+  p = fm_mad(p, z, 1.33314422036e-1f);
+  p = fm_mad(p, z, -3.33332819422e-1f);
+  const float small = fm_mad(p * z, x, x);
+  const float e = fm_exp(2.0f * fm_clamp_nan(a, 0.0f, 9.1f));
+  const float big = fm_copysign(1.0f - 2.0f / (e + 1.0f), x);
+  return metal::select(big, small, a < 0.625f);
+}
+
+// sin and cos of x in radians. Range reduction x = n pi/2 + r, |r| <= pi/4 (a little more
+// for huge x), in two ways, chosen per element by select:
+//  * |x| <= 2^15 (Cody–Waite): pi/2 as three floats, r = ((x - n p1) - n p2) - n p3 with
+//    exact FMAs; error ~2^-60 absolute.
+//  * larger |x| (Payne–Hanek style, without tables): x * 2/pi mod 4 from 2/pi in nine 24-bit
+//    float pieces (scaled by 2^100, x by 2^-100, so every piece is a normal float); each
+//    product split exactly by an FMA, its multiples of 4 dropped exactly, the parts added
+//    as a triple float, so that r keeps ~2^-70 absolute accuracy even when x is very
+//    close to a multiple of pi/2.
+// Then Cephes' minimax polynomials on |r| <= pi/4 and the quadrant n mod 4.
+FM_FUNC float fm_mod4(float v) { return v - 4.0f * metal::rint(v * 0.25f); }  // exact
+
+// Adds xs * c (exactly split, multiples of 4 dropped) to the triple float s0 + s1 + s2.
+FM_FUNC void fm_rem_step(float xs, float c, thread float& s0, thread float& s1, thread float& s2) {
+  const float ph = xs * c;
+  const float pl = metal::fma(xs, c, -ph);
+  float e1, e2;
+  s0 = fm_two_sum(s0, fm_mod4(ph), e1);
+  s1 = fm_two_sum(s1, e1, e2);
+  s2 = s2 + e2;
+  s0 = fm_two_sum(s0, fm_mod4(pl), e1);
+  s1 = fm_two_sum(s1, e1, e2);
+  s2 = s2 + e2;
+  s0 = fm_mod4(s0);
+}
+
+FM_FUNC void fm_rem_pio2(float x, thread float& r_hi, thread float& r_lo, thread int32_t& q) {
+  // Cody–Waite.
+  const float n = metal::rint(x * 0.636619772f);
+  float cw = metal::fma(-n, 1.57079637f, x);
+  cw = metal::fma(-n, -4.37113883e-08f, cw);
+  const float cw_lo = -n * -1.71512451e-15f;
+  const float cw_hi = cw + cw_lo;
+  // Payne–Hanek style, on x' = x * 2^-100 (finite x only; others give NaN, selected later).
+  const float xs = x * 7.88860905e-31f;  // 2^-100
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+  fm_rem_step(xs, 8.070114040e+29f, s0, s1, s2);
+  fm_rem_step(xs, 3.255650369e+22f, s0, s1, s2);
+  fm_rem_step(xs, 3.723210512e+14f, s0, s1, s2);
+  fm_rem_step(xs, 4.125416000e+07f, s0, s1, s2);
+  fm_rem_step(xs, 1.532540607e+01f, s0, s1, s2);
+  fm_rem_step(xs, 7.184481774e-07f, s0, s1, s2);
+  fm_rem_step(xs, 3.321755577e-14f, s0, s1, s2);
+  fm_rem_step(xs, 8.941953688e-22f, s0, s1, s2);
+  fm_rem_step(xs, 2.006214621e-28f, s0, s1, s2);
+  const float nb = metal::rint(s0);
+  float e3;
+  const float f0 = fm_two_sum(s0 - nb, s1, e3);  // s0 - nb is exact
+  const float f1 = e3 + s2;
+  const float fh = f0 + f1;
+  const float fl = f1 - (fh - f0);
+  // quarter turns -> radians: (fh + fl) * (pio2_hi + pio2_lo)
+  const float ph_hi = fh * 1.57079637f;
+  const float ph_lo = metal::fma(fh, 1.57079637f, -ph_hi) + (fh * -4.37113883e-08f + fl * 1.57079637f);
+  const bool huge = !(metal::fabs(x) <= 32768.0f);
+  r_hi = metal::select(cw_hi, ph_hi, huge);
+  r_lo = metal::select(cw_lo - (cw_hi - cw), ph_lo, huge);
+  const float nq = metal::select(n, nb, huge);
+  q = int32_t(metal::select(nq, 0.0f, metal::isnan(nq)));  // |nq| <= 2^14: converts exactly
+}
+
+// sin(r) and cos(r) for |r| <= ~0.8, r = r_hi + r_lo.
+FM_FUNC float fm_sin_poly(float r, float r_lo) {
+  const float z = r * r;
+  float p = -1.9515295891e-4f;
+  p = fm_mad(p, z, 8.3321608736e-3f);
+  p = fm_mad(p, z, -1.6666654611e-1f);
+  return r + fm_mad(r * z, p, r_lo);
+}
+FM_FUNC float fm_cos_poly(float r, float r_lo) {
+  const float z = r * r;
+  float p = 2.443315711809948e-5f;
+  p = fm_mad(p, z, -1.388731625493765e-3f);
+  p = fm_mad(p, z, 4.166664568298827e-2f);
+  const float hz = 0.5f * z;
+  const float w = 1.0f - hz;
+  // (1 - w) - hz recovers the rounding of w; - r r_lo is the first-order term of r_lo.
+  return w + (((1.0f - w) - hz) + fm_mad(z * z, p, -r * r_lo));
+}
+
+// Quadrant q of (s, c) = (sin r, cos r): sin x = [s, c, -s, -c][q & 3]; on the bits, so that
+// no select becomes a branch.
+FM_FUNC float fm_quadrant(float s, float c, uint32_t q) {
+  const uint32_t swap = 0u - (q & 1u);
+  const uint32_t v = (metal::as_type<uint32_t>(s) & ~swap) | (metal::as_type<uint32_t>(c) & swap);
+  return metal::as_type<float>(v ^ ((q & 2u) << 30));
+}
+
+FM_FUNC float fm_sin(float x) {
+  float r, r_lo;
+  int32_t q;
+  fm_rem_pio2(x, r, r_lo, q);
+  const float y = fm_quadrant(fm_sin_poly(r, r_lo), fm_cos_poly(r, r_lo), uint32_t(q));
+  return metal::select(y, x - x, !metal::isfinite(x));  // inf -> NaN, NaN stays NaN
+}
+
+FM_FUNC float fm_cos(float x) {
+  float r, r_lo;
+  int32_t q;
+  fm_rem_pio2(x, r, r_lo, q);
+  const float y = fm_quadrant(fm_sin_poly(r, r_lo), fm_cos_poly(r, r_lo), uint32_t(q) + 1u);
+  return metal::select(y, x - x, !metal::isfinite(x));
+}
+
+// x^y with C99 / NumPy special cases. |x|^y = e^{y log|x|} with log|x| and the product as
+// float-floats, so the result keeps a few-ulp error even where y log|x| is near +-88.
+FM_FUNC float fm_pow(float x, float y) {
+  const float a = metal::fabs(x);
+  float l_lo;
+  const float l_hi = fm_log_dd(a, l_lo);
+  const float z_hi = y * l_hi;
+  const float z_lo = metal::fma(y, l_hi, -z_hi) + y * l_lo;
+  const float mag_finite = fm_exp_dd(z_hi, metal::select(z_lo, 0.0f, !metal::isfinite(z_lo)));
+  const float inf = metal::as_type<float>(0x7f800000u);
+  const float nan = metal::as_type<float>(0x7fc00000u);
+  // |x| = 0 or inf, or |y| = inf: the limits directly.
+  const bool y_pos = y > 0.0f;
+  float mag = mag_finite;
+  mag = metal::select(mag, metal::select(inf, 0.0f, y_pos), a == 0.0f);
+  mag = metal::select(mag, metal::select(0.0f, inf, y_pos), a == inf);
+  const bool y_inf = metal::fabs(y) == inf;
+  mag = metal::select(mag, metal::select(0.0f, inf, (a > 1.0f) == y_pos), y_inf);
+  // Sign and domain for x < 0 (and -0): odd integer y keeps the sign, non-integer y is NaN.
+  const bool y_int = metal::rint(y) == y;
+  const float y_small = metal::select(0.0f, y, metal::fabs(y) < 16777216.0f);
+  const bool y_odd = y_int && ((int32_t(y_small) & 1) != 0);
+  const bool x_neg = metal::signbit(x);
+  float r = metal::select(mag, -mag, x_neg && y_odd);
+  r = metal::select(r, nan, x_neg && a != 0.0f && a != inf && !y_int && !y_inf);
+  r = metal::select(r, nan, metal::isnan(x) || metal::isnan(y));
+  r = metal::select(r, 1.0f, x == -1.0f && y_inf);
+  return metal::select(r, 1.0f, y == 0.0f || x == 1.0f);
+}
+
+// 1 / (1 + e^-x), from e = e^-|x| <= 1 so that nothing overflows and, for x < 0,
+// e / (1 + e) keeps the subnormal results that 1 / (1 + e^-x) would flush to 0.
+FM_FUNC float fm_sigmoid(float x) {
+  const float e = fm_exp(-metal::fabs(x));
+  const float s = 1.0f / (1.0f + e);
+  return metal::select(s, e * s, x < 0.0f);
+}
 
 // log(1 + x) without losing x when |x| is tiny (Goldberg's trick: the rounding error of
 // 1 + x cancels in log(u) * x / (u - 1)).
 FM_FUNC float fm_log1p(float x) {
   const float u = 1.0f + x;
   const float d = u - 1.0f;
-  const float r = metal::log(u) * (x / metal::select(d, 1.0f, d == 0.0f));
+  const float r = fm_log(u) * (x / metal::select(d, 1.0f, d == 0.0f));
   return metal::select(metal::select(r, x, d == 0.0f), u, metal::isinf(u));
 }
 
 // softplus(x) = log(1 + e^x), written so that neither branch overflows.
 FM_FUNC float fm_softplus(float x) {
-  return metal::max(x, 0.0f) + fm_log1p(fm_exp(-metal::fabs(x)));
+  return metal::select(x, 0.0f, x < 0.0f) + fm_log1p(fm_exp(-metal::fabs(x)));
 }
 
 // erfc with small *relative* error in both tails. With q = (a-2)/(a+2), a = |x|, the
@@ -61,24 +294,24 @@ FM_FUNC float fm_erfc_core(float a, float aa, float aa_lo) {
   const float den = a + 2.0f;
   const float r = 1.0f / den;
   float q = (a - 2.0f) * r;
-  q = metal::fma(r, metal::fma(-q, den, a - 2.0f), q);  // one Newton step: q to full float precision
+  q = fm_mad(r, metal::fma(-q, den, a - 2.0f), q);  // one Newton step: q to full float precision
   float p = 8.733854776e-05f;
-  p = metal::fma(p, q, 1.820253112e-04f);
-  p = metal::fma(p, q, -4.064179540e-04f);
-  p = metal::fma(p, q, -1.436045223e-03f);
-  p = metal::fma(p, q, 1.252846852e-03f);
-  p = metal::fma(p, q, 8.715686841e-03f);
-  p = metal::fma(p, q, -8.030299685e-03f);
-  p = metal::fma(p, q, -5.421902239e-02f);
-  p = metal::fma(p, q, 1.640509376e-01f);
-  p = metal::fma(p, q, -1.660304438e-01f);
-  p = metal::fma(p, q, -9.276381708e-02f);
-  p = metal::fma(p, q, 2.769783819e-01f);
-  return (1.0f + p) / metal::fma(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
+  p = fm_mad(p, q, 1.820253112e-04f);
+  p = fm_mad(p, q, -4.064179540e-04f);
+  p = fm_mad(p, q, -1.436045223e-03f);
+  p = fm_mad(p, q, 1.252846852e-03f);
+  p = fm_mad(p, q, 8.715686841e-03f);
+  p = fm_mad(p, q, -8.030299685e-03f);
+  p = fm_mad(p, q, -5.421902239e-02f);
+  p = fm_mad(p, q, 1.640509376e-01f);
+  p = fm_mad(p, q, -1.660304438e-01f);
+  p = fm_mad(p, q, -9.276381708e-02f);
+  p = fm_mad(p, q, 2.769783819e-01f);
+  return (1.0f + p) / fm_mad(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
 }
 
 FM_FUNC float fm_erfc(float x) {
-  const float a = metal::min(metal::fabs(x), 10.1f);
+  const float a = fm_clamp_nan(metal::fabs(x), 0.0f, 10.1f);
   const float aa = a * a;
   const float y = fm_erfc_core(a, aa, metal::fma(a, a, -aa));
   return metal::select(metal::select(y, 2.0f - y, x < 0.0f), x, metal::isnan(x));
@@ -88,8 +321,8 @@ FM_FUNC float fm_erfc(float x) {
 // the erfc form keeps full relative accuracy for large negative x.
 // The tail's condition number is 2 z^2, so z^2 = x^2 / 2 is formed exactly from x.
 FM_FUNC float fm_gelu(float x) {
-  const float a = metal::min(metal::fabs(x) * 0.70710678118654752f, 10.1f);
-  const float xc = metal::min(metal::fabs(x), 14.28f);  // 10.1 * sqrt2: erfc is 0 beyond
+  const float a = fm_clamp_nan(metal::fabs(x) * 0.70710678118654752f, 0.0f, 10.1f);
+  const float xc = fm_clamp_nan(metal::fabs(x), 0.0f, 14.28f);  // 10.1 * sqrt2: erfc is 0 beyond
   const float xx = xc * xc;
   const float e = fm_erfc_core(a, 0.5f * xx, 0.5f * metal::fma(xc, xc, -xx));
   const float erfc_minus_z = metal::select(e, 2.0f - e, x > 0.0f);  // erfc(-x/sqrt2)

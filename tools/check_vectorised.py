@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Check that the CPU kernels' hot loops are vectorised, for every instruction set built.
+
+Deterministic: it reads machine code, never a timing. For each ISA it generates the kernel
+entries with tools/gen_kernels.py (as the build does), compiles the entries that must be
+vectorised with the build's own flags (parsed from CMakeLists.txt: FM_KERNEL_FLAGS and
+FM_ISA_FLAGS_<isa>), and inspects each entry function's instructions:
+
+  x86-64 (base, avx2, avx512)   g++ -c, then `objdump -dr`
+  arm64                         the clang inside the `ziglang` wheel,
+                                `-target aarch64-linux-gnu -S` (its assembly)
+
+An entry passes when it has at least one packed floating-point arithmetic instruction of
+the ISA's full vector width (xmm for base, ymm for avx2, zmm for avx512, v.4s for arm64)
+and calls no libm function. Checked entries: every contiguous float32 elementwise entry
+(entry_unary_v_*_float32, entry_binary_v_*_float32) and the numerics kernels' lane-loop
+variants (fourier_series_l16/l64, stencil_interior_*_l16_*).
+
+Usage: check_vectorised.py [--isa NAME ...] [--plant 'EXPR' ...] [--keep DIR]
+  --plant EXPR   add an op `planted_<i>` computing the MSL expression EXPR (unary, in x) to a
+                 copy of the op table: the self-test that a loop the compiler cannot
+                 vectorise is reported.
+Exit status 0 when every entry passes, 1 with one line per failure, 3 when a tool is
+missing (the message says which).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+X86_ISAS = ("base", "avx2", "avx512")
+ALL_ISAS = X86_ISAS + ("arm64",)
+
+# Packed single-precision arithmetic (not moves or shuffles), and the register it needs.
+X86_PACKED = re.compile(
+    r"^v?(add|sub|mul|div|min|max|sqrt|rcp14|rsqrt14|rcp|rsqrt|and|andn|or|xor|cmp[a-z]*|"
+    r"blendv|blendm|round|rndscale|fn?m(add|sub)(132|213|231)|getexp|scalef)ps$")
+X86_WIDTH = {"base": "%xmm", "avx2": "%ymm", "avx512": "%zmm"}
+ARM_PACKED = re.compile(
+    r"^\s*(fadd|fsub|fmul|fdiv|fmla|fmls|fmax|fmin|fmaxnm|fminnm|fsqrt|fabs|fneg|fcm[a-z]+|"
+    r"frint[a-z]|fcvt[a-z]+|scvtf|ucvtf)\s+v\d+\.4s")
+LIBM = re.compile(r"\b(sin|cos|tan|exp|exp2|expm1|log|log2|log10|log1p|pow|tanh|sinh|cosh|"
+                  r"atan|atan2|asin|acos|erf|erfc|fma|rint|nearbyint|round|floor|ceil|trunc|"
+                  r"sqrt|fmod|cbrt|hypot)f?\b")
+ENTRY_NAME = re.compile(r"entry_([a-z0-9_]+)")
+
+
+def wanted(entry: str) -> bool:
+    """The entries whose loop must be vectorised."""
+    return (re.fullmatch(r"(unary|binary)_v_[a-z0-9_]+_float32", entry) is not None
+            or re.fullmatch(r"fourier_series_l(16|64)", entry) is not None
+            or re.fullmatch(r"stencil_interior_[0-9]+(pp)?_l16_(axis|inner)", entry) is not None)
+
+
+class ToolMissing(Exception):
+    pass
+
+
+def cmake_flags() -> dict[str, list[str]]:
+    """FM_KERNEL_FLAGS and FM_ISA_FLAGS_<isa> as CMakeLists.txt sets them."""
+    text = (ROOT / "CMakeLists.txt").read_text()
+    flags = {}
+    for name, value in re.findall(r"set\((FM_KERNEL_FLAGS|FM_ISA_FLAGS_\w+)\s+([^)]*)\)", text):
+        flags[name] = [t for t in value.split() if not t.startswith('"')]
+    if "FM_KERNEL_FLAGS" not in flags:
+        raise RuntimeError("CMakeLists.txt sets no FM_KERNEL_FLAGS")
+    return flags
+
+
+def generate(workdir: Path, plants: list[str]) -> Path:
+    """Run the generator (on a copy of metal/ with the planted ops planted_0, planted_1, ...
+    if any); returns its out dir."""
+    metal = ROOT / "metal"
+    if plants:
+        metal = workdir / "metal"
+        shutil.copytree(ROOT / "metal", metal)
+        with open(metal / "elementwise_ops.tbl", "a") as f:
+            for i, expr in enumerate(plants):
+                f.write(f"planted_{i}    | x    | {expr} | x | Planted by check_vectorised.py.\n")
+    out = workdir / "gen"
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_kernels.py"), "--metal-dir",
+                        str(metal), "--out-dir", str(out)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"gen_kernels.py failed:\n{r.stderr[-3000:]}")
+    return out
+
+
+def reduced_source(gen: Path, stem: str) -> str | None:
+    """The generated entry file of `stem` with only the wanted entries (and a use of each)."""
+    text = (gen / f"cpu_entries_{stem}.cpp").read_text()
+    head, sep, rest = text.partition("namespace {\n")
+    if not sep:
+        raise RuntimeError(f"unexpected layout of cpu_entries_{stem}.cpp")
+    blocks = re.findall(r"^void entry_([a-z0-9_]+)\(.*?^}\n", rest, flags=re.M | re.S)
+    bodies = re.findall(r"(^void entry_[a-z0-9_]+\(.*?^}\n)", rest, flags=re.M | re.S)
+    keep = [(n, b) for n, b in zip(blocks, bodies) if wanted(n)]
+    if not keep:
+        return None
+    uses = ", ".join(f"(void*)&entry_{n}" for n, _ in keep)
+    return (head + sep + "".join(b for _, b in keep) + "}  // namespace\n"
+            f"void* volatile fm_vectorised_check_keep[] = {{{uses}}};\n"
+            "}  // namespace fm::cpu::FM_CPU_ISA\n")
+
+
+def include_flags(gen: Path, metal: Path) -> list[str]:
+    return [f"-I{metal / 'compat' / 'cpu'}", f"-I{metal}", f"-I{gen}",
+            f"-I{ROOT / 'csrc' / 'backend' / 'cpu'}", f"-I{ROOT / 'csrc'}"]
+
+
+def compiler_for(isa: str) -> list[str]:
+    if isa == "arm64":
+        try:
+            import ziglang  # noqa: F401
+        except ImportError:
+            raise ToolMissing("the ziglang wheel (pip install ziglang) to cross-compile arm64")
+        return [sys.executable, "-m", "ziglang", "c++", "-target", "aarch64-linux-gnu", "-g0"]
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        raise ToolMissing(f"a C++ compiler ({cxx})")
+    if shutil.which("objdump") is None:
+        raise ToolMissing("objdump (binutils) to disassemble the x86-64 objects")
+    return [cxx]
+
+
+def functions_x86(obj: Path) -> dict[str, list[str]]:
+    """Symbol -> its instruction lines (relocations included), from `objdump -dr`."""
+    out = subprocess.run(["objdump", "-dr", "--no-show-raw-insn", str(obj)], check=True,
+                         capture_output=True, text=True).stdout
+    funcs: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in out.splitlines():
+        m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
+        if m:
+            current = funcs.setdefault(m.group(1), [])
+        elif current is not None and line.strip():
+            current.append(line.strip())
+    return funcs
+
+
+def functions_asm(asm: Path) -> dict[str, list[str]]:
+    """Symbol -> its instruction lines, from compiler assembly (-S)."""
+    funcs: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in asm.read_text(errors="replace").splitlines():
+        m = re.match(r"^([A-Za-z_$][\w.$]*):", line)
+        if m:
+            current = funcs.setdefault(m.group(1), [])
+        elif current is not None and line.startswith("\t") and not line.lstrip().startswith("."):
+            current.append(line.strip())
+    return funcs
+
+
+def callees(instrs: list[str]) -> set[str]:
+    """Symbols a function calls or jumps to (x86 call/jmp with <sym> or a relocation; arm64 bl/b)."""
+    out = set()
+    for ins in instrs:
+        m = re.search(r"\b(?:call|jmp)\w*\s+[0-9a-f]+ <([^>+]+)", ins) or re.match(r"bl?\s+([A-Za-z_]\w*)$", ins)
+        if m:
+            out.add(m.group(1))
+        m = re.search(r"R_X86_64_(?:PLT|PC)32\s+([^-+\s]+)", ins)
+        if m:
+            out.add(m.group(1))
+    return out
+
+
+def entry_code(funcs: dict[str, list[str]], symbol: str) -> list[str]:
+    """The entry's instructions plus those of every function of the same file it calls
+    (a kernel too big to inline stays a function of its own)."""
+    seen, todo, code = {symbol}, [symbol], []
+    while todo:
+        instrs = funcs[todo.pop()]
+        code += instrs
+        for c in callees(instrs):
+            if c in funcs and c not in seen:
+                seen.add(c)
+                todo.append(c)
+    return code
+
+
+def judge(isa: str, instrs: list[str]) -> str | None:
+    """None when the function is vectorised for `isa`, else why not."""
+    calls = []
+    packed = 0
+    for ins in instrs:
+        if isa == "arm64":
+            if ARM_PACKED.match(ins):
+                packed += 1
+            m = re.match(r"b(l)?\s+(\w+)", ins)
+            if m and LIBM.fullmatch(m.group(2)):
+                calls.append(m.group(2))
+        else:
+            if "R_X86_64_PLT32" in ins or "R_X86_64_PC32" in ins:
+                target = ins.split()[-1].split("-")[0].split("+")[0]
+                if LIBM.fullmatch(target):
+                    calls.append(target)
+                continue
+            parts = ins.split(None, 2)
+            if len(parts) >= 3 and X86_PACKED.match(parts[1]) and X86_WIDTH[isa] in parts[2]:
+                packed += 1
+    if calls:
+        return f"calls libm ({', '.join(sorted(set(calls)))}) in its loop"
+    if packed == 0:
+        width = "v.4s" if isa == "arm64" else X86_WIDTH[isa]
+        return f"has no packed float arithmetic on {width} registers (scalar loop)"
+    return None
+
+
+def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], work: Path,
+              stems: list[str]) -> tuple[list[str], int]:
+    """Failures for one ISA, and how many entries were checked."""
+    cc = compiler_for(isa)
+    isa_flags = [] if isa == "arm64" else flags.get(f"FM_ISA_FLAGS_{isa}", [])
+    failures: list[str] = []
+    checked = 0
+    for stem in stems:
+        src_text = reduced_source(gen, stem)
+        if src_text is None:
+            continue
+        src = work / f"{stem}_{isa}.cpp"
+        src.write_text(src_text)
+        out = work / (f"{stem}_{isa}.s" if isa == "arm64" else f"{stem}_{isa}.o")
+        mode = ["-S"] if isa == "arm64" else ["-c"]
+        cmd = (cc + ["-std=gnu++17"] + flags["FM_KERNEL_FLAGS"] + isa_flags
+               + [f"-DFM_CPU_ISA={isa}"] + include_flags(gen, metal) + mode + [str(src), "-o", str(out)])
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"compiling {src.name} for {isa} failed:\n{r.stderr[-3000:]}")
+        funcs = functions_asm(out) if isa == "arm64" else functions_x86(out)
+        for symbol in sorted(funcs):
+            e = ENTRY_NAME.search(symbol)
+            name = e.group(1) if e else ""
+            if not wanted(name):
+                continue
+            checked += 1
+            why = judge(isa, entry_code(funcs, symbol))
+            if why:
+                failures.append(f"{isa}: entry_{name} {why}")
+    return failures, checked
+
+
+def run(isas: list[str], plants: list[str] | None = None,
+        keep: Path | None = None) -> tuple[list[str], dict[str, int]]:
+    """(failures, entries checked per ISA). Raises ToolMissing when a compiler or objdump is."""
+    plants = plants or []
+    flags = cmake_flags()
+    tmp = tempfile.mkdtemp(prefix="fm_vec_") if keep is None else str(keep)
+    work = Path(tmp)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        gen = generate(work, plants)
+        metal = work / "metal" if plants else ROOT / "metal"
+        stems = ["elementwise"] if plants else ["elementwise", "numerics"]
+        for isa in isas:
+            compiler_for(isa)  # fail early, before compiling anything
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = list(pool.map(lambda i: check_isa(i, gen, metal, flags, work, stems), isas))
+        failures = [f for fs, _ in results for f in fs]
+        counts = {isa: n for isa, (_, n) in zip(isas, results)}
+        return failures, counts
+    finally:
+        if keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def built_isas() -> list[str]:
+    """The ISAs a build on this kind of machine produces (CMakeLists.txt), plus arm64."""
+    import platform
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    return list(X86_ISAS if x86 else ()) + ["arm64"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--isa", action="append", choices=ALL_ISAS)
+    ap.add_argument("--plant", action="append")
+    ap.add_argument("--keep", type=Path)
+    args = ap.parse_args(argv)
+    try:
+        failures, counts = run(args.isa or built_isas(), args.plant, args.keep)
+    except ToolMissing as e:
+        print(f"check_vectorised: missing {e}", file=sys.stderr)
+        return 3
+    for f in failures:
+        print(f)
+    print("checked " + ", ".join(f"{isa}: {n} entries" for isa, n in counts.items()),
+          file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
