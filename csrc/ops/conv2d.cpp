@@ -1,4 +1,4 @@
-#include "conv2d.h"
+#include "ops/conv2d.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/conv2d_cpu.h"
-#include "errors.h"
+#include "core/errors.h"
 
 namespace fm {
 namespace {

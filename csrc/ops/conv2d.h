@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "array.h"
+#include "core/array.h"
 #include "conv2d_args.h"
 
 namespace fm {

@@ -1,13 +1,13 @@
-#include "numerics.h"
+#include "ops/numerics.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "numerics_args.h"
-#include "kernel_table.h"
+#include "backend/cpu/kernel_table.h"
 
 namespace fm {
 namespace {

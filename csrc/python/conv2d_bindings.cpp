@@ -7,10 +7,10 @@
 #include <optional>
 #include <set>
 
-#include "bindings.h"
-#include "conv2d.h"
-#include "errors.h"
-#include "pyarray.h"
+#include "python/bindings.h"
+#include "ops/conv2d.h"
+#include "core/errors.h"
+#include "python/pyarray.h"
 
 namespace fm::python {
 namespace {

@@ -4,13 +4,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "array.h"
-#include "bindings.h"
+#include "core/array.h"
+#include "python/bindings.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/thread_pool.h"
-#include "elementwise_py.h"
-#include "errors.h"
-#include "pyarray.h"
+#include "python/elementwise_bindings.h"
+#include "core/errors.h"
+#include "python/pyarray.h"
 
 namespace py = pybind11;
 using namespace fm;

@@ -8,11 +8,11 @@
 #include <cmath>
 #include <string>
 
-#include "bindings.h"
-#include "errors.h"
-#include "numerics.h"
+#include "python/bindings.h"
+#include "core/errors.h"
+#include "ops/numerics.h"
 #include "numerics_args.h"
-#include "pyarray.h"
+#include "python/pyarray.h"
 
 namespace fm::python {
 namespace {

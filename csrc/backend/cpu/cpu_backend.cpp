@@ -5,8 +5,8 @@
 #include <cstring>
 #include <new>
 
-#include "../../allocator.h"
-#include "../../errors.h"
+#include "../../core/allocator.h"
+#include "../../core/errors.h"
 #include "kernel_table.h"
 #include "thread_pool.h"
 

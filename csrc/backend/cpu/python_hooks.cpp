@@ -7,8 +7,8 @@
 #include <string>
 
 #include "backend/cpu/conv2d_cpu.h"
-#include "bindings.h"
-#include "errors.h"
+#include "python/bindings.h"
+#include "core/errors.h"
 
 namespace fm::python {
 namespace py = pybind11;

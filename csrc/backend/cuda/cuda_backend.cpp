@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
-#include "../../allocator.h"
-#include "../../errors.h"
+#include "../../core/allocator.h"
+#include "../../core/errors.h"
 #include "cuda_kernel_table.h"
 
 #define FM_CPU_STEM(stem) void register_##stem(::fm::cudak::KernelTable&);

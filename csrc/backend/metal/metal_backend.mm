@@ -29,8 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "../../allocator.h"
-#include "../../errors.h"
+#include "../../core/allocator.h"
+#include "../../core/errors.h"
 #include "dispatch_math.h"
 #include "metal_backend.h"
 
