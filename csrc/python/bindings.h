@@ -3,7 +3,6 @@
 #include <pybind11/pybind11.h>
 
 namespace fm::python {
-void bind_numerics(pybind11::module_& m);  // numerics_py.cpp: gradient, derivative, fourier_series
-void bind_conv2d(pybind11::module_& m);    // conv2d_py.cpp: conv2d forward / backward
-void bind_conv2d_cpu(pybind11::module_& m);  // conv2d_cpu_py.cpp: private hooks to test/time the CPU algorithms
+void bind_numerics(pybind11::module_& m);  // numerics_bindings.cpp: gradient, derivative, fourier_series
+void bind_conv2d(pybind11::module_& m);    // conv2d_bindings.cpp: conv2d forward / backward
 }  // namespace fm::python

@@ -258,20 +258,7 @@ void bind_conv2d(py::module_& m) {
       py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
       py::arg("op") = "conv2d");
 
-  // Private switches: which conv2d implementation the cpu backend runs ("fast": the CPU
-  // algorithms; "kernels": the MSL kernels, the GEMMs under the fiber emulator), and the
-  // threadgroup size of the kernels with barriers (0 = automatic).
-  m.def("_set_cpu_conv_path", [](const std::string& path) {
-    if (path == "fast")
-      set_cpu_conv_path(CpuConvPath::fast);
-    else if (path == "kernels")
-      set_cpu_conv_path(CpuConvPath::kernels);
-    else
-      throw ValueError("[fastmetal._set_cpu_conv_path] expected 'fast' or 'kernels', got '" +
-                       path + "'");
-  });
-  m.def("_cpu_conv_path",
-        [] { return std::string(cpu_conv_path() == CpuConvPath::fast ? "fast" : "kernels"); });
+  // Private switch: the threadgroup size of the kernels with barriers (0 = automatic).
   m.def("_set_conv_group_size", [](std::int64_t threads) {
     if (threads < 0 || threads > 4096)
       throw ValueError("[fastmetal._set_conv_group_size] expected 0..4096, got " +

@@ -8,6 +8,7 @@
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
 #include "kernel_table.h"
+#include "native_ops.h"
 #include "thread_pool.h"
 
 namespace fm::cpu {
@@ -124,6 +125,7 @@ class CpuBackend final : public Backend {
   bool has_kernel(const std::string& kernel) override {
     return kernel_table().find(kernel) != nullptr;
   }
+  const NativeOp* native_op(const char* name) const override { return native_ops().find(name); }
 
  private:
   CachingAllocator pool_;
