@@ -7,7 +7,7 @@
 
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
-#include "kernel_table.h"
+#include "cpu_kernel_abi.h"
 #include "native_ops.h"
 #include "thread_pool.h"
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernel_table.h"
+#include "cpu_kernel_abi.h"
 
 namespace fm::cpu {
 

@@ -10,7 +10,7 @@
 #include "../../core/errors.h"
 #include "../python_hooks.h"
 #include "conv2d_cpu.h"
-#include "kernel_table.h"
+#include "cpu_kernel_abi.h"
 #include "native_ops.h"
 #include "thread_pool.h"
 

@@ -8,7 +8,7 @@
 
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
-#include "cuda_kernel_table.h"
+#include "cuda_kernel_abi.h"
 
 #define FM_CPU_STEM(stem) void register_##stem(::fm::cudak::KernelTable&);
 namespace fm::cuda_kernels {
