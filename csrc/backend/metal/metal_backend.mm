@@ -31,6 +31,7 @@
 
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
+#include "../launch.h"
 #include "dispatch_math.h"
 #include "metal_backend.h"
 
@@ -254,16 +255,7 @@ class MetalBackend final : public Backend {
       throw BackendError("[fastmetal] Metal could not allocate " + std::to_string(nbytes) +
                          " bytes (device limit per buffer: " + std::to_string(max_buffer_length_) +
                          ")");
-    auto s = std::make_shared<Storage>();
-    s->backend = this;
-    s->host = b.host;
-    s->handle = b.handle;
-    s->nbytes = nbytes;
-    s->release = [this, b, owner = std::move(owner)]() mutable {
-      pool_.give_back(b);
-      owner.reset();
-    };
-    return s;
+    return pooled_storage(this, pool_, b, nbytes, std::move(owner));
   }
 
   // The pipeline of a kernel, built on first use. Thread-safe; references stay valid.
