@@ -1,4 +1,4 @@
-// Python entry points of conv2d (issue 4): parse the Python arguments, validate
+// Python entry points of conv2d: parse the Python arguments, validate
 // everything (conv2d.cpp) before any conversion or launch, convert operands to contiguous
 // float32 on the chosen device, compute without the GIL, return NumPy or fastmetal.Array.
 #include <pybind11/numpy.h>
