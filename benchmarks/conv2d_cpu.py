@@ -17,7 +17,6 @@ import argparse
 import datetime
 import os
 import platform
-import statistics
 import time
 
 import numpy as np
@@ -39,14 +38,11 @@ EXTRA = [
 
 
 def measure(fn, repeats):
-    fn()
-    walls, cpus = [], []
-    for _ in range(repeats):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-    return statistics.median(walls), min(cpus)
+    """(median wall time, least CPU time) of `repeats` calls after a warm-up."""
+    from fastmetal.benchmarks._timing import time_calls  # after FASTMETAL_NUM_THREADS is set
+
+    t = time_calls({"fn": fn}, budget_s=0.0, min_rounds=repeats, max_rounds=repeats)["fn"]
+    return t.median, t.cpu
 
 
 def cpu_model():

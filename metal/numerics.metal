@@ -1,4 +1,4 @@
-// Numerical differentiation and the fused Fourier series (issue 3).
+// Numerical differentiation and the fused Fourier series.
 //
 //   stencil_axis        one finite-difference stencil per output point along one axis of an
 //                       N-D strided array (numpy.gradient and fastmetal.derivative)

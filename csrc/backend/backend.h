@@ -14,6 +14,7 @@
 namespace fm {
 
 class Backend;
+struct NativeOp;  // native_ops.h
 
 // One allocation on a device. On host-visible backends (cpu, metal) `host` is its CPU
 // address; `handle` is the backend's own object (an MTLBuffer, a CUDA pointer).
@@ -106,6 +107,9 @@ class Backend {
   virtual std::uint32_t max_group_size(const std::string& kernel) = 0;
   // True where `kernel` exists on this backend.
   virtual bool has_kernel(const std::string& kernel) = 0;
+  // The backend's own implementation of the operation `name` (a fast path), or nullptr:
+  // the op then launches the portable MSL kernels. Ops call native<Fn>() (native_ops.h).
+  virtual const NativeOp* native_op(const char* /*name*/) const { return nullptr; }
 
   // Copies between host memory and a storage (for backends without host-visible memory;
   // host-visible backends do a memcpy). Synchronous.

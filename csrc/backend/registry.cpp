@@ -5,7 +5,7 @@
 #include <map>
 #include <mutex>
 
-#include "../errors.h"
+#include "../core/errors.h"
 #include "backend.h"
 #include "cpu/cpu_backend.h"
 #if defined(FASTMETAL_HAVE_METAL)

@@ -1,4 +1,4 @@
-#include "training.h"
+#include "ops/training.h"
 
 #include <algorithm>
 #include <string>

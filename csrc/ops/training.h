@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "array.h"
+#include "core/array.h"
 #include "training_args.h"
 
 namespace fm {

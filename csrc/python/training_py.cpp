@@ -9,10 +9,10 @@
 #include <limits>
 #include <string>
 
-#include "bindings.h"
-#include "errors.h"
+#include "python/bindings.h"
+#include "core/errors.h"
 #include "ops/training.h"
-#include "pyarray.h"
+#include "python/pyarray.h"
 
 namespace fm::python {
 namespace {

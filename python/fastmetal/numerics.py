@@ -1,4 +1,4 @@
-"""Numerical differentiation and the fused Fourier series (issue 3).
+"""Numerical differentiation and the fused Fourier series.
 
 Argument parsing and validation live here (``numpy.gradient``'s rules, finite-difference
 stencil construction in exact rational arithmetic, Fourier coefficient scaling in float64);

@@ -5,9 +5,11 @@
 #include <cstring>
 #include <new>
 
-#include "../../allocator.h"
-#include "../../errors.h"
-#include "kernel_table.h"
+#include "../../core/allocator.h"
+#include "../../core/errors.h"
+#include "../launch.h"
+#include "cpu_kernel_abi.h"
+#include "native_ops.h"
 #include "thread_pool.h"
 
 namespace fm::cpu {
@@ -40,14 +42,7 @@ class CpuBackend final : public Backend {
     CachingAllocator::Block b = pool_.acquire(nbytes);
     if (b.host == nullptr) throw BackendError("[fastmetal] out of host memory allocating " +
                                               std::to_string(nbytes) + " bytes");
-    auto s = std::make_shared<Storage>();
-    s->backend = this;
-    s->host = b.host;
-    s->nbytes = nbytes;
-    s->capacity = b.size;
-    Storage* self = s.get();
-    s->release = [this, self] { pool_.give_back({self->host, self->handle, self->capacity}); };
-    return s;
+    return pooled_storage(this, pool_, b, nbytes);
   }
 
   StoragePtr wrap_host(void* ptr, std::size_t nbytes, std::shared_ptr<void> owner) override {
@@ -61,19 +56,18 @@ class CpuBackend final : public Backend {
 
   void launch(const std::string& kernel, const Dispatch& d,
               const std::vector<KernelArg>& args) override {
-    const KernelInfo* info = kernel_table().find(kernel);
-    if (info == nullptr) throw BackendError("[fastmetal] no CPU kernel named '" + kernel + "'");
     constexpr std::size_t kMaxArgs = 32;
-    if (args.size() > kMaxArgs) throw BackendError("[fastmetal] too many kernel arguments for '" + kernel + "'");
+    const KernelInfo* info =
+        &checked_kernel(kernel_table().find(kernel), "CPU", kernel, args.size(), kMaxArgs);
     void* ptrs[kMaxArgs];
-    for (std::size_t i = 0; i < args.size(); ++i)
-      ptrs[i] = args[i].storage ? static_cast<char*>(args[i].storage->host) + args[i].offset
+    for (std::size_t i = 0; i < args.size(); ++i)  // argument blocks are read in place
+      ptrs[i] = args[i].storage ? buffer_address(args[i], args[i].storage->host)
                                 : const_cast<void*>(args[i].bytes);
+    const GroupCounts counts = group_counts(d);
     Launch L;
     L.grid = uvec3{d.grid[0], d.grid[1], d.grid[2]};
-    L.group = uvec3{std::max(1u, d.group[0]), std::max(1u, d.group[1]), std::max(1u, d.group[2])};
-    L.num_groups = uvec3{ceil_div(L.grid.x, L.group.x), ceil_div(L.grid.y, L.group.y),
-                         ceil_div(L.grid.z, L.group.z)};
+    L.group = uvec3{counts.group[0], counts.group[1], counts.group[2]};
+    L.num_groups = uvec3{counts.num_groups[0], counts.num_groups[1], counts.num_groups[2]};
     const std::uint64_t total = std::uint64_t(L.grid.x) * L.grid.y * L.grid.z;
     if (total == 0) return;
     ThreadPool& pool = ThreadPool::instance();
@@ -106,7 +100,7 @@ class CpuBackend final : public Backend {
       });
       return;
     }
-    const std::uint64_t groups = std::uint64_t(L.num_groups.x) * L.num_groups.y * L.num_groups.z;
+    const std::uint64_t groups = counts.total_groups();
     if (info->mode == Mode::emulated) tasks = 1;  // one seed, one order: reproducible runs
     tasks = std::min(tasks, groups);
     const std::uint64_t per = (groups + tasks - 1) / tasks;
@@ -124,6 +118,7 @@ class CpuBackend final : public Backend {
   bool has_kernel(const std::string& kernel) override {
     return kernel_table().find(kernel) != nullptr;
   }
+  const NativeOp* native_op(const char* name) const override { return native_ops().find(name); }
 
  private:
   CachingAllocator pool_;

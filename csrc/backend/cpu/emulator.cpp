@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "fm_cpu_hooks.h"
-#include "kernel_table.h"
+#include "cpu_kernel_abi.h"
 
 namespace fm::cpu {
 namespace {

@@ -3,7 +3,7 @@
 // here is a template the compiler inlines, so a grid-mode kernel becomes one plain loop.
 #pragma once
 #include "../kernel_params.h"
-#include "kernel_table.h"
+#include "cpu_kernel_abi.h"
 
 namespace fm::cpu {
 

@@ -15,4 +15,4 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "kernel_table.h"
+#include "cpu_kernel_abi.h"

@@ -10,7 +10,7 @@
 #pragma once
 #include <cstring>
 
-#include "kernel_table.h"
+#include "cpu_kernel_abi.h"
 
 #if defined(FM_CPU_HAVE_AVX512)
 #define FM_CPU_DECLARE_AVX512(decl) namespace avx512 { decl; }

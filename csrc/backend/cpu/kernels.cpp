@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernel_table.h"
+#include "cpu_kernel_abi.h"
 
 #define FM_CPU_STEM(stem) void register_##stem(KernelTable&);
 namespace fm::cpu {

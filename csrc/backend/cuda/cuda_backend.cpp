@@ -6,9 +6,10 @@
 #include <mutex>
 #include <vector>
 
-#include "../../allocator.h"
-#include "../../errors.h"
-#include "cuda_kernel_table.h"
+#include "../../core/allocator.h"
+#include "../../core/errors.h"
+#include "../launch.h"
+#include "cuda_kernel_abi.h"
 
 #define FM_CPU_STEM(stem) void register_##stem(::fm::cudak::KernelTable&);
 namespace fm::cuda_kernels {
@@ -72,12 +73,7 @@ class CudaBackend final : public Backend {
     if (b.handle == nullptr)
       throw BackendError("[fastmetal] CUDA out of memory allocating " + std::to_string(nbytes) +
                          " bytes");
-    auto s = std::make_shared<Storage>();
-    s->backend = this;
-    s->handle = b.handle;
-    s->nbytes = nbytes;
-    s->release = [this, b] { pool_.give_back(b); };
-    return s;
+    return pooled_storage(this, pool_, b, nbytes);
   }
 
   StoragePtr wrap_host(void* ptr, std::size_t nbytes, std::shared_ptr<void>) override {
@@ -89,16 +85,14 @@ class CudaBackend final : public Backend {
 
   void launch(const std::string& kernel, const Dispatch& d,
               const std::vector<KernelArg>& args) override {
-    const cudak::KernelInfo* info = cudak::kernel_table().find(kernel);
-    if (info == nullptr) throw BackendError("[fastmetal] no CUDA kernel named '" + kernel + "'");
-    if (args.size() > std::size_t(cudak::kMaxArgs))
-      throw BackendError("[fastmetal] too many kernel arguments for '" + kernel + "'");
+    const cudak::KernelInfo* info = &checked_kernel(cudak::kernel_table().find(kernel), "CUDA",
+                                                    kernel, args.size(), cudak::kMaxArgs);
     std::lock_guard<std::mutex> lock(mu_);
     check(cudaSetDevice(device_), "cudaSetDevice");
     cudak::Args a{};
     for (std::size_t i = 0; i < args.size(); ++i) {
       if (args[i].storage) {
-        a.ptr[i] = static_cast<char*>(args[i].storage->handle) + args[i].offset;
+        a.ptr[i] = buffer_address(args[i], args[i].storage->handle);
       } else {
         // Argument blocks live in device memory until the stream has run the kernel.
         StoragePtr block = allocate(args[i].size);
@@ -111,11 +105,11 @@ class CudaBackend final : public Backend {
     }
     for (const auto& arg : args)
       if (arg.storage) pending_.push_back(arg.storage);
-    const dim3 block(std::max(1u, d.group[0]), std::max(1u, d.group[1]), std::max(1u, d.group[2]));
+    const GroupCounts counts = group_counts(d);
+    const dim3 block(counts.group[0], counts.group[1], counts.group[2]);
     cudak::Dims dims;
     dims.grid = cudak::u3{d.grid[0], d.grid[1], d.grid[2]};
-    dims.num_groups = cudak::u3{(d.grid[0] + block.x - 1) / block.x, (d.grid[1] + block.y - 1) / block.y,
-                                (d.grid[2] + block.z - 1) / block.z};
+    dims.num_groups = cudak::u3{counts.num_groups[0], counts.num_groups[1], counts.num_groups[2]};
     if (dims.num_groups.x == 0 || dims.num_groups.y == 0 || dims.num_groups.z == 0) return;
     // CUDA caps blocks along y and z at 65535: launch such grids in slabs.
     for (unsigned z0 = 0; z0 < dims.num_groups.z; z0 += kMaxBlocksYZ)

@@ -3,7 +3,7 @@
 #pragma once
 #define FM_ENTRY_FN __device__ __forceinline__
 #include "../kernel_params.h"
-#include "cuda_kernel_table.h"
+#include "cuda_kernel_abi.h"
 
 namespace fm::cudak {
 

@@ -9,4 +9,4 @@
 #include <tuple>
 #include <type_traits>
 
-#include "cuda_kernel_table.h"
+#include "cuda_kernel_abi.h"

@@ -30,8 +30,9 @@
 #include <utility>
 #include <vector>
 
-#include "../../allocator.h"
-#include "../../errors.h"
+#include "../../core/allocator.h"
+#include "../../core/errors.h"
+#include "../launch.h"
 #include "command_tracker.h"
 #include "dispatch_math.h"
 #include "metal_backend.h"
@@ -254,16 +255,7 @@ class MetalBackend final : public Backend {
       throw BackendError("[fastmetal] Metal could not allocate " + std::to_string(nbytes) +
                          " bytes (device limit per buffer: " + std::to_string(max_buffer_length_) +
                          ")");
-    auto s = std::make_shared<Storage>();
-    s->backend = this;
-    s->host = b.host;
-    s->handle = b.handle;
-    s->nbytes = nbytes;
-    s->release = [this, b, owner = std::move(owner)]() mutable {
-      pool_.give_back(b);
-      owner.reset();
-    };
-    return s;
+    return pooled_storage(this, pool_, b, nbytes, std::move(owner));
   }
 
   // The pipeline of a kernel, built on first use. Thread-safe; references stay valid.

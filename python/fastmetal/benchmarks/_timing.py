@@ -1,28 +1,63 @@
-"""Timing helpers shared by the benchmarks: medians of repeats, optional peers."""
+"""The benchmarks' shared timer (time_calls: medians of interleaved repeats), machine
+summary, optional peers and formatting."""
 from __future__ import annotations
 
 import os
 import platform
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
+
+
+@dataclass
+class Timing:
+    median: float     # median wall time of one call, seconds
+    cpu: float        # least process CPU time of one call (all threads), seconds
+    result: object    # what the last call returned
+
+
+def time_calls(fns: dict[str, Callable[[], object]], budget_s: float = 0.3, min_rounds: int = 5,
+               max_rounds: int = 200, once_over_s: float | None = None) -> dict[str, Timing]:
+    """The one timer of every benchmark: {name: Timing} of each fn() after one warm-up call.
+
+    Several functions are timed in interleaved rounds (one call of each per round), so that
+    load from other processes on a shared, noisy machine falls on each alike; rounds go on
+    until about budget_s per function is spent (at least min_rounds, at most max_rounds) and
+    the median, not the mean, is reported. A function whose warm-up call took longer than
+    once_over_s is not repeated: that call's time is its result.
+    """
+    timings: dict[str, Timing] = {}
+    walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
+    results: dict[str, object] = {}
+    for name, fn in fns.items():
+        t0, c0 = time.perf_counter(), time.process_time()
+        results[name] = fn()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if once_over_s is not None and wall > once_over_s:
+            timings[name] = Timing(wall, cpu, results[name])
+        else:
+            walls[name], cpus[name] = [], []
+    start = time.perf_counter()
+    rounds = 0
+    while walls and rounds < max_rounds and (
+            rounds < min_rounds or time.perf_counter() - start < budget_s * len(walls)):
+        for name in walls:
+            t0, c0 = time.perf_counter(), time.process_time()
+            results[name] = fns[name]()
+            walls[name].append(time.perf_counter() - t0)
+            cpus[name].append(time.process_time() - c0)
+        rounds += 1
+    for name in walls:
+        timings[name] = Timing(statistics.median(walls[name]), min(cpus[name]), results[name])
+    return {name: timings[name] for name in fns}
 
 
 def median_time(fn: Callable[[], object], budget_s: float = 0.3, min_repeats: int = 5,
                 max_repeats: int = 200) -> float:
-    """Median wall time of fn() in seconds, after one warm-up call.
-
-    Repeats until `budget_s` is spent (at least `min_repeats` times): the machines this runs
-    on are shared and noisy, so the median, not the mean, is reported.
-    """
-    fn()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < max_repeats and (len(times) < min_repeats or time.perf_counter() - start < budget_s):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """Median wall time of fn() in seconds (time_calls of one function)."""
+    return time_calls({"fn": fn}, budget_s, min_repeats, max_repeats)["fn"].median
 
 
 def torch_or_none():

@@ -32,14 +32,12 @@ import argparse
 import datetime
 import json
 import os
-import statistics
-import time
 
 import numpy as np
 
 import fastmetal as fm
 
-from ._timing import fmt_ratio, fmt_time, machine_summary, mlx_or_none, torch_or_none
+from ._timing import fmt_ratio, fmt_time, machine_summary, mlx_or_none, time_calls, torch_or_none
 
 CASES = {
     # name: (input shape, weight shape, padding, input gradient needed)
@@ -51,25 +49,9 @@ PEERS = ("torch", "mlx", "mlx+T")
 
 
 def median_times(fns, budget_s=1.0, min_rounds=3, max_rounds=100):
-    """{name: median wall time of fn()} after one warm-up call each.
-
-    The functions are timed in interleaved rounds (one call of each per round) until about
-    budget_s per function is spent, so that load from other processes on a shared machine
-    falls on every library alike rather than on whichever was being timed at that moment.
-    """
-    for fn in fns.values():
-        fn()
-    times = {name: [] for name in fns}
-    start = time.perf_counter()
-    rounds = 0
-    while rounds < max_rounds and (rounds < min_rounds or
-                                   time.perf_counter() - start < budget_s * len(fns)):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-        rounds += 1
-    return {name: statistics.median(t) for name, t in times.items()}
+    """{name: median wall time of fn()}: interleaved rounds, about budget_s per function."""
+    timed = time_calls(fns, budget_s, min_rounds, max_rounds)
+    return {name: t.median for name, t in timed.items()}
 
 
 def build(case, rng, device="cpu"):

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
-import time
 
 import numpy as np
 
-from ._timing import fmt_time, machine_summary, mlx_or_none, torch_or_none
+from ._timing import fmt_time, machine_summary, mlx_or_none, time_calls, torch_or_none
 
 import fastmetal as fm
 
@@ -39,22 +37,10 @@ CHUNK_MLX = 1 << 22
 
 # ----------------------------------------------------------------------------- helpers
 def median_time(fn, budget_s: float, min_repeats: int = 3, max_repeats: int = 50):
-    """(median wall time, last result). One warm-up call, then at least min_repeats calls
-    and more until budget_s is spent; a call slower than budget_s is timed once, without
+    """(median wall time, last result). A call slower than budget_s is timed once, its
     warm-up (the slow peers at K = 10,000 take tens of seconds per call)."""
-    t0 = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - t0
-    if first > budget_s:
-        return first, out
-    times = []
-    start = time.perf_counter()
-    while len(times) < max_repeats and (len(times) < min_repeats
-                                        or time.perf_counter() - start < budget_s):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+    t = time_calls({"fn": fn}, budget_s, min_repeats, max_repeats, once_over_s=budget_s)["fn"]
+    return t.median, t.result
 
 
 def errors(got, ref):

@@ -1,9 +1,9 @@
-#include "elementwise.h"
+#include "ops/elementwise.h"
 
 #include <cstdint>
 #include <limits>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "elementwise_args.h"
 
 namespace fm {

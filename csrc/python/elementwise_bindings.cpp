@@ -1,10 +1,10 @@
 // Python entry points of the elementwise ops: validate, promote, place the output, launch
 // without the GIL, and return what API.md promises (out, an Array, or a NumPy view).
-#include "elementwise_py.h"
+#include "python/elementwise_bindings.h"
 
-#include "elementwise.h"
-#include "errors.h"
-#include "pyarray.h"
+#include "ops/elementwise.h"
+#include "core/errors.h"
+#include "python/pyarray.h"
 
 namespace fm::python {
 namespace {

@@ -1,13 +1,13 @@
-#include "numerics.h"
+#include "ops/numerics.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "numerics_args.h"
-#include "kernel_table.h"
+#include "backend/native_ops.h"
 
 namespace fm {
 namespace {
@@ -24,6 +24,13 @@ StoragePtr upload(Backend& be, const void* data, std::size_t nbytes) {
 // Terms between re-seeds of the rotation recurrence: its error grows about linearly with
 // the number of steps, so this bounds it (~block * 1e-7); the seed costs ~25 flops.
 constexpr std::int32_t kFourierBlock = 16;
+
+// Samples per thread of the wide kernel variants where the backend prefers them (a CPU
+// vectorises the loop over them; native op "<name>", signature std::int64_t()), else 1.
+std::int64_t preferred_lanes(const Backend& be, const char* name) {
+  auto* lanes = native<std::int64_t()>(be, name);
+  return lanes ? lanes() : 1;
+}
 
 }  // namespace
 
@@ -120,15 +127,16 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
                KernelArg::inline_bytes(&a, sizeof(a))});
   }
   if (interior <= 0) return;
-  // CPU: 16 lanes along a stride-1 vector direction (the axis itself, or the merged inner
-  // dim), launched over whole groups of 16, then the rest one lane per thread.
-  const bool cpu = be.name() == "cpu";
+  // Backends that prefer it (CPUs): 16 lanes along a stride-1 vector direction (the axis
+  // itself, or the merged inner dim), launched over whole groups of 16, then the rest one
+  // lane per thread.
+  const bool wide16 = preferred_lanes(be, "stencil_lanes") == 16;
   std::string wide;
   std::int64_t vec_extent = 0;
-  if (cpu && a.axis_in_x && a.axis_stride == 1) {
+  if (wide16 && a.axis_in_x && a.axis_stride == 1) {
     wide = stem + "_l16_axis";
     vec_extent = interior;
-  } else if (cpu && !a.axis_in_x && a.n_inner == 1 && a.inner_strides[0] == 1) {
+  } else if (wide16 && !a.axis_in_x && a.n_inner == 1 && a.inner_strides[0] == 1) {
     wide = stem + "_l16_inner";
     vec_extent = inner_total;
   }
@@ -164,13 +172,9 @@ void launch_fourier(const Array& x, const std::vector<float>& coef, const Fourie
   a.block = kFourierBlock;
   StoragePtr c = upload(be, coef.data(), coef.size() * sizeof(float));
 
-  // The CPU runs many samples per thread so the loop over them vectorises; a GPU one.
-  const bool cpu = be.name() == "cpu";
-  // On AVX-512, 64 lanes = four independent 16-wide recurrences that hide the FMA latency
-  // (measured faster than 16 or 32); narrower ISAs have 16 vector registers, so 16 lanes
-  // keep the state (5 vectors of lanes) in registers.
-  const bool wide512 = cpu && std::string(cpu::kernel_isa()) == "avx512";
-  const std::int64_t lanes = !cpu ? 1 : wide512 ? 64 : 16;
+  // Samples per thread: the backend's choice (the CPU runs many so the loop over them
+  // vectorises, 16 or 64 by instruction set; a GPU one).
+  const std::int64_t lanes = preferred_lanes(be, "fourier_series_lanes");
   const std::string wide = "fourier_series_l" + std::to_string(lanes);
   const std::size_t xo = x.byte_offset(), oo = out.byte_offset();
 

@@ -1,4 +1,4 @@
-// Python entry points of conv2d (issue 4): parse the Python arguments, validate
+// Python entry points of conv2d: parse the Python arguments, validate
 // everything (conv2d.cpp) before any conversion or launch, convert operands to contiguous
 // float32 on the chosen device, compute without the GIL, return NumPy or fastmetal.Array.
 #include <pybind11/numpy.h>
@@ -7,10 +7,10 @@
 #include <optional>
 #include <set>
 
-#include "bindings.h"
-#include "conv2d.h"
-#include "errors.h"
-#include "pyarray.h"
+#include "python/bindings.h"
+#include "ops/conv2d.h"
+#include "core/errors.h"
+#include "python/pyarray.h"
 
 namespace fm::python {
 namespace {
@@ -258,20 +258,7 @@ void bind_conv2d(py::module_& m) {
       py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
       py::arg("op") = "conv2d");
 
-  // Private switches: which conv2d implementation the cpu backend runs ("fast": the CPU
-  // algorithms; "kernels": the MSL kernels, the GEMMs under the fiber emulator), and the
-  // threadgroup size of the kernels with barriers (0 = automatic).
-  m.def("_set_cpu_conv_path", [](const std::string& path) {
-    if (path == "fast")
-      set_cpu_conv_path(CpuConvPath::fast);
-    else if (path == "kernels")
-      set_cpu_conv_path(CpuConvPath::kernels);
-    else
-      throw ValueError("[fastmetal._set_cpu_conv_path] expected 'fast' or 'kernels', got '" +
-                       path + "'");
-  });
-  m.def("_cpu_conv_path",
-        [] { return std::string(cpu_conv_path() == CpuConvPath::fast ? "fast" : "kernels"); });
+  // Private switch: the threadgroup size of the kernels with barriers (0 = automatic).
   m.def("_set_conv_group_size", [](std::int64_t threads) {
     if (threads < 0 || threads > 4096)
       throw ValueError("[fastmetal._set_conv_group_size] expected 0..4096, got " +

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "array.h"
+#include "core/array.h"
 
 namespace fm {
 

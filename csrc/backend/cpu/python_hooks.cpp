@@ -1,16 +1,20 @@
-// Private hooks (names start with _) to test and time the CPU conv2d algorithms alone,
-// whatever the default device: contiguous float32 NumPy arrays in, new NumPy arrays out.
-// Shapes are checked so that no call can read or write out of bounds; the GIL is released
-// while computing.
+// The CPU backend's private Python hooks (names start with _): its instruction set and
+// thread count, the switch between its own conv2d and the MSL kernels, and the CPU conv2d
+// algorithms alone, whatever the default device (contiguous float32 NumPy arrays in, new
+// NumPy arrays out; shapes are checked so that no call can read or write out of bounds; the
+// GIL is released while computing).
 #include <pybind11/numpy.h>
 
 #include <string>
 
-#include "backend/cpu/conv2d_cpu.h"
-#include "bindings.h"
-#include "errors.h"
+#include "../../core/errors.h"
+#include "../python_hooks.h"
+#include "conv2d_cpu.h"
+#include "cpu_kernel_abi.h"
+#include "native_ops.h"
+#include "thread_pool.h"
 
-namespace fm::python {
+namespace fm::cpu {
 namespace py = pybind11;
 namespace {
 
@@ -45,9 +49,21 @@ Conv2dArgs make_args(int N, int C_in, int H, int W, int C_out, int kH, int kW, i
 
 F32 new4(int a, int b, int c, int d) { return F32({py::ssize_t(a), py::ssize_t(b), py::ssize_t(c), py::ssize_t(d)}); }
 
-}  // namespace
+void bind_cpu_hooks(py::module_& m) {
+  m.def("_cpu_isa", [] { return std::string(kernel_isa()); });
+  m.def("_num_threads", [] { return ThreadPool::instance().num_threads(); });
 
-void bind_conv2d_cpu(py::module_& m) {
+  // Which conv2d the cpu backend runs: "fast" (its own algorithms, conv2d_cpu.h) or
+  // "kernels" (the MSL kernels, the GEMMs under the fiber emulator).
+  m.def("_set_cpu_conv_path", [](const std::string& path) {
+    if (path != "fast" && path != "kernels")
+      throw ValueError("[fastmetal._set_cpu_conv_path] expected 'fast' or 'kernels', got '" +
+                       path + "'");
+    native_conv2d_enabled().store(path == "fast");
+  });
+  m.def("_cpu_conv_path",
+        [] { return std::string(native_conv2d_enabled().load() ? "fast" : "kernels"); });
+
   m.def(
       "_conv2d_cpu_forward",
       [](F32 x, F32 w, py::object bias_obj, int sh, int sw, int ph, int pw, int dh, int dw,
@@ -67,7 +83,7 @@ void bind_conv2d_cpu(py::module_& m) {
         const float* b = bias_obj.is_none() ? nullptr : bias.data();
         {
           py::gil_scoped_release release;
-          fm::cpu::conv2d_forward(a, x.data(), w.data(), b, y.mutable_data());
+          conv2d_forward(a, x.data(), w.data(), b, y.mutable_data());
         }
         return y;
       },
@@ -87,7 +103,7 @@ void bind_conv2d_cpu(py::module_& m) {
         F32 gx = new4(a.N, a.C_in, a.H, a.W);
         {
           py::gil_scoped_release release;
-          fm::cpu::conv2d_backward_input(a, gy.data(), w.data(), gx.mutable_data());
+          conv2d_backward_input(a, gy.data(), w.data(), gx.mutable_data());
         }
         return gx;
       },
@@ -108,7 +124,7 @@ void bind_conv2d_cpu(py::module_& m) {
         F32 gw = new4(a.C_out, a.C_in / groups, kH, kW);
         {
           py::gil_scoped_release release;
-          fm::cpu::conv2d_backward_weight(a, gy.data(), x.data(), gw.mutable_data());
+          conv2d_backward_weight(a, gy.data(), x.data(), gw.mutable_data());
         }
         return gw;
       },
@@ -128,11 +144,15 @@ void bind_conv2d_cpu(py::module_& m) {
         F32 gb({py::ssize_t(a.C_out)});
         {
           py::gil_scoped_release release;
-          fm::cpu::conv2d_backward_bias(a, gy.data(), gb.mutable_data());
+          conv2d_backward_bias(a, gy.data(), gb.mutable_data());
         }
         return gb;
       },
       py::arg("gy"));
 }
 
-}  // namespace fm::python
+const bool registered = register_python_hooks(&bind_cpu_hooks);
+
+}  // namespace
+
+}  // namespace fm::cpu

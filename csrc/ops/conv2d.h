@@ -5,15 +5,15 @@
 // padding / dilation per axis, padding "valid" (= 0) or "same" (output size = input size;
 // total padding dilation*(k-1), top/left total//2, bottom/right the rest; stride 1 only).
 //
-// Compute: float32, contiguous tensors. On the cpu backend the fast CPU algorithms
-// (backend/cpu/conv2d_cpu.h) run by default; elsewhere, or on the cpu backend when the
-// private switch selects "kernels", the MSL kernels of metal/conv2d.metal run (on the CPU
-// through the generated entries: the GEMM kernels under the fiber emulator).
+// Compute: float32, contiguous tensors. A backend's own conv2d runs where it has one
+// (native ops "conv2d_forward", "conv2d_backward_input", ..., see backend/native_ops.h);
+// elsewhere the MSL kernels of metal/conv2d.metal run (on the CPU through the generated
+// entries: the GEMM kernels under the fiber emulator).
 #pragma once
 #include <cstdint>
 #include <string>
 
-#include "array.h"
+#include "core/array.h"
 #include "conv2d_args.h"
 
 namespace fm {
@@ -52,11 +52,8 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
                             const Array& gw);
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb);
 
-// Private switches for tests and benchmarks.
-enum class CpuConvPath { fast, kernels };
-void set_cpu_conv_path(CpuConvPath path);
-CpuConvPath cpu_conv_path();
-// Threads per group for the kernels that use barriers; 0 = the backend's choice.
+// Private switch for tests and benchmarks: threads per group for the kernels that use
+// barriers; 0 = the backend's choice.
 void set_conv_group_size(std::uint32_t threads);
 std::uint32_t conv_group_size();
 

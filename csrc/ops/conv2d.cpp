@@ -1,4 +1,4 @@
-#include "conv2d.h"
+#include "ops/conv2d.h"
 
 #include <algorithm>
 #include <atomic>
@@ -6,15 +6,14 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/conv2d_cpu.h"
-#include "errors.h"
+#include "backend/native_ops.h"
+#include "core/errors.h"
 
 namespace fm {
 namespace {
 
 constexpr std::int64_t kMaxIndex = std::numeric_limits<std::int32_t>::max();
 
-std::atomic<int> g_cpu_path{int(CpuConvPath::fast)};
 std::atomic<std::uint32_t> g_group_size{0};
 
 std::string pair_str(std::int64_t a, std::int64_t b) {
@@ -39,11 +38,15 @@ std::uint32_t group_threads(Backend& b, const std::string& kernel, std::uint64_t
 KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 KernelArg bytes(const void* p, std::size_t n) { return KernelArg::inline_bytes(p, n); }
 
-bool fast_cpu(const Backend& b) {
-  return b.name() == "cpu" && g_cpu_path.load() == int(CpuConvPath::fast);
-}
-
-float* host_f32(const Array& a) { return reinterpret_cast<float*>(a.host_data()); }
+// A backend's own conv2d (native_ops.h), asked for by these names; without one the MSL
+// kernels below run.
+using NativeForward = void(const Conv2dArgs&, const Array& x, const Array& w, const Array* bias,
+                           const Array& y);
+using NativeBackwardInput = void(const Conv2dArgs&, const Array& gy, const Array& w,
+                                 const Array& gx);
+using NativeBackwardWeight = void(const Conv2dArgs&, const Array& gy, const Array& x,
+                                  const Array& gw);
+using NativeBackwardBias = void(const Conv2dArgs&, const Array& gy, const Array& gb);
 
 void fill_zero(const Array& a) {
   if (a.size() == 0) return;
@@ -102,8 +105,6 @@ void launch_reduce(Backend& b, const std::string& kernel, const Conv2dArgs& a,
 
 // ---------------------------------------------------------------- switches
 
-void set_cpu_conv_path(CpuConvPath path) { g_cpu_path.store(int(path)); }
-CpuConvPath cpu_conv_path() { return CpuConvPath(g_cpu_path.load()); }
 void set_conv_group_size(std::uint32_t threads) { g_group_size.store(threads); }
 std::uint32_t conv_group_size() { return g_group_size.load(); }
 
@@ -254,11 +255,7 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
                     const Array& y) {
   if (y.size() == 0) return;
   Backend& b = y.backend();
-  if (fast_cpu(b)) {
-    cpu::conv2d_forward(a, host_f32(x), host_f32(w), bias ? host_f32(*bias) : nullptr,
-                        host_f32(y));
-    return;
-  }
+  if (auto* fast = native<NativeForward>(b, "conv2d_forward")) return fast(a, x, w, bias, y);
   const std::uint32_t flags = bias ? 1u : 0u;
   // Without a bias the kernel never reads buffer(2); bind any valid buffer there.
   const KernelArg bias_arg = bias ? buf(*bias) : buf(w);
@@ -280,10 +277,8 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
                            const Array& gx) {
   if (gx.size() == 0) return;
   Backend& b = gx.backend();
-  if (fast_cpu(b)) {
-    cpu::conv2d_backward_input(a, host_f32(gy), host_f32(w), host_f32(gx));
-    return;
-  }
+  if (auto* fast = native<NativeBackwardInput>(b, "conv2d_backward_input"))
+    return fast(a, gy, w, gx);
   const std::int64_t cin_g = a.C_in / a.groups;
   if (cin_g <= 4) {
     const std::string k = "conv2d_backward_input_direct";
@@ -301,10 +296,8 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
                             const Array& gw) {
   if (a.N == 0) return fill_zero(gw);
   Backend& b = gw.backend();
-  if (fast_cpu(b)) {
-    cpu::conv2d_backward_weight(a, host_f32(gy), host_f32(x), host_f32(gw));
-    return;
-  }
+  if (auto* fast = native<NativeBackwardWeight>(b, "conv2d_backward_weight"))
+    return fast(a, gy, x, gw);
   const std::int64_t cout_g = a.C_out / a.groups, cin_g = a.C_in / a.groups;
   if (cout_g * cin_g <= 4) {
     // Depthwise: a few weights per group, each a long dot product -> one group per weight.
@@ -343,10 +336,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb) {
   if (a.N == 0) return fill_zero(gb);
   Backend& b = gb.backend();
-  if (fast_cpu(b)) {
-    cpu::conv2d_backward_bias(a, host_f32(gy), host_f32(gb));
-    return;
-  }
+  if (auto* fast = native<NativeBackwardBias>(b, "conv2d_backward_bias")) return fast(a, gy, gb);
   // buffer(1) (the input) is not read by the bias sum; bind gy there.
   launch_reduce(b, "conv2d_backward_bias", a, a.C_out, gy, gy, gb);
 }

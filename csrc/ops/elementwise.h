@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "array.h"
+#include "core/array.h"
 
 namespace fm {
 

@@ -1,8 +1,10 @@
-// Types shared by the CUDA backend (host) and the generated __global__ wrappers.
+// The CUDA kernel ABI: types shared by the CUDA backend (host) and the generated
+// __global__ wrappers.
 #pragma once
 #include <cstdint>
 #include <string>
-#include <unordered_map>
+
+#include "../kernel_table.h"
 
 namespace fm::cudak {
 
@@ -29,19 +31,7 @@ struct KernelInfo {
   bool synchronizes;
 };
 
-class KernelTable {
- public:
-  void add(const char* name, const void* fn, bool synchronizes) {
-    map_[name] = KernelInfo{fn, synchronizes};
-  }
-  const KernelInfo* find(const std::string& name) const {
-    auto it = map_.find(name);
-    return it == map_.end() ? nullptr : &it->second;
-  }
-
- private:
-  std::unordered_map<std::string, KernelInfo> map_;
-};
+using KernelTable = ::fm::KernelTable<KernelInfo>;
 
 const KernelTable& kernel_table();
 

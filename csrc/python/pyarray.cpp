@@ -1,9 +1,9 @@
-#include "pyarray.h"
+#include "python/pyarray.h"
 
 #include <cstring>
 #include <map>
 
-#include "errors.h"
+#include "core/errors.h"
 
 namespace fm::python {
 

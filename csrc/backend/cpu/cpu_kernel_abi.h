@@ -1,9 +1,11 @@
-// Types shared by the CPU backend and the generated kernel entries (cpu_entries_*.cpp).
+// The CPU kernel ABI: types shared by the CPU backend and the generated kernel entries
+// (cpu_entries_*.cpp).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <unordered_map>
+
+#include "../kernel_table.h"
 
 namespace fm::cpu {
 
@@ -38,18 +40,7 @@ struct KernelInfo {
   Mode mode;
 };
 
-class KernelTable {
- public:
-  void add(const char* name, Entry fn, Mode mode) { map_[name] = KernelInfo{fn, mode}; }
-  const KernelInfo* find(const std::string& name) const {
-    auto it = map_.find(name);
-    return it == map_.end() ? nullptr : &it->second;
-  }
-  std::size_t size() const { return map_.size(); }
-
- private:
-  std::unordered_map<std::string, KernelInfo> map_;
-};
+using KernelTable = ::fm::KernelTable<KernelInfo>;
 
 // Runs `thread` for every simulated thread of the launch's groups, switching between
 // them at barriers in a random order (emulator.cpp).

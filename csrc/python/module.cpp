@@ -4,13 +4,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "array.h"
-#include "bindings.h"
-#include "backend/cpu/kernel_table.h"
-#include "backend/cpu/thread_pool.h"
-#include "elementwise_py.h"
-#include "errors.h"
-#include "pyarray.h"
+#include "core/array.h"
+#include "python/bindings.h"
+#include "backend/python_hooks.h"
+#include "python/elementwise_bindings.h"
+#include "core/errors.h"
+#include "python/pyarray.h"
 
 namespace py = pybind11;
 using namespace fm;
@@ -186,7 +185,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly(
           "__cuda_array_interface__",
           [](const Array& a) -> py::dict {
-            if (a.backend().name() != "cuda")
+            // Device memory that is not host-visible is CUDA's (the one such backend).
+            if (a.backend().host_visible())
               throw py::attribute_error("__cuda_array_interface__ exists on cuda arrays only");
             py::list strides;
             for (auto s : a.strides) strides.append(s * std::int64_t(itemsize(a.dtype)));
@@ -279,12 +279,10 @@ PYBIND11_MODULE(_core, m) {
 
   fm::python::bind_numerics(m);
   fm::python::bind_conv2d(m);
-  fm::python::bind_conv2d_cpu(m);
   fm::python::bind_training(m);
+  fm::bind_python_hooks(m);  // each backend's private hooks (backend/<name>/python_hooks.cpp)
 
   // Introspection for tests and `python -m fastmetal`.
-  m.def("_cpu_isa", [] { return std::string(fm::cpu::kernel_isa()); });
-  m.def("_num_threads", [] { return fm::cpu::ThreadPool::instance().num_threads(); });
   m.def("_has_kernel", [](const std::string& device, const std::string& name) {
     return get_backend(device).has_kernel(name);
   });

@@ -1,4 +1,4 @@
-// Python entry points of the numerics ops (issue 3). python/fastmetal/numerics.py parses and
+// Python entry points of the numerics ops. python/fastmetal/numerics.py parses and
 // validates the public arguments (numpy.gradient's rules, stencil construction, Fourier
 // coefficient scaling in float64) and calls these private functions; they check what they
 // receive once more (no crash on any input), launch without the GIL and return a NumPy
@@ -8,11 +8,11 @@
 #include <cmath>
 #include <string>
 
-#include "bindings.h"
-#include "errors.h"
-#include "numerics.h"
+#include "python/bindings.h"
+#include "core/errors.h"
+#include "ops/numerics.h"
 #include "numerics_args.h"
-#include "pyarray.h"
+#include "python/pyarray.h"
 
 namespace fm::python {
 namespace {

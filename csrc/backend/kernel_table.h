@@ -1,0 +1,29 @@
+// The kernel table every backend with generated entries keeps: host name (the name
+// FM_INSTANTIATE gives in metal/*.metal) -> the backend's entry record. The generated
+// register_<stem>(table) functions fill it with table.add(name, fields...).
+// Plain C++ (no CUDA, no Objective-C): nvcc compiles it into the generated wrappers too.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+
+namespace fm {
+
+template <typename Info>
+class KernelTable {
+ public:
+  template <typename... Fields>
+  void add(const char* name, Fields... fields) {
+    map_[name] = Info{fields...};
+  }
+  const Info* find(const std::string& name) const {
+    auto it = map_.find(name);
+    return it == map_.end() ? nullptr : &it->second;
+  }
+  std::size_t size() const { return map_.size(); }
+
+ private:
+  std::unordered_map<std::string, Info> map_;
+};
+
+}  // namespace fm

@@ -1,0 +1,9 @@
+// Each area of the library binds its own Python entry points; module.cpp calls these.
+#pragma once
+#include <pybind11/pybind11.h>
+
+namespace fm::python {
+void bind_numerics(pybind11::module_& m);  // numerics_bindings.cpp: gradient, derivative, fourier_series
+void bind_conv2d(pybind11::module_& m);    // conv2d_bindings.cpp: conv2d forward / backward
+void bind_training(pybind11::module_& m);  // training_py.cpp: pooling, dropout, losses, optimizers
+}  // namespace fm::python
