@@ -38,7 +38,7 @@ def test_numpy_results_are_copies_of_device_memory():
     r = fm.exp(a)
     assert isinstance(r, fm.Array) and r.device == "cuda"
     np.testing.assert_allclose(np.asarray(r), np.e, rtol=1e-6)
-    with pytest.raises(BufferError, match="cuda"):
+    with pytest.raises(BufferError):
         memoryview(r)  # no buffer protocol on device memory
 
 
