@@ -9,6 +9,13 @@ for but is not available on this machine skips its tests with the reason.
 Markers:
   host_visible  the test relies on host-visible device memory (zero-copy NumPy views,
                 buffer-protocol sharing); it runs only on devices where that holds.
+  cpu_only      the test checks a facility only the cpu backend has (the CPU conv engine,
+                per-ISA kernel variants, the fiber emulator): it runs with cpu as the
+                default device, whatever --device selects.
+
+Tests that take no `device` and are not cpu_only (the CLI, the examples, device selection)
+run once, on the machine's default device. Shared helpers: references.py (every NumPy
+reference, per-device tolerances), thread_harness.py (every multi-threaded test).
 """
 from __future__ import annotations
 
@@ -43,6 +50,8 @@ def selected_devices(config) -> list[str]:
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "host_visible: needs host-visible device memory (cpu, metal); skipped elsewhere")
+    config.addinivalue_line(
+        "markers", "cpu_only: checks a cpu-backend-only facility; runs with cpu as default device")
 
 
 def pytest_generate_tests(metafunc):
@@ -60,12 +69,29 @@ def device(request):
         pytest.skip(f"device {name!r} is not available here (available: {fm.devices()})")
     if request.node.get_closest_marker("host_visible") and name not in HOST_VISIBLE:
         pytest.skip(f"needs host-visible memory; {name!r} memory is not")
+    if request.node.get_closest_marker("cpu_only") and name != "cpu":
+        pytest.skip("checks a facility only the cpu backend has")
     before = fm.default_device()
     fm.set_default_device(name)
     try:
         yield name
     finally:
         fm.synchronize()
+        fm.set_default_device(before)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_for_cpu_only_tests(request):
+    """cpu_only tests run on the cpu backend even where a GPU is the default device."""
+    if request.node.get_closest_marker("cpu_only") is None or "device" in request.fixturenames:
+        yield
+        return
+    import fastmetal as fm
+    before = fm.default_device()
+    fm.set_default_device("cpu")
+    try:
+        yield
+    finally:
         fm.set_default_device(before)
 
 

@@ -44,23 +44,31 @@ def test_fastmetal_device_environment_variable():
     assert bad.stdout.strip().endswith("cpu")
 
 
-def test_array_properties_and_buffer_protocol():
+def test_array_properties(device):
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     a = fm.asarray(x)
     assert isinstance(a, fm.Array)
     assert a.shape == (2, 3, 4) and a.ndim == 3 and a.size == 24 and a.nbytes == 96
-    assert a.dtype == np.float32 and a.device == "cpu" and len(a) == 2
-    mv = memoryview(a)
-    assert mv.format == "f" and mv.shape == (2, 3, 4) and not mv.readonly
-    assert "fastmetal.Array(" in repr(a) and "device='cpu'" in repr(a)
+    assert a.dtype == np.float32 and a.device == device and len(a) == 2
+    assert "fastmetal.Array(" in repr(a) and f"device='{device}'" in repr(a)
+    np.testing.assert_array_equal(np.asarray(a), x)
     h = fm.asarray(x, dtype="float16")
-    assert h.dtype == np.float16 and memoryview(h).format == "e"
+    assert h.dtype == np.float16 and h.device == device
     np.testing.assert_array_equal(np.asarray(h), x.astype(np.float16))
     with pytest.raises(TypeError):
         len(fm.asarray(np.float32(1)))
 
 
-def test_asarray_shares_memory_both_ways():
+@pytest.mark.host_visible
+def test_buffer_protocol(device):
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    mv = memoryview(fm.asarray(x))
+    assert mv.format == "f" and mv.shape == (2, 3, 4) and not mv.readonly
+    assert memoryview(fm.asarray(x, dtype="float16")).format == "e"
+
+
+@pytest.mark.host_visible
+def test_asarray_shares_memory_both_ways(device):
     x = np.zeros((5, 7), np.float32)
     a = fm.asarray(x)
     view = np.asarray(a)
@@ -86,7 +94,7 @@ def test_asarray_shares_memory_both_ways():
     assert d.dtype == np.float32
 
 
-def test_empty_zeros_ones():
+def test_empty_zeros_ones(device):
     z = fm.zeros((3, 4))
     assert z.shape == (3, 4) and z.dtype == np.float32
     np.testing.assert_array_equal(np.asarray(z), 0)
@@ -105,7 +113,8 @@ def test_empty_zeros_ones():
         fm.zeros(3, device="nope")
 
 
-def test_numpy_in_numpy_out_views_the_output_allocation():
+@pytest.mark.host_visible
+def test_numpy_in_numpy_out_views_the_output_allocation(device):
     x = np.ones(1000, np.float32)
     r = fm.exp(x)
     assert type(r) is np.ndarray
@@ -114,11 +123,11 @@ def test_numpy_in_numpy_out_views_the_output_allocation():
     assert r.flags.writeable and r.flags.c_contiguous
 
 
-def test_array_in_array_out():
+def test_array_in_array_out(device):
     x = np.linspace(-1, 1, 10, dtype=np.float32)
     a = fm.asarray(x)
     r = fm.sigmoid(a)
-    assert isinstance(r, fm.Array) and r.device == "cpu"
+    assert isinstance(r, fm.Array) and r.device == device
     np.testing.assert_allclose(np.asarray(r), 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6)
     mixed = fm.add(x, a)
     assert isinstance(mixed, fm.Array)
@@ -127,7 +136,7 @@ def test_array_in_array_out():
     np.testing.assert_array_equal(np.asarray(out), 2 * x)
 
 
-def test_results_outlive_inputs_and_temporaries():
+def test_results_outlive_inputs_and_temporaries(device):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(100_000).astype(np.float32)
     expected = np.exp(x.astype(np.float64)).astype(np.float32)
@@ -148,11 +157,24 @@ def test_results_outlive_inputs_and_temporaries():
     np.testing.assert_allclose(view, expected, rtol=1e-6)  # the view keeps the Array alive
 
 
-def test_allocations_are_reused():
+@pytest.mark.host_visible
+def test_allocations_are_reused(device):
     x = np.ones(50_000, np.float32)
-    addresses = set()
-    for _ in range(50):
+    addresses = []
+    for _ in range(60):
         r = fm.exp(x)
-        addresses.add(r.ctypes.data)
+        addresses.append(r.ctypes.data)
         del r
-    assert len(addresses) <= 2  # the caching allocator hands back the same block
+    # The caching allocator hands back blocks it holds: after a few calls (as many as it
+    # caches of this size, which earlier tests decide) no new address appears.
+    assert set(addresses[30:]) <= set(addresses[:30])
+    assert len(set(addresses)) < 10
+
+
+def test_arrays_on_the_device_round_trip(device):
+    x = np.random.default_rng(3).standard_normal((3, 5)).astype(np.float32)
+    a = fm.asarray(x, device=device)
+    assert a.device == device and fm.zeros(4, device=device).device == device
+    np.testing.assert_array_equal(np.asarray(a), x)
+    np.testing.assert_array_equal(np.asarray(fm.asarray(x[::-1, ::2])), x[::-1, ::2])
+    np.testing.assert_array_equal(np.asarray(fm.ones((2, 2), device=device)), np.ones((2, 2)))

@@ -1,38 +1,32 @@
-"""Thread safety, the GIL, and memory: many threads at once, and no leaks."""
+"""Thread safety, the GIL, and memory, on every device: many threads at once, and no leaks.
+(The backend invariants behind them: test_backend_invariants.py.)"""
 from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 import fastmetal as fm
 
+from thread_harness import threaded_mismatches
 
-def test_many_threads_get_exact_results():
+
+def test_many_threads_get_exact_results(device):
     rng = np.random.default_rng(1)
-    inputs = [rng.standard_normal(s).astype(np.float32) for s in (10, 1000, 70_000, 300_000)] * 4
-    # Single-threaded results first; the kernels are deterministic, so threads must match bitwise.
-    expected = [(fm.sigmoid(x), fm.add(x, x[::-1]), fm.maximum(x, 0.5)) for x in inputs]
+    inputs = [(rng.standard_normal(s).astype(np.float32),) for s in (10, 1000, 70_000, 300_000)]
 
-    def work(i):
-        x = inputs[i % len(inputs)]
-        for _ in range(5):
-            got = (fm.sigmoid(x), fm.add(x, x[::-1]), fm.maximum(x, 0.5))
-            for g, e in zip(got, expected[i % len(inputs)]):
-                if not np.array_equal(g, e):
-                    return False
-        return True
+    def compute(x):
+        return fm.sigmoid(x), fm.add(x, x[::-1]), fm.maximum(x, 0.5)
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        assert all(pool.map(work, range(32)))
+    assert threaded_mismatches(compute, inputs, n_threads=8, rounds=20) == []
 
 
-def test_gil_is_released_while_kernels_run():
-    x = np.random.default_rng(2).standard_normal(2**24).astype(np.float32)
-    out = np.empty_like(x)
+def test_gil_is_released_while_kernels_run(device):
+    # Device Arrays, so that only the kernel (no host copy) runs inside the timed calls.
+    x = fm.asarray(np.random.default_rng(2).standard_normal(2**24).astype(np.float32))
+    out = fm.empty(x.shape)
     t0 = time.perf_counter()
     for _ in range(3):
         fm.gelu(x, out=out)
@@ -65,7 +59,7 @@ def rss_bytes():
 
 
 @pytest.mark.parametrize("kind", ["numpy", "array"])
-def test_no_leak_over_100k_calls(kind):
+def test_no_leak_over_100k_calls(kind, device):
     x = np.ones(64, np.float32)
     y = fm.asarray(x) if kind == "array" else x
     for _ in range(5000):  # warm up caches and pools

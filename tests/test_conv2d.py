@@ -1,5 +1,5 @@
-"""conv2d and conv2d_backward on the cpu backend's fast CPU algorithms (the default path)
-against an independent NumPy float64 reference, finite differences and torch autograd.
+"""conv2d and conv2d_backward on every device (on cpu: the fast CPU algorithms, the default
+path) against an independent NumPy float64 reference, finite differences and torch autograd.
 The MSL kernels: test_conv2d_kernels.py; nn.Conv2d: test_nn_conv2d.py; bad arguments:
 test_conv2d_errors.py."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import fastmetal as fm
 
-from conv_reference import (
+from references import (
     ref_conv2d,
     ref_conv2d_backward,
     assert_close,
@@ -23,7 +23,7 @@ from conv_reference import (
 
 # ----------------------------------------------------------------------------- fast CPU path
 @pytest.mark.parametrize("seed", range(40))
-def test_forward_and_backward_random_configs(seed):
+def test_forward_and_backward_random_configs(seed, device):
     x, w, b, kw, r = make_problem(1000 + seed)
     check_forward(x, w, b, kw)
     check_backward(x, w, kw, r)
@@ -35,7 +35,7 @@ def test_forward_and_backward_random_configs(seed):
     dict(dilation=(2, 1), padding=(0, 1)),
 ])
 @pytest.mark.parametrize("k", [(2, 4), (3, 3), (4, 1)])
-def test_padding_modes_with_even_and_odd_kernels(kw, k):
+def test_padding_modes_with_even_and_odd_kernels(kw, k, device):
     r = np.random.default_rng(hash((str(kw), k)) % 2**32)
     x = r.standard_normal((2, 3, 9, 8)).astype(np.float32)
     w = r.standard_normal((5, 3, *k)).astype(np.float32)
@@ -46,7 +46,7 @@ def test_padding_modes_with_even_and_odd_kernels(kw, k):
     check_backward(x, w, kw, r)
 
 
-def test_layer_shapes_of_the_benchmarks():
+def test_layer_shapes_of_the_benchmarks(device):
     r = np.random.default_rng(7)
     for xshape, wshape, kw in [((4, 1, 28, 28), (32, 1, 3, 3), {}),
                                ((2, 32, 26, 26), (64, 32, 3, 3), {}),
@@ -58,7 +58,7 @@ def test_layer_shapes_of_the_benchmarks():
         check_backward(x, w, kw, r)
 
 
-def test_unbatched_input_gives_unbatched_output():
+def test_unbatched_input_gives_unbatched_output(device):
     r = np.random.default_rng(3)
     x = r.standard_normal((4, 7, 6)).astype(np.float32)
     w = r.standard_normal((6, 2, 3, 2)).astype(np.float32)
@@ -75,7 +75,7 @@ def test_unbatched_input_gives_unbatched_output():
     np.testing.assert_array_equal(gb, gb4)
 
 
-def test_needs_selects_the_gradients():
+def test_needs_selects_the_gradients(device):
     r = np.random.default_rng(4)
     x = r.standard_normal((2, 4, 6, 6)).astype(np.float32)
     w = r.standard_normal((3, 4, 3, 3)).astype(np.float32)
@@ -87,7 +87,7 @@ def test_needs_selects_the_gradients():
         assert [o is not None for o in out] == [n in want for n in ("input", "weight", "bias")]
 
 
-def test_zero_batch():
+def test_zero_batch(device):
     x = np.zeros((0, 3, 5, 5), np.float32)
     w = np.ones((4, 3, 3, 3), np.float32)
     b = np.arange(4, dtype=np.float32)
@@ -99,7 +99,7 @@ def test_zero_batch():
     np.testing.assert_array_equal(gb, np.zeros(4, np.float32))
 
 
-def test_dtypes_are_computed_in_float32():
+def test_dtypes_are_computed_in_float32(device):
     r = np.random.default_rng(5)
     x = r.standard_normal((2, 3, 6, 6))
     w = r.standard_normal((4, 3, 3, 3))
@@ -118,7 +118,7 @@ def test_dtypes_are_computed_in_float32():
     assert gx.dtype == gw.dtype == gb.dtype == np.float32
 
 
-def test_non_contiguous_inputs():
+def test_non_contiguous_inputs(device):
     r = np.random.default_rng(6)
     base = r.standard_normal((3, 8, 10, 12)).astype(np.float32)
     x = base[::-1, ::2, :, ::-1].transpose(0, 1, 3, 2)  # negative and permuted strides
@@ -128,7 +128,7 @@ def test_non_contiguous_inputs():
     check_backward(x, w, dict(padding=1), r)
 
 
-def test_fastmetal_arrays_in_arrays_out():
+def test_fastmetal_arrays_in_arrays_out(device):
     r = np.random.default_rng(8)
     x = r.standard_normal((2, 4, 7, 7)).astype(np.float32)
     w = r.standard_normal((6, 2, 3, 3)).astype(np.float32)
@@ -147,7 +147,7 @@ def test_fastmetal_arrays_in_arrays_out():
     assert isinstance(fm.conv2d(x, w, b, groups=2), np.ndarray)
 
 
-def test_backward_against_finite_differences_of_the_reference():
+def test_backward_against_finite_differences_of_the_reference(device):
     """fastmetal's gradients vs central differences of the float64 reference forward,
     f(x, w, b) = sum(conv2d(x, w, b) * gy), for every element of x, w and b."""
     r = np.random.default_rng(9)
@@ -174,7 +174,7 @@ def test_backward_against_finite_differences_of_the_reference():
 
 @pytest.mark.torch
 @pytest.mark.parametrize("seed", range(8))
-def test_against_torch_autograd(seed):
+def test_against_torch_autograd(seed, device):
     torch = pytest.importorskip("torch")
     tf = torch.nn.functional
     x, w, b, kw, r = make_problem(5000 + seed)

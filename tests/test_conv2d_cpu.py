@@ -2,75 +2,25 @@
 float64 reference: forward, backward-input, backward-weight, backward-bias over random
 configurations (groups, depthwise, stride, dilation, asymmetric padding, 1x1, batch 1), for
 each compiled instruction set (subprocesses with FASTMETAL_CPU_ISA), and from several Python
-threads at once."""
+threads at once. CPU-only: these are the cpu backend's own algorithms, called directly; the
+public conv2d runs on every device in test_conv2d.py."""
 import os
 import subprocess
 import sys
-import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from references import (ref_conv2d_explicit, ref_conv2d_explicit_backward_input,
+                        ref_conv2d_explicit_backward_weight)
+from thread_harness import threaded_mismatches
+
+pytestmark = pytest.mark.cpu_only
 core = pytest.importorskip("fastmetal._core")
+TESTS = str(Path(__file__).resolve().parent)
 
 RTOL = 1e-5
-
-
-# ------------------------------------------------------------------ float64 reference
-def _patches(x, kH, kW, sh, sw, ph, pw, dh, dw, Ho, Wo):
-    """x (N, C, H, W) -> (N, C, kH, kW, Ho, Wo): the input value each tap reads (0 in padding).
-    The bottom/right padding is whatever Ho/Wo need (Conv2dArgs semantics)."""
-    N, C, H, W = x.shape
-    need_h = (Ho - 1) * sh + (kH - 1) * dh + 1
-    need_w = (Wo - 1) * sw + (kW - 1) * dw + 1
-    xp = np.zeros((N, C, max(need_h, ph + H), max(need_w, pw + W)))
-    xp[:, :, ph:ph + H, pw:pw + W] = x
-    out = np.empty((N, C, kH, kW, Ho, Wo))
-    for kh in range(kH):
-        for kw in range(kW):
-            out[:, :, kh, kw] = xp[:, :, kh * dh: kh * dh + (Ho - 1) * sh + 1: sh,
-                                   kw * dw: kw * dw + (Wo - 1) * sw + 1: sw]
-    return out
-
-
-def ref_forward(x, w, b, g, cfg):
-    kH, kW = w.shape[2:]
-    p = _patches(x.astype(np.float64), kH, kW, *cfg)
-    N, C = x.shape[:2]
-    Co, Cg = w.shape[:2]
-    p = p.reshape(N, g, Cg, kH, kW, *p.shape[-2:])
-    wg = w.astype(np.float64).reshape(g, Co // g, Cg, kH, kW)
-    y = np.einsum("ngcijhw,gocij->ngohw", p, wg).reshape(N, Co, *p.shape[-2:])
-    if b is not None:
-        y += b[None, :, None, None]
-    return y
-
-
-def ref_backward_input(gy, w, H, W, g, cfg):
-    """Scatter of gy through the taps: the adjoint of _patches, computed independently."""
-    sh, sw, ph, pw, dh, dw, Ho, Wo = cfg
-    N, Co = gy.shape[:2]
-    _, Cg, kH, kW = w.shape
-    wg = w.astype(np.float64).reshape(g, Co // g, Cg, kH, kW)
-    gyg = gy.astype(np.float64).reshape(N, g, Co // g, Ho, Wo)
-    cols = np.einsum("ngohw,gocij->ngcijhw", gyg, wg).reshape(N, g * Cg, kH, kW, Ho, Wo)
-    big_h = max((Ho - 1) * sh + (kH - 1) * dh + 1, ph + H)
-    big_w = max((Wo - 1) * sw + (kW - 1) * dw + 1, pw + W)
-    gxp = np.zeros((N, g * Cg, big_h, big_w))
-    for kh in range(kH):
-        for kw in range(kW):
-            gxp[:, :, kh * dh: kh * dh + (Ho - 1) * sh + 1: sh,
-                kw * dw: kw * dw + (Wo - 1) * sw + 1: sw] += cols[:, :, kh, kw]
-    return gxp[:, :, ph:ph + H, pw:pw + W]
-
-
-def ref_backward_weight(gy, x, kH, kW, g, cfg):
-    p = _patches(x.astype(np.float64), kH, kW, *cfg)
-    N, C = x.shape[:2]
-    Co = gy.shape[1]
-    p = p.reshape(N, g, C // g, kH, kW, *p.shape[-2:])
-    gyg = gy.astype(np.float64).reshape(N, g, Co // g, *gy.shape[2:])
-    return np.einsum("ngohw,ngcijhw->gocij", gyg, p).reshape(Co, C // g, kH, kW)
 
 
 def check(got, want, what):
@@ -146,13 +96,13 @@ def run_case(c, seed):
     b = rng.standard_normal(Co, dtype=np.float32)
     gy = rng.standard_normal((N, Co, Ho, Wo), dtype=np.float32)
     y = core._conv2d_cpu_forward(x, w, b, sh, sw, ph, pw, dh, dw, g, Ho, Wo)
-    check(y, ref_forward(x, w, b.astype(np.float64), g, cfg), f"forward {c}")
+    check(y, ref_conv2d_explicit(x, w, b.astype(np.float64), g, cfg), f"forward {c}")
     y0 = core._conv2d_cpu_forward(x, w, None, sh, sw, ph, pw, dh, dw, g, Ho, Wo)
-    check(y0, ref_forward(x, w, None, g, cfg), f"forward no bias {c}")
+    check(y0, ref_conv2d_explicit(x, w, None, g, cfg), f"forward no bias {c}")
     gx = core._conv2d_cpu_backward_input(gy, w, H, W, sh, sw, ph, pw, dh, dw, g)
-    check(gx, ref_backward_input(gy, w, H, W, g, cfg), f"backward_input {c}")
+    check(gx, ref_conv2d_explicit_backward_input(gy, w, H, W, g, cfg), f"backward_input {c}")
     gw = core._conv2d_cpu_backward_weight(gy, x, kH, kW, sh, sw, ph, pw, dh, dw, g)
-    check(gw, ref_backward_weight(gy, x, kH, kW, g, cfg), f"backward_weight {c}")
+    check(gw, ref_conv2d_explicit_backward_weight(gy, x, kH, kW, g, cfg), f"backward_weight {c}")
     gb = core._conv2d_cpu_backward_bias(gy)
     check(gb, gy.astype(np.float64).sum(axis=(0, 2, 3)), f"backward_bias {c}")
 
@@ -182,9 +132,9 @@ def test_reference_matches_torch():
     assert tuple(yt.shape[2:]) == cfg[-2:]
     gy = rng.standard_normal(yt.shape)
     yt.backward(torch.tensor(gy))
-    np.testing.assert_allclose(ref_forward(x, w, b, 3, cfg), yt.detach().numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(ref_backward_input(gy, w, 11, 10, 3, cfg), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(ref_backward_weight(gy, x, 3, 2, 3, cfg), wt.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ref_conv2d_explicit(x, w, b, 3, cfg), yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ref_conv2d_explicit_backward_input(gy, w, 11, 10, 3, cfg), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ref_conv2d_explicit_backward_weight(gy, x, 3, 2, 3, cfg), wt.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_random_configs():
@@ -200,7 +150,8 @@ def test_each_isa(isa):
                 flags = f.read()
         if (isa == "avx2" and " avx2" not in flags) or (isa == "avx512" and " avx512f" not in flags):
             pytest.skip(f"CPU lacks {isa}")
-    code = ("import sys, fastmetal._core as c; import importlib.util as u; "
+    code = (f"import sys; sys.path.insert(0, {TESTS!r}); "
+            "import fastmetal._core as c; import importlib.util as u; "
             f"assert c._cpu_isa() == {isa!r}, c._cpu_isa(); "
             f"s = u.spec_from_file_location('t', {__file__!r}); m = u.module_from_spec(s); "
             "s.loader.exec_module(m); m.run_all(n_random=60, seed=77)")
@@ -215,7 +166,7 @@ def test_each_isa(isa):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_pool_sizes(threads):
     """Other pool sizes change how work is split (per image vs within an image)."""
-    code = ("import importlib.util as u; "
+    code = (f"import sys; sys.path.insert(0, {TESTS!r}); import importlib.util as u; "
             f"s = u.spec_from_file_location('t', {__file__!r}); m = u.module_from_spec(s); "
             "s.loader.exec_module(m); m.run_all(n_random=30, seed=91)")
     env = dict(os.environ, FASTMETAL_NUM_THREADS=str(threads))
@@ -242,25 +193,7 @@ def test_threads_concurrently():
                 core._conv2d_cpu_backward_weight(gy, x, 3, 3, 1, 1, 1, 1, 1, 1, g),
                 core._conv2d_cpu_forward(x, w, None, 2, 2, 1, 1, 1, 1, g, 9, 8))
 
-    expected = [compute(*c) for c in cases]
-    errors = []
-
-    def worker(t):
-        try:
-            for it in range(6):
-                i = (t + it) % len(cases)
-                for got, want in zip(compute(*cases[i]), expected[i]):
-                    if not np.array_equal(got, want):
-                        errors.append((t, it))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(repr(e))
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    assert threaded_mismatches(compute, cases, n_threads=6, rounds=6) == []
 
 
 def test_bad_arguments_raise():

@@ -1,4 +1,5 @@
-"""Every bad argument of conv2d / conv2d_backward: a clear ValueError/TypeError before any work."""
+"""Every bad argument of conv2d / conv2d_backward, on every device: a clear ValueError/TypeError
+before any work."""
 from __future__ import annotations
 
 import numpy as np
@@ -63,7 +64,7 @@ BAD_CONV = [
 
 
 @pytest.mark.parametrize("args,kwargs,exc,msg", BAD_CONV)
-def test_conv2d_bad_arguments(args, kwargs, exc, msg):
+def test_conv2d_bad_arguments(args, kwargs, exc, msg, device):
     with pytest.raises(exc, match=r"\[fastmetal.conv2d\] " + ".*" + msg):
         fm.conv2d(*args, **kwargs)
 
@@ -89,12 +90,12 @@ BAD_BACKWARD = [
 
 
 @pytest.mark.parametrize("args,kwargs,exc,msg", BAD_BACKWARD)
-def test_conv2d_backward_bad_arguments(args, kwargs, exc, msg):
+def test_conv2d_backward_bad_arguments(args, kwargs, exc, msg, device):
     with pytest.raises(exc, match=r"\[fastmetal.conv2d_backward\] " + ".*" + msg):
         fm.conv2d_backward(*args, **kwargs)
 
 
-def test_bad_arguments_leave_outputs_untouched_and_do_no_work():
+def test_bad_arguments_leave_outputs_untouched_and_do_no_work(device):
     # Validation happens before conversion: a float64 input with a bad weight raises the
     # shape error (not a conversion side effect) and user arrays are never written.
     x = np.ones((2, 4, 8, 8))
@@ -104,7 +105,7 @@ def test_bad_arguments_leave_outputs_untouched_and_do_no_work():
     np.testing.assert_array_equal(x, before)
 
 
-def test_array_inputs_keep_their_device():
+def test_array_inputs_keep_their_device(device):
     x = fm.asarray(X)
     y = fm.conv2d(x, fm.asarray(W1), None)
     assert y.device == x.device

@@ -1,6 +1,9 @@
 """The MSL kernels of metal/conv2d.metal, run on the CPU through the generated entries (the
 GEMM and reduction kernels under the fiber emulator, in random thread orders and with
-threadgroup sizes that do not divide the tiles): the oracle for the Metal kernels."""
+threadgroup sizes that do not divide the tiles): the oracle for the Metal kernels. CPU-only:
+the fiber emulator and the cpu backend's conv path switch exist only there (the public
+conv2d runs on every device in test_conv2d.py), except the first test, which asks every
+device for the kernels."""
 from __future__ import annotations
 
 import os
@@ -11,7 +14,8 @@ import pytest
 import fastmetal as fm
 from fastmetal import _core
 
-from conv_reference import make_problem, check_forward, check_backward
+from references import make_problem, check_forward, check_backward
+from thread_harness import threaded_mismatches
 
 
 @pytest.fixture
@@ -30,13 +34,13 @@ def kernel_path():
 
 
 # ----------------------------------------------------------------------------- MSL kernels
-def test_conv_kernels_are_built():
+def test_conv_kernels_are_built(device):
     for name in ("conv2d_forward_64x64", "conv2d_forward_32x64", "conv2d_forward_direct",
                  "conv2d_backward_input_64x64", "conv2d_backward_input_32x64",
                  "conv2d_backward_input_direct", "conv2d_backward_weight_64x64",
                  "conv2d_backward_weight_32x64", "conv2d_backward_weight_reduce",
                  "conv2d_sum_splits", "conv2d_backward_bias"):
-        assert _core._has_kernel("cpu", name), name
+        assert _core._has_kernel(device, name), name
 
 
 # Configurations that reach every kernel: GEMMs with 32- and 64-row tiles (C_out/groups or
@@ -55,6 +59,7 @@ KERNEL_CASES = [
 
 @pytest.mark.parametrize("case", range(len(KERNEL_CASES)))
 @pytest.mark.parametrize("threads,seed", [(256, 1), (37, 2), (64, 3), (300, 4), (1, 5)])
+@pytest.mark.cpu_only
 def test_msl_kernels_under_the_emulator(kernel_path, case, threads, seed):
     xshape, wshape, kw = KERNEL_CASES[case]
     if threads == 1 and np.prod(wshape) > 2000:
@@ -71,6 +76,7 @@ def test_msl_kernels_under_the_emulator(kernel_path, case, threads, seed):
     check_backward(x, w, kw, r)
 
 
+@pytest.mark.cpu_only
 def test_msl_reductions_for_any_group_size(kernel_path):
     # threadgroup memory outlives a launch on the CPU: a large group first leaves every
     # slot written, so a reduction that read slots its own group never wrote would fail.
@@ -85,6 +91,7 @@ def test_msl_reductions_for_any_group_size(kernel_path):
 
 
 @pytest.mark.parametrize("seed", range(12))
+@pytest.mark.cpu_only
 def test_msl_kernels_random_configs(kernel_path, seed):
     os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
     _core._set_conv_group_size([0, 48, 100, 129][seed % 4])
@@ -93,6 +100,7 @@ def test_msl_kernels_random_configs(kernel_path, seed):
     check_backward(x, w, kw, r)
 
 
+@pytest.mark.cpu_only
 def test_msl_kernels_match_fast_path(kernel_path):
     r = np.random.default_rng(11)
     x = r.standard_normal((2, 12, 10, 10)).astype(np.float32)
@@ -110,9 +118,9 @@ def test_msl_kernels_match_fast_path(kernel_path):
 
 
 @pytest.mark.parametrize("path", ["fast", "kernels"])
+@pytest.mark.cpu_only
 def test_python_threads_calling_at_once(kernel_path, path):
     """The GIL is released while computing: concurrent calls give the serial results."""
-    import threading
     _core._set_cpu_conv_path(path)
     r = np.random.default_rng(13)
     cases = []
@@ -124,27 +132,10 @@ def test_python_threads_calling_at_once(kernel_path, path):
     run = lambda x, w, kw: (fm.conv2d(x, w, **kw),  # noqa: E731
                             *fm.conv2d_backward(np.ones((2, w.shape[0], 9, 8), np.float32),
                                                 x, w, **kw))
-    expected = [run(*c) for c in cases]
-    errors = []
-
-    def worker(t):
-        try:
-            for it in range(3):
-                i = (t + it) % len(cases)
-                for got, want in zip(run(*cases[i]), expected[i]):
-                    if not np.array_equal(got, want):
-                        errors.append((t, it))
-        except Exception as e:  # reported below
-            errors.append(repr(e))
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    assert threaded_mismatches(run, cases, n_threads=4, rounds=3) == []
 
 
+@pytest.mark.cpu_only
 def test_private_switches_validate():
     with pytest.raises(ValueError, match="expected 'fast' or 'kernels'"):
         _core._set_cpu_conv_path("gpu")

@@ -1,25 +1,24 @@
-"""Every elementwise op of the table against NumPy float64: values, layouts, dtypes, out=."""
+"""Every elementwise op of the table against NumPy float64, on every device: values, layouts,
+dtypes, out=."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fastmetal as fm
 from fastmetal._optable import OPS
 
-from references import numpy_reference
+from references import elementwise_rtol, numpy_reference
 
 UNARY = [s for s in OPS if s.arity == 1]
 BINARY = [s for s in OPS if s.arity == 2]
 ALL_NAMES = [s.name for s in OPS]
 
-# Tolerance in units of float32 rounding: results must match the float64 reference rounded
-# to float32 within a few ulps.
-RTOL32 = 8 * np.finfo(np.float32).eps
-RTOL16 = 2 * np.finfo(np.float16).eps
+# Results must match the float64 reference rounded to the result dtype within a few ulps
+# (per device: references.ELEMENTWISE_RTOL).
 SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-38, -1e-38,
                      1e-45, 3e38, -3e38, 88.7, 89.0, -87.3, -103.9, -104.5, 20.0, -20.0],
                     dtype=np.float32)
@@ -32,7 +31,7 @@ def check(got, ref, dtype=np.float32):
     with np.errstate(all="ignore"):
         want = ref.astype(dtype)
     tiny = np.finfo(dtype).tiny
-    rtol = RTOL32 if dtype == np.float32 else RTOL16
+    rtol = elementwise_rtol(fm.default_device(), dtype)
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
                                atol=4 * tiny, equal_nan=True)
     # NaN exactly where NumPy has NaN; infinities with the same sign.
@@ -51,14 +50,14 @@ def sample(rng, shape, op_name):
 
 
 @pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
-def test_unary_matches_numpy_float64(spec, rng):
+def test_unary_matches_numpy_float64(spec, rng, device):
     x = sample(rng, (4, 1000), spec.name)
     got = getattr(fm, spec.name)(x)
     check(got, numpy_reference(spec, x.astype(np.float64)))
 
 
 @pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
-def test_binary_matches_numpy_float64(spec, rng):
+def test_binary_matches_numpy_float64(spec, rng, device):
     x = sample(rng, (3, 700), spec.name)
     y = sample(rng, (3, 700), spec.name)
     if spec.name == "power":
@@ -67,19 +66,19 @@ def test_binary_matches_numpy_float64(spec, rng):
 
 
 @pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
-def test_unary_special_values(spec):
+def test_unary_special_values(spec, device):
     got = getattr(fm, spec.name)(SPECIALS)
     check(got, numpy_reference(spec, SPECIALS.astype(np.float64)))
 
 
 @pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
-def test_binary_special_values(spec):
+def test_binary_special_values(spec, device):
     x, y = np.meshgrid(SPECIALS, SPECIALS)
     got = getattr(fm, spec.name)(x, y)
     check(got, numpy_reference(spec, x.astype(np.float64), y.astype(np.float64)))
 
 
-def test_exp_is_accurate_over_the_whole_float_range():
+def test_exp_is_accurate_over_the_whole_float_range(device):
     # Two million float32 between -104 and 89: the shared fm_exp must stay within 2 ulp.
     x = np.linspace(-104, 89, 2_000_003).astype(np.float32)
     got = fm.exp(x).astype(np.float64)
@@ -93,14 +92,14 @@ def test_exp_is_accurate_over_the_whole_float_range():
 
 
 @pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
-def test_unary_float16_native(spec, rng):
+def test_unary_float16_native(spec, rng, device):
     x = sample(rng, (257,), spec.name).clip(-60000, 60000).astype(np.float16)
     got = getattr(fm, spec.name)(x)
     check(got, numpy_reference(spec, x.astype(np.float64)), dtype=np.float16)
 
 
 @pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
-def test_binary_float16_native(spec, rng):
+def test_binary_float16_native(spec, rng, device):
     x = (rng.random(300) * 4 + 0.25).astype(np.float16)
     y = (rng.standard_normal(300) * 2).astype(np.float16)
     got = getattr(fm, spec.name)(x, y)
@@ -108,7 +107,7 @@ def test_binary_float16_native(spec, rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int32, np.int64, np.uint8, np.bool_, np.longdouble])
-def test_other_real_dtypes_are_computed_in_float32(dtype, rng):
+def test_other_real_dtypes_are_computed_in_float32(dtype, rng, device):
     x = (rng.random(50) * 5).astype(dtype)
     got = fm.sqrt(x)
     assert got.dtype == np.float32
@@ -117,7 +116,7 @@ def test_other_real_dtypes_are_computed_in_float32(dtype, rng):
     assert got2.dtype == np.float32
 
 
-def test_dtype_promotion_rules():
+def test_dtype_promotion_rules(device):
     h = np.ones(4, np.float16)
     f = np.ones(4, np.float32)
     assert fm.add(h, h).dtype == np.float16
@@ -132,14 +131,14 @@ def test_dtype_promotion_rules():
                                  np.array([object(), 1], dtype=object),
                                  np.zeros(2, dtype=[("a", "f4"), ("b", "i4")]),
                                  np.array(["2020-01-01"], dtype="datetime64[D]")])
-def test_unsupported_dtypes_raise_type_error(bad):
+def test_unsupported_dtypes_raise_type_error(bad, device):
     with pytest.raises(TypeError, match=r"\[fastmetal\.exp\] expected a real"):
         fm.exp(bad)
     with pytest.raises(TypeError, match=r"\[fastmetal\.add\] expected a real"):
         fm.add(np.ones(1, np.float32), bad)
 
 
-def test_non_array_inputs():
+def test_non_array_inputs(device):
     np.testing.assert_allclose(fm.exp([0.0, 1.0]), np.exp([0.0, 1.0]).astype(np.float32))
     assert fm.exp(0.0).shape == ()
     with pytest.raises(TypeError, match=r"\[fastmetal\.exp\]"):
@@ -150,14 +149,14 @@ def test_non_array_inputs():
         fm.exp(None)
 
 
-def test_broadcast_mismatch_message():
+def test_broadcast_mismatch_message(device):
     with pytest.raises(ValueError, match=r"^\[fastmetal\.add\] expected shapes that broadcast "
                                          r"together, got x \(3,\) and y \(4,\)$"):
         fm.add(np.ones(3), np.ones(4))
 
 
 @pytest.mark.parametrize("op", ["add", "subtract", "divide", "power", "maximum"])
-def test_python_scalars_on_either_side(op, rng):
+def test_python_scalars_on_either_side(op, rng, device):
     spec = next(s for s in OPS if s.name == op)
     x = (rng.random((5, 6)) + 0.5).astype(np.float32)
     for a, b in [(x, 2.5), (1.5, x), (x, -3), (True, x)]:
@@ -165,7 +164,7 @@ def test_python_scalars_on_either_side(op, rng):
         check(getattr(fm, op)(a, b), ref)
 
 
-def test_zero_size_arrays():
+def test_zero_size_arrays(device):
     for shape in [(0,), (3, 0), (0, 4, 2)]:
         x = np.ones(shape, np.float32)
         r = fm.exp(x)
@@ -206,17 +205,19 @@ def binary_case(draw):
     return draw(st.sampled_from([s.name for s in BINARY])), x, y
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(unary_case())
-def test_unary_any_strides(case):
+def test_unary_any_strides(device, case):  # given() fills the last argument
     name, x = case
     spec = next(s for s in OPS if s.name == name)
     check(getattr(fm, name)(x), numpy_reference(spec, x.astype(np.float64)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(binary_case())
-def test_binary_any_strides_and_broadcasting(case):
+def test_binary_any_strides_and_broadcasting(device, case):
     name, x, y = case
     spec = next(s for s in OPS if s.name == name)
     got = getattr(fm, name)(x, y)
@@ -226,7 +227,7 @@ def test_binary_any_strides_and_broadcasting(case):
 
 
 @pytest.mark.parametrize("name", ["add", "maximum"])
-def test_large_strided_broadcast(name, rng):
+def test_large_strided_broadcast(name, rng, device):
     # Big enough to be split across the thread pool, in every kernel layout.
     spec = next(s for s in OPS if s.name == name)
     x = rng.standard_normal((64, 1, 700)).astype(np.float32)[:, :, ::-1]
@@ -239,7 +240,7 @@ def test_large_strided_broadcast(name, rng):
 
 
 # ---------------------------------------------------------------- out=
-def test_out_receives_the_result_and_is_returned(rng):
+def test_out_receives_the_result_and_is_returned(rng, device):
     x = rng.standard_normal((8, 9)).astype(np.float32)
     out = np.empty((8, 9), np.float32)
     assert fm.exp(x, out=out) is out
@@ -257,7 +258,21 @@ def test_out_receives_the_result_and_is_returned(rng):
     assert np.count_nonzero(big[:, 1::2]) == 0  # nothing written outside the view
 
 
-def test_out_validation():
+def test_out_on_the_device(rng, device):
+    x = rng.standard_normal((300, 7)).astype(np.float32)
+    a = fm.asarray(x)
+    out = fm.empty((300, 7))
+    assert fm.exp(a, out=out) is out and out.device == device
+    check(out, np.exp(x.astype(np.float64)))
+    out16 = fm.empty((300, 7), dtype="float16")  # another dtype: cast into the device Array
+    assert fm.exp(a, out=out16) is out16
+    check(out16, np.exp(x.astype(np.float64)), dtype=np.float16)
+    want = x + np.float32(1)  # before: on cpu and metal `a` shares x's memory
+    assert fm.add(a, 1.0, out=a) is a  # in place on the device
+    np.testing.assert_array_equal(np.asarray(a), want)
+
+
+def test_out_validation(device):
     x = np.ones((2, 3), np.float32)
     with pytest.raises(ValueError, match=r"\[fastmetal\.exp\] expected out with the broadcast shape \(2, 3\), got shape \(3, 2\)"):
         fm.exp(x, out=np.empty((3, 2), np.float32))
@@ -271,7 +286,7 @@ def test_out_validation():
         fm.exp(x, out=[0.0] * 6)
 
 
-def test_in_place_and_overlapping_out(rng):
+def test_in_place_and_overlapping_out(rng, device):
     x = rng.standard_normal(1000).astype(np.float32)
     ref = np.exp(x.astype(np.float64))
     y = x.copy()

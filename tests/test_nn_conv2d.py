@@ -1,4 +1,4 @@
-"""nn.Conv2d: forward, backward, initialisation like PyTorch, argument checks."""
+"""nn.Conv2d on every device: forward, backward, initialisation like PyTorch, argument checks."""
 from __future__ import annotations
 
 import math
@@ -8,11 +8,11 @@ import pytest
 
 import fastmetal as fm
 
-from conv_reference import ref_conv2d_backward, assert_close
+from references import ref_conv2d_backward, assert_close
 
 
 # ----------------------------------------------------------------------------- nn.Conv2d
-def test_conv2d_layer_forward_backward():
+def test_conv2d_layer_forward_backward(device):
     r = np.random.default_rng(12)
     layer = fm.nn.Conv2d(4, 6, (3, 2), stride=(1, 2), padding=1, groups=2,
                          seed=3)
@@ -35,7 +35,7 @@ def test_conv2d_layer_forward_backward():
     assert len(layer.parameters()) == 2
 
 
-def test_conv2d_layer_without_bias_and_on_arrays():
+def test_conv2d_layer_without_bias_and_on_arrays(device):
     layer = fm.nn.Conv2d(3, 5, 3, bias=False, padding="same", seed=0)
     assert layer.bias is None and layer.parameters() == [layer.weight]
     x = fm.asarray(np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32))
@@ -45,7 +45,7 @@ def test_conv2d_layer_without_bias_and_on_arrays():
     assert isinstance(gx, fm.Array) and gx.shape == (2, 3, 6, 6)
     assert isinstance(layer.weight_grad, fm.Array) and layer.bias_grad is None
     # Parameters on a device.
-    dev = fm.nn.Conv2d(3, 5, 3, seed=0, device="cpu")
+    dev = fm.nn.Conv2d(3, 5, 3, seed=0, device=device)
     assert isinstance(dev.weight, fm.Array) and isinstance(dev.bias, fm.Array)
     np.testing.assert_array_equal(np.asarray(dev.weight), fm.nn.Conv2d(3, 5, 3, seed=0).weight)
 
@@ -90,7 +90,7 @@ def test_conv2d_layer_bound_matches_torch():
         assert np.abs(t.bias.detach().numpy()).max() <= bound + 1e-7
 
 
-def test_conv2d_layer_bad_arguments():
+def test_conv2d_layer_bad_arguments(device):
     with pytest.raises(TypeError, match="in_channels"):
         fm.nn.Conv2d(2.0, 4, 3)
     with pytest.raises(ValueError, match="out_channels"):

@@ -1,4 +1,4 @@
-"""gradient, derivative and fourier_series against NumPy float64 references.
+"""gradient, derivative and fourier_series against NumPy float64 references, on every device.
 
 The kernels compute in float32, so every comparison uses a tolerance derived from float32
 rounding of the *inputs and the stencil* (eps32 * |f| * sum|w|), not a fixed number: a wrong
@@ -15,8 +15,10 @@ import pytest
 import fastmetal as fm
 from fastmetal import numerics as fnum
 
+from references import derivative_reference, fourier_series_numpy32, fourier_series_reference
+
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -61,7 +63,7 @@ def _check_gradient(f32, *varargs, axis=None, edge_order=1, spacings=None):
 
 @pytest.mark.parametrize("edge_order", [1, 2])
 @pytest.mark.parametrize("shape", [(7,), (3,), (2,), (5, 4), (3, 6, 5), (2, 3, 4, 5), (3, 4, 3, 5)])
-def test_gradient_all_axes_matches_numpy(shape, edge_order):
+def test_gradient_all_axes_matches_numpy(shape, edge_order, device):
     if min(shape) < edge_order + 1:
         with pytest.raises(ValueError):
             fm.gradient(np.zeros(shape, np.float32), edge_order=edge_order)
@@ -73,7 +75,7 @@ def test_gradient_all_axes_matches_numpy(shape, edge_order):
 
 
 @pytest.mark.parametrize("edge_order", [1, 2])
-def test_gradient_axes_forms(edge_order):
+def test_gradient_axes_forms(edge_order, device):
     rng = np.random.default_rng(1)
     f = rng.standard_normal((4, 5, 6)).astype(np.float32)
     for axis in [0, 1, 2, -1, -3, (0, 2), (2, 0), (-1, 1), (0, 1, 2)]:
@@ -84,7 +86,7 @@ def test_gradient_axes_forms(edge_order):
 
 
 @pytest.mark.parametrize("edge_order", [1, 2])
-def test_gradient_nonuniform_coordinates(edge_order):
+def test_gradient_nonuniform_coordinates(edge_order, device):
     rng = np.random.default_rng(2)
     f = rng.standard_normal((9, 6, 5)).astype(np.float32)
     x0 = np.cumsum(rng.uniform(0.5, 2.0, 9))
@@ -97,7 +99,7 @@ def test_gradient_nonuniform_coordinates(edge_order):
     _check_gradient(f, x0[::-1].copy(), axis=0, edge_order=edge_order)
 
 
-def test_gradient_nonuniform_is_second_order_exact_on_quadratics():
+def test_gradient_nonuniform_is_second_order_exact_on_quadratics(device):
     # numpy's non-uniform formulas are exact for quadratics (interior; edges with edge_order=2)
     rng = np.random.default_rng(3)
     x = np.cumsum(rng.uniform(0.5, 1.5, 12))
@@ -109,7 +111,7 @@ def test_gradient_nonuniform_is_second_order_exact_on_quadratics():
 
 
 @pytest.mark.parametrize("shape", [(3, 70, 40), (1000,), (37, 45), (3, 4, 17, 33)])
-def test_gradient_and_derivative_larger_shapes(shape):
+def test_gradient_and_derivative_larger_shapes(shape, device):
     # sizes that take the 16-lane CPU kernels (stride-1 axis or stride-1 inner dim) plus
     # their scalar tails, and (through transposes) the general strided kernel
     rng = np.random.default_rng(len(shape))
@@ -127,22 +129,12 @@ def test_gradient_and_derivative_larger_shapes(shape):
                 continue
             for order, acc in [(1, 8), (2, 6)]:
                 got = fm.derivative(view, dx=0.5, order=order, accuracy=acc, axis=axis)
-                rows, half, _, _ = fnum._derivative_stencils(order, acc)
-                # float64 application of the exact stencils, row by row
-                ref = np.empty_like(v64)
-                m = np.moveaxis(v64, axis, -1)
-                r = np.moveaxis(ref, axis, -1)
-                n = m.shape[-1]
-                for i in range(n):
-                    row = i if i < half else (half if i < n - half else 2 * half + 1 - (n - i))
-                    off, w = rows[row]
-                    r[..., i] = sum(float(wt) * m[..., i + off + t] for t, wt in enumerate(w))
-                ref /= 0.5**order
+                ref = derivative_reference(v64, 0.5, order, acc, axis)
                 tol = 4 * EPS32 * np.abs(v64).max() * _stencil_abs_sum(order, acc) / 0.5**order
                 np.testing.assert_array_less(np.abs(got - ref), tol)
 
 
-def test_gradient_strided_and_negative_views():
+def test_gradient_strided_and_negative_views(device):
     rng = np.random.default_rng(4)
     base = rng.standard_normal((10, 12, 8)).astype(np.float32)
     for view in [base[::-1], base[:, ::-2], base[::2, 3:, ::-3], base.transpose(2, 0, 1),
@@ -153,7 +145,7 @@ def test_gradient_strided_and_negative_views():
             _check_gradient(view, 0.7, axis=-1, edge_order=eo)
 
 
-def test_gradient_dtypes_and_containers():
+def test_gradient_dtypes_and_containers(device):
     f64 = np.linspace(0, 3, 11) ** 2
     g = fm.gradient(f64)
     assert g.dtype == np.float32
@@ -174,7 +166,7 @@ def test_gradient_dtypes_and_containers():
     assert e.shape == (0, 4)
 
 
-def test_gradient_errors():
+def test_gradient_errors(device):
     f = np.zeros((3, 4), np.float32)
 
     def check(exc, *args, **kw):
@@ -202,11 +194,12 @@ def test_gradient_errors():
         fm.gradient(f, axis=-3)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
        edge_order=st.sampled_from([1, 2]), seed=st.integers(0, 2**31 - 1),
        data=st.data())
-def test_gradient_hypothesis(shape, edge_order, seed, data):
+def test_gradient_hypothesis(shape, edge_order, seed, data, device):
     shape = [max(s, edge_order + 1) for s in shape]
     rng = np.random.default_rng(seed)
     f = (rng.standard_normal(shape) * 10).astype(np.float32)
@@ -249,7 +242,7 @@ def test_derivative_weights_exact_in_rationals(order, accuracy):
 
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("accuracy", [2, 4, 6, 8])
-def test_derivative_polynomials_exact(order, accuracy):
+def test_derivative_polynomials_exact(order, accuracy, device):
     rng = np.random.default_rng(order * 10 + accuracy)
     n, h = 23, 0.125
     x = (np.arange(n) - n // 2) * h
@@ -280,7 +273,7 @@ _KH_WINDOWS = {
 
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("accuracy", [2, 4, 6, 8])
-def test_derivative_convergence_order(order, accuracy):
+def test_derivative_convergence_order(order, accuracy, device):
     """Slope of log(error) against log(h) on sin(k x), inside and at the edge points."""
     k, half = 12.0, accuracy // 2
     for region, khs in zip(("interior", "edges"), _KH_WINDOWS[order, accuracy]):
@@ -299,7 +292,7 @@ def test_derivative_convergence_order(order, accuracy):
         assert accuracy - 0.6 < slope < accuracy + 1.2, (region, errs, slope)
 
 
-def test_derivative_nd_axes_and_views():
+def test_derivative_nd_axes_and_views(device):
     rng = np.random.default_rng(5)
     y = rng.standard_normal((6, 14, 5)).astype(np.float32)
     for axis in (0, 1, 2, -1, -2):
@@ -324,7 +317,7 @@ def test_derivative_nd_axes_and_views():
     assert isinstance(fm.derivative(a, axis=1), fm.Array)
 
 
-def test_derivative_errors():
+def test_derivative_errors(device):
     y = np.zeros(20, np.float32)
 
     def check(exc, *args, **kw):
@@ -356,36 +349,6 @@ def test_derivative_errors():
 
 
 # ============================================================================ Fourier
-def _series64(x, a, b, period, m=0, chunk=2000):
-    """float64 reference: direct evaluation of the m-th derivative, in chunks."""
-    x = np.asarray(x, np.float64).ravel()
-    a = np.asarray(a, np.float64)
-    b = np.asarray(b, np.float64)
-    K = len(a) - 1
-    w = 2 * np.pi / period
-    k = np.arange(1, K + 1, dtype=np.float64)
-    out = np.full(x.shape, a[0] / 2 if m == 0 else 0.0)
-    # d^m/dx^m cos(t) = cos(t + m pi/2), sin(t) likewise; (kw)^m chain factor
-    for i in range(0, len(x), chunk):
-        ph = np.outer(x[i:i + chunk], k * w) + m * np.pi / 2
-        out[i:i + chunk] += (np.cos(ph) @ (a[1:] * (k * w) ** m)
-                             + np.sin(ph) @ (b[1:] * (k * w) ** m))
-    return out
-
-
-def _series_np32(x, a, b, period, chunk=2000):
-    """NumPy float32 evaluating the same formula (the baseline to beat)."""
-    x = np.asarray(x, np.float32).ravel()
-    a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    K = len(a) - 1
-    kw = np.arange(1, K + 1, dtype=np.float32) * np.float32(2 * np.pi / period)
-    out = np.empty(x.shape, np.float32)
-    for i in range(0, len(x), chunk):
-        ph = np.outer(x[i:i + chunk], kw)
-        out[i:i + chunk] = np.cos(ph) @ a32[1:] + np.sin(ph) @ b32[1:] + a32[0] / np.float32(2)
-    return out
-
-
 def _coefs(rng, K, decay=1.0):
     k = np.arange(K + 1, dtype=np.float64)
     return (rng.standard_normal(K + 1) / (1 + k) ** decay, rng.standard_normal(K + 1) / (1 + k) ** decay)
@@ -393,15 +356,15 @@ def _coefs(rng, K, decay=1.0):
 
 @pytest.mark.parametrize("K,n", [(1, 20000), (10, 20000), (1000, 4000), (10000, 600)])
 @pytest.mark.parametrize("period,span", [(2 * np.pi, 100.0), (0.37, 50.0), (10.0, 1000.0)])
-def test_fourier_vs_float64(K, n, period, span):
+def test_fourier_vs_float64(K, n, period, span, device):
     rng = np.random.default_rng(K + n)
     x = (rng.uniform(-span, span, n) * period).astype(np.float32)  # +- span periods
     a, b = _coefs(rng, K)
     got = fm.fourier_series(x, a, b, period=period)
     assert got.dtype == np.float32 and got.shape == x.shape
-    ref = _series64(x, a, b, period)
+    ref = fourier_series_reference(x, a, b, period)
     err = np.abs(got - ref).max()
-    err32 = np.abs(_series_np32(x, a, b, period) - ref).max()
+    err32 = np.abs(fourier_series_numpy32(x, a, b, period) - ref).max()
     scale = np.abs(a[0]) / 2 + np.abs(a[1:]).sum() + np.abs(b[1:]).sum()
     # bounded error independent of k and |x|: a few float32 ulps of the coefficient sum
     assert err <= 4e-6 * scale, (err, scale)
@@ -413,13 +376,13 @@ def test_fourier_vs_float64(K, n, period, span):
 
 @pytest.mark.parametrize("m", [1, 2, 3])
 @pytest.mark.parametrize("K", [1, 10, 300])
-def test_fourier_derivatives(m, K):
+def test_fourier_derivatives(m, K, device):
     rng = np.random.default_rng(m * 100 + K)
     period = 3.0
     x = rng.uniform(-20 * period, 20 * period, 5000).astype(np.float32)
     a, b = _coefs(rng, K, decay=m + 1.0)
     got = fm.fourier_series(x, a, b, period=period, derivative=m)
-    ref = _series64(x, a, b, period, m=m)
+    ref = fourier_series_reference(x, a, b, period, m=m)
     k = np.arange(1, K + 1)
     scale = ((np.abs(a[1:]) + np.abs(b[1:])) * (k * 2 * np.pi / period) ** m).sum()
     assert np.abs(got - ref).max() <= 4e-6 * scale
@@ -427,37 +390,37 @@ def test_fourier_derivatives(m, K):
     if K <= 10:
         xs = np.linspace(-1, 1, 50)
         h = 1e-3
-        lo = _series64(xs - h, a, b, period, m=m - 1)
-        hi = _series64(xs + h, a, b, period, m=m - 1)
-        np.testing.assert_allclose(_series64(xs, a, b, period, m=m), (hi - lo) / (2 * h),
+        lo = fourier_series_reference(xs - h, a, b, period, m=m - 1)
+        hi = fourier_series_reference(xs + h, a, b, period, m=m - 1)
+        np.testing.assert_allclose(fourier_series_reference(xs, a, b, period, m=m), (hi - lo) / (2 * h),
                                    rtol=1e-4, atol=1e-4 * scale)
 
 
-def test_fourier_small_x_not_worse_than_numpy32():
+def test_fourier_small_x_not_worse_than_numpy32(device):
     # near x = 0 NumPy float32 is at its best (tiny phases); we must not lose there either
     rng = np.random.default_rng(7)
     x = rng.uniform(-1, 1, 20000).astype(np.float32)
     for K in (1, 3, 10):
         a, b = _coefs(rng, K)
-        ref = _series64(x, a, b, 2 * np.pi)
+        ref = fourier_series_reference(x, a, b, 2 * np.pi)
         err = np.abs(fm.fourier_series(x, a, b) - ref).max()
-        err32 = np.abs(_series_np32(x, a, b, 2 * np.pi) - ref).max()
+        err32 = np.abs(fourier_series_numpy32(x, a, b, 2 * np.pi) - ref).max()
         scale = np.abs(a).sum() + np.abs(b).sum()
         assert err <= err32 * 1.05 + 2 * EPS32 * scale, (K, err, err32)
 
 
-def test_fourier_shapes_dtypes_special_values():
+def test_fourier_shapes_dtypes_special_values(device):
     a, b = np.array([1.0, 0.5, 0.25]), np.array([0.0, -0.5, 2.0])
     x2 = np.linspace(-5, 5, 37 * 3, dtype=np.float32).reshape(37, 3)
     got = fm.fourier_series(x2, a, b)
     assert got.shape == (37, 3)
-    np.testing.assert_allclose(got.ravel(), _series64(x2, a, b, 2 * np.pi), atol=3e-6)
+    np.testing.assert_allclose(got.ravel(), fourier_series_reference(x2, a, b, 2 * np.pi), atol=3e-6)
     # strided and negative-stride views, float64 and int x (converted to float32)
     v = x2[::-2, ::-1]
-    np.testing.assert_allclose(fm.fourier_series(v, a, b).ravel(), _series64(v, a, b, 2 * np.pi),
+    np.testing.assert_allclose(fm.fourier_series(v, a, b).ravel(), fourier_series_reference(v, a, b, 2 * np.pi),
                                atol=3e-6)
     xi = np.arange(-50, 50)
-    np.testing.assert_allclose(fm.fourier_series(xi, a, b), _series64(xi, a, b, 2 * np.pi), atol=3e-6)
+    np.testing.assert_allclose(fm.fourier_series(xi, a, b), fourier_series_reference(xi, a, b, 2 * np.pi), atol=3e-6)
     # 0-d, empty, constant-only series, b[0] ignored
     assert fm.fourier_series(np.float32(0.5), a, b).shape == ()
     assert fm.fourier_series(np.zeros((0, 3), np.float32), a, b).shape == (0, 3)
@@ -472,23 +435,23 @@ def test_fourier_shapes_dtypes_special_values():
     xa = fm.asarray(np.linspace(0, 1, 100, dtype=np.float32))
     r = fm.fourier_series(xa, a, b)
     assert isinstance(r, fm.Array)
-    np.testing.assert_allclose(np.asarray(r), _series64(np.asarray(xa), a, b, 2 * np.pi), atol=3e-6)
+    np.testing.assert_allclose(np.asarray(r), fourier_series_reference(np.asarray(xa), a, b, 2 * np.pi), atol=3e-6)
     # float16 x computes in float32 and returns float32; Array coefficients -> Array result
     xh = np.linspace(-3, 3, 50).astype(np.float16)
     rh = fm.fourier_series(xh, a, b)
     assert rh.dtype == np.float32
-    np.testing.assert_allclose(rh, _series64(xh.astype(np.float32), a, b, 2 * np.pi), atol=3e-6)
+    np.testing.assert_allclose(rh, fourier_series_reference(xh.astype(np.float32), a, b, 2 * np.pi), atol=3e-6)
     ra = fm.fourier_series(xh, fm.asarray(a.astype(np.float32)), b)
     assert isinstance(ra, fm.Array)
     np.testing.assert_allclose(np.asarray(ra), rh, atol=1e-6)
     # sizes that are not a multiple of the CPU lane count (tail samples)
     for n in (1, 63, 64, 65, 129, 1000):
         xs = np.linspace(-3, 7, n, dtype=np.float32)
-        np.testing.assert_allclose(fm.fourier_series(xs, a, b), _series64(xs, a, b, 2 * np.pi),
+        np.testing.assert_allclose(fm.fourier_series(xs, a, b), fourier_series_reference(xs, a, b, 2 * np.pi),
                                    atol=3e-6)
 
 
-def test_fourier_errors():
+def test_fourier_errors(device):
     x = np.zeros(4, np.float32)
     a = b = np.ones(3)
 
@@ -516,15 +479,16 @@ def test_fourier_errors():
     check(TypeError, np.ones(3, np.complex64), a, b)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(K=st.integers(0, 40), m=st.integers(0, 3), seed=st.integers(0, 2**31 - 1),
        period=st.floats(0.05, 100.0), span=st.floats(0.0, 300.0), n=st.integers(1, 300))
-def test_fourier_hypothesis(K, m, seed, period, span, n):
+def test_fourier_hypothesis(K, m, seed, period, span, n, device):
     rng = np.random.default_rng(seed)
     x = (rng.uniform(-span, span, n) * period).astype(np.float32)
     a, b = _coefs(rng, K, decay=m + 1.0)
     got = fm.fourier_series(x, a, b, period=period, derivative=m)
-    ref = _series64(x, a, b, period, m=m)
+    ref = fourier_series_reference(x, a, b, period, m=m)
     k = np.arange(1, K + 1)
     scale = (np.abs(a[0]) / 2 if m == 0 else 0.0) + \
         ((np.abs(a[1:]) + np.abs(b[1:])) * (k * 2 * np.pi / period) ** m).sum()

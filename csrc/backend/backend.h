@@ -3,6 +3,30 @@
 // Backends: cpu (always), metal (macOS, csrc/backend/metal/), cuda (optional).
 // Ops validate their arguments first, then call allocate/wrap_host and launch with
 // kernels found by host name (the names FM_INSTANTIATE gives in metal/*.metal).
+//
+// Invariants every backend keeps. Any number of Python threads call ops at once (the GIL
+// is released around launch + synchronize), all on one Backend object; each is checked on
+// every device by tests/test_backend_invariants.py.
+//  1. Pooled blocks. A block goes back to the pool only when its Storage dies, and a
+//     Storage named by a launch stays alive (the backend holds it) until that launch has
+//     finished on the device. So whichever thread acquires a block next, no queued or
+//     running kernel still reads or writes it: a thread never sees another thread's data,
+//     and its writes never land in a block another thread now owns.
+//  2. synchronize() returns only after every launch and copy queued before the call, by any
+//     thread, has finished; it may run concurrently with launches from other threads (work
+//     queued after it began may or may not be waited for). Afterwards the kept-alive
+//     Storages of the finished work are released.
+//  3. Host visibility. copy_to_host / copy_from_host are synchronous and ordered after all
+//     work queued before them: copy_to_host sees the results of every kernel launched
+//     earlier (by any thread), and data given to copy_from_host / wrap_host is on the device
+//     before any later kernel reads it, whatever queue or DMA engine the copy uses; the host
+//     buffer may be reused as soon as the call returns. On host-visible backends kernel
+//     results are visible at Storage::host after synchronize().
+//  4. Wrapped host memory. wrap_host either shares the memory, then `owner` keeps it alive
+//     for as long as the Storage (and so every Array and queued launch using it) lives, or
+//     copies it before returning and never touches `ptr` again except through
+//     copy_to_host into Storage::copied_from (an out= that could not be shared), which the
+//     op does while it still holds the user's array.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -98,7 +122,7 @@ class Backend {
   // BackendError for unknown kernels and driver failures.
   virtual void launch(const std::string& kernel, const Dispatch& dispatch,
                       const std::vector<KernelArg>& args) = 0;
-  // Wait for all queued work. Called without the GIL.
+  // Wait for all queued work of every thread (invariant 2). Called without the GIL.
   virtual void synchronize() = 0;
 
   // Threads per group that suit a 1-D elementwise kernel on this device.
@@ -112,7 +136,7 @@ class Backend {
   virtual const NativeOp* native_op(const char* /*name*/) const { return nullptr; }
 
   // Copies between host memory and a storage (for backends without host-visible memory;
-  // host-visible backends do a memcpy). Synchronous.
+  // host-visible backends do a memcpy). Synchronous, ordered after queued work (invariant 3).
   virtual void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n);
   virtual void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n);
 };

@@ -195,6 +195,7 @@ py::array numpy_view(const Array& a, py::handle owner) {
   std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
   if (!a.backend().host_visible()) {
     py::array out(numpy_dtype(a.dtype), shape);
+    if (a.size() == 0) return out;  // nothing to copy, whatever its strides
     if (!a.contiguous()) throw BackendError("[fastmetal] host copy of a strided device array");
     a.backend().copy_to_host(*a.storage, a.byte_offset(), out.mutable_data(), a.nbytes());
     return out;

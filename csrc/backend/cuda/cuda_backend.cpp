@@ -124,11 +124,8 @@ class CudaBackend final : public Backend {
 
   void synchronize() override {
     std::vector<StoragePtr> done;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      check(cudaStreamSynchronize(stream_), "synchronize");
-      done.swap(pending_);
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    finish_locked(done);
   }
 
   std::uint32_t preferred_group_size(const std::string&) override { return 256; }
@@ -137,18 +134,42 @@ class CudaBackend final : public Backend {
     return cudak::kernel_table().find(kernel) != nullptr;
   }
 
+  // Copies go through stream_, behind the kernels already queued there: a plain cudaMemcpy
+  // runs on the legacy default stream, which a non-blocking stream does not wait for, and
+  // from pageable memory it returns before the data has reached the device, so a kernel
+  // queued next on stream_ could read the block's previous contents.
   void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) override {
-    synchronize();
-    check(cudaMemcpy(dst, static_cast<const char*>(src.handle) + offset, n, cudaMemcpyDeviceToHost),
-          "cudaMemcpy to host");
+    if (n == 0) return;
+    std::vector<StoragePtr> done;
+    std::lock_guard<std::mutex> lock(mu_);
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaMemcpyAsync(dst, static_cast<const char*>(src.handle) + offset, n,
+                          cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync to host");
+    finish_locked(done);
   }
   void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
-    synchronize();
-    check(cudaMemcpy(static_cast<char*>(dst.handle) + offset, src, n, cudaMemcpyHostToDevice),
-          "cudaMemcpy from host");
+    if (n == 0) return;
+    std::vector<StoragePtr> done;
+    std::lock_guard<std::mutex> lock(mu_);
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaMemcpyAsync(static_cast<char*>(dst.handle) + offset, src, n,
+                          cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync from host");
+    // Synchronous for the caller: `src` may be freed or reused as soon as this returns.
+    finish_locked(done);
   }
 
  private:
+  // Waits for everything queued on stream_ (by any thread) and hands the storages those
+  // launches kept alive to `done`, which the caller destroys after releasing mu_ (their
+  // release returns blocks to the pool, which takes its own lock).
+  void finish_locked(std::vector<StoragePtr>& done) {
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaStreamSynchronize(stream_), "synchronize");
+    done.swap(pending_);
+  }
+
   int device_;
   CachingAllocator pool_;
   cudaStream_t stream_ = nullptr;
