@@ -2,14 +2,14 @@
 
 On a Mac the kernels run on the Apple GPU through Metal; everywhere the same kernel
 source also runs on the CPU (and on NVIDIA GPUs where the CUDA backend was built).
+The public API is ``__all__`` (docs/API.md describes each name).
 
     >>> import numpy as np, fastmetal as fm
     >>> fm.sigmoid(np.zeros(3, np.float32))
     array([0.5, 0.5, 0.5], dtype=float32)
 """
-from __future__ import annotations
-
-from importlib.metadata import PackageNotFoundError, version
+import importlib.metadata as _metadata
+import warnings as _warnings
 
 from . import _core
 from ._core import (
@@ -23,22 +23,50 @@ from ._core import (
     synchronize,
     zeros,
 )
-from ._elementwise import BINARY as _BINARY
-from ._elementwise import FUNCTIONS as _FUNCTIONS
-from ._elementwise import UNARY as _UNARY
+from ._elementwise import (
+    abs,
+    add,
+    cos,
+    divide,
+    exp,
+    gelu,
+    log,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    power,
+    reciprocal,
+    relu,
+    sigmoid,
+    sin,
+    softplus,
+    sqrt,
+    square,
+    subtract,
+    tanh,
+)
 from .numerics import derivative, fourier_series, gradient
 from .conv import conv2d, conv2d_backward
 from . import nn
 
 try:
-    __version__ = version("fastmetal")
-except PackageNotFoundError:  # running from a source tree
+    __version__ = _metadata.version("fastmetal")
+except _metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0+unknown"
 
-globals().update(_FUNCTIONS)
+# FASTMETAL_* variables that were not understood: say so once, here, naming the variable
+# and the accepted values (the default is used instead).
+def _warn_about_configuration():
+    for problem in _core._config_problems():
+        _warnings.warn(problem, RuntimeWarning, stacklevel=3)
+
+
+_warn_about_configuration()
 
 __all__ = [
     "__version__",
+    # devices and arrays
     "Array",
     "asarray",
     "default_device",
@@ -48,12 +76,39 @@ __all__ = [
     "set_default_device",
     "synchronize",
     "zeros",
+    # elementwise, unary
+    "sigmoid",
+    "relu",
+    "tanh",
+    "exp",
+    "log",
+    "sin",
+    "cos",
+    "sqrt",
+    "abs",
+    "negative",
+    "square",
+    "reciprocal",
+    "softplus",
+    "gelu",
+    # elementwise, binary
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "power",
+    "maximum",
+    "minimum",
+    # numerical differentiation
     "gradient",
     "derivative",
     "fourier_series",
+    # convolution
     "conv2d",
     "conv2d_backward",
     "nn",
-    *_UNARY,
-    *_BINARY,
 ]
+
+
+def __dir__():
+    return sorted(__all__)

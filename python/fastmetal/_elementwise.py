@@ -59,6 +59,32 @@ def _make(spec: OpSpec):
     return op
 
 
-FUNCTIONS = {spec.name: _make(spec) for spec in OPS}
-UNARY = [s.name for s in OPS if s.arity == 1]
-BINARY = [s.name for s in OPS if s.arity == 2]
+_SPECS = {spec.name: spec for spec in OPS}
+
+# One name per line of the op table, written out so that IDEs and type checkers see them
+# (tests/test_public_api.py checks that this list and the table agree).
+sigmoid = _make(_SPECS["sigmoid"])
+relu = _make(_SPECS["relu"])
+tanh = _make(_SPECS["tanh"])
+exp = _make(_SPECS["exp"])
+log = _make(_SPECS["log"])
+sin = _make(_SPECS["sin"])
+cos = _make(_SPECS["cos"])
+sqrt = _make(_SPECS["sqrt"])
+abs = _make(_SPECS["abs"])  # noqa: A001 (fastmetal.abs, as numpy.abs)
+negative = _make(_SPECS["negative"])
+square = _make(_SPECS["square"])
+reciprocal = _make(_SPECS["reciprocal"])
+softplus = _make(_SPECS["softplus"])
+gelu = _make(_SPECS["gelu"])
+add = _make(_SPECS["add"])
+subtract = _make(_SPECS["subtract"])
+multiply = _make(_SPECS["multiply"])
+divide = _make(_SPECS["divide"])
+power = _make(_SPECS["power"])
+maximum = _make(_SPECS["maximum"])
+minimum = _make(_SPECS["minimum"])
+
+UNARY = ["sigmoid", "relu", "tanh", "exp", "log", "sin", "cos", "sqrt", "abs", "negative",
+         "square", "reciprocal", "softplus", "gelu"]
+BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum"]
