@@ -20,25 +20,6 @@ py::object& numpy_fn(const char* name) {
 
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__name__")); }
 
-// One line saying why obj is not an array and what to do: the first line of NumPy's (or the
-// object's own) error, never a traceback; a tensor that requires grad is told to .detach().
-std::string not_an_array_message(py::handle obj, const py::error_already_set& e,
-                                 const std::string& op, const char* arg) {
-  const std::string got = "got " + type_name(obj);
-  if (py::hasattr(obj, "requires_grad") && py::hasattr(obj, "detach")) {
-    py::object rg = py::getattr(obj, "requires_grad", py::none());
-    if (PyObject_IsTrue(rg.ptr()) == 1)
-      return message(op, "expected an array-like of real numbers for ", arg, ", ", got,
-                     " that requires grad; pass ", arg, ".detach() (fastmetal does not track "
-                     "gradients)");
-    PyErr_Clear();
-  }
-  std::string why = py::str(e.value());
-  why = why.substr(0, why.find('\n'));
-  std::string kind = py::str(e.type().attr("__name__"));
-  return message(op, "expected an array-like of real numbers for ", arg, ", ", got, " (", kind,
-                 ": ", why, ")");
-}
 
 // Native dtype of a NumPy array, or nullopt if it must be converted to float32.
 std::optional<DType> classify(const py::array& arr, const std::string& op, const char* arg) {
@@ -108,6 +89,24 @@ bool is_array(py::handle obj) {
 
 bool is_python_scalar(py::handle obj) {
   return PyFloat_CheckExact(obj.ptr()) || PyLong_CheckExact(obj.ptr()) || PyBool_Check(obj.ptr());
+}
+
+std::string not_an_array_message(py::handle obj, const py::error_already_set& e,
+                                 const std::string& op, const char* arg) {
+  const std::string got = "got " + type_name(obj);
+  if (py::hasattr(obj, "requires_grad") && py::hasattr(obj, "detach")) {
+    py::object rg = py::getattr(obj, "requires_grad", py::none());
+    if (PyObject_IsTrue(rg.ptr()) == 1)
+      return message(op, "expected an array-like of real numbers for ", arg, ", ", got,
+                     " that requires grad; pass ", arg, ".detach() (fastmetal does not track "
+                     "gradients)");
+    PyErr_Clear();
+  }
+  std::string why = py::str(e.value());
+  why = why.substr(0, why.find('\n'));
+  std::string kind = py::str(e.type().attr("__name__"));
+  return message(op, "expected an array-like of real numbers for ", arg, ", ", got, " (", kind,
+                 ": ", why, ")");
 }
 
 bool any_array(const std::vector<py::handle>& objs) {
