@@ -35,7 +35,7 @@ void check_writable(const Array& a, const std::string& op, const char* arg) {
                                  "memory that is not writeable, e.g. bytes or a read-only "
                                  "NumPy array; pass a copy)"));
   for (std::size_t d = 0; d < a.shape.size(); ++d)
-    if (a.strides[d] == 0 && a.shape[d] > 1)
+    if (a.strides[d] == 0 && a.shape[d] > 1 && a.size() > 0)
       throw ValueError(message(op, "expected ", arg, " without broadcast (zero-stride) "
                                    "dimensions, got shape ", shape_str(a.shape), " with strides ",
                                shape_str(a.strides), " (in elements)"));

@@ -57,7 +57,7 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
     py::array arr = py::reinterpret_borrow<py::array>(out);
     out_shape.assign(arr.shape(), arr.shape() + arr.ndim());
     for (py::ssize_t d = 0; d < arr.ndim(); ++d)
-      if (arr.strides(d) == 0 && arr.shape(d) > 1)
+      if (arr.strides(d) == 0 && arr.shape(d) > 1 && arr.size() > 0)
         throw ValueError(message(op, "expected out without broadcast (zero-stride) dimensions, "
                                      "got a view with strides ",
                                  std::string(py::str(py::tuple(arr.attr("strides"))))));
