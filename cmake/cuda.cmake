@@ -1,4 +1,6 @@
-# The optional CUDA backend. FASTMETAL_CUDA: ON (required), OFF, or AUTO (when nvcc exists).
+# The optional CUDA backend. FASTMETAL_CUDA: ON (required), OFF, or AUTO (when nvcc exists
+# and this machine has an NVIDIA GPU: `nvidia-smi -L` lists one or /dev/nvidiactl exists;
+# a compiler alone is not a reason to spend minutes compiling kernels nothing here can run).
 # Sets FM_WITH_CUDA and FM_CUDA_ENTRIES for the generator; fm_add_cuda_backend(target)
 # compiles the generated wrappers and the host code into `target`.
 set(FM_WITH_CUDA OFF)
@@ -6,7 +8,15 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   # Turing .. Hopper as machine code, plus PTX that newer GPUs compile at load time.
   set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 90-real 90-virtual)
 endif()
-if(NOT FASTMETAL_CUDA STREQUAL "OFF" AND NOT APPLE)
+set(FM_CUDA_WANTED ${FASTMETAL_CUDA})
+if(FASTMETAL_CUDA STREQUAL "AUTO" AND NOT APPLE)
+  execute_process(COMMAND nvidia-smi -L RESULT_VARIABLE FM_NVSMI_RC OUTPUT_QUIET ERROR_QUIET)
+  if(NOT FM_NVSMI_RC EQUAL 0 AND NOT EXISTS /dev/nvidiactl)
+    message(STATUS "fastmetal: no NVIDIA GPU here; CUDA backend skipped (FASTMETAL_CUDA=ON builds it)")
+    set(FM_CUDA_WANTED OFF)
+  endif()
+endif()
+if(NOT FM_CUDA_WANTED STREQUAL "OFF" AND NOT APPLE)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)

@@ -27,6 +27,10 @@ std::size_t CachingAllocator::size_class(std::size_t n) {
 }
 
 CachingAllocator::Block CachingAllocator::acquire(std::size_t nbytes) {
+  // Beyond this no device has the memory, and size_class's rounding would overflow.
+  if (nbytes > (std::size_t(1) << 60))
+    throw OutOfMemory("[fastmetal] cannot allocate " + std::to_string(nbytes) +
+                      " bytes: more memory than any device has");
   const std::size_t want = size_class(nbytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -43,6 +47,9 @@ CachingAllocator::Block CachingAllocator::acquire(std::size_t nbytes) {
     empty_cache();  // memory may be held by the pool: free it and try once more
     b = raw_alloc_(want);
   }
+  if (b.host == nullptr && b.handle == nullptr)
+    throw OutOfMemory("[fastmetal] out of device memory allocating " + std::to_string(nbytes) +
+                      " bytes");
   return b;
 }
 

@@ -6,8 +6,20 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <new>
+#include <string>
 
 namespace fm {
+
+// Raised where a device cannot allocate a block; pybind11 turns std::bad_alloc into
+// Python's MemoryError, with this message.
+struct OutOfMemory : std::bad_alloc {
+  explicit OutOfMemory(std::string msg) : msg_(std::move(msg)) {}
+  const char* what() const noexcept override { return msg_.c_str(); }
+
+ private:
+  std::string msg_;
+};
 
 class CachingAllocator {
  public:
@@ -22,6 +34,7 @@ class CachingAllocator {
   CachingAllocator(RawAlloc raw_alloc, RawFree raw_free, std::size_t max_cached_bytes);
   ~CachingAllocator();
 
+  // A block of at least nbytes; OutOfMemory where the device cannot provide it.
   Block acquire(std::size_t nbytes);
   void give_back(const Block& block);
   void empty_cache();

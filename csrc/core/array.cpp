@@ -1,5 +1,7 @@
 #include "array.h"
 
+#include "errors.h"
+
 namespace fm {
 
 std::pair<const char*, const char*> Array::host_extent() const {
@@ -13,13 +15,30 @@ std::pair<const char*, const char*> Array::host_extent() const {
   return {base + lo, base + hi + item - 1};
 }
 
-Array Array::empty(Backend& backend, const Shape& shape, DType dtype) {
+Array Array::empty(Backend& backend, const Shape& shape, DType dtype, const char* op) {
+  if (!fits_in_memory(shape, itemsize(dtype)))
+    throw ValueError(std::string("[fastmetal") + (op ? std::string(".") + op : "") +
+                     "] expected an array of at most 2**63 - 1 bytes, got shape " +
+                     shape_str(shape) + " of " + dtype_name(dtype) + " (" +
+                     std::to_string(itemsize(dtype)) + " bytes each)");
   Array a;
   a.shape = shape;
   a.strides = contiguous_strides(shape);
   a.dtype = dtype;
   a.storage = backend.allocate(std::size_t(numel(shape)) * itemsize(dtype));
   return a;
+}
+
+void check_writable(const Array& a, const std::string& op, const char* arg) {
+  if (a.readonly)
+    throw ValueError(message(op, "expected a writeable ", arg, ", got a read-only array (it views "
+                                 "memory that is not writeable, e.g. bytes or a read-only "
+                                 "NumPy array; pass a copy)"));
+  for (std::size_t d = 0; d < a.shape.size(); ++d)
+    if (a.strides[d] == 0 && a.shape[d] > 1 && a.size() > 0)
+      throw ValueError(message(op, "expected ", arg, " without broadcast (zero-stride) "
+                                   "dimensions, got shape ", shape_str(a.shape), " with strides ",
+                               shape_str(a.strides), " (in elements)"));
 }
 
 bool may_overlap(const Array& a, const Array& b) {

@@ -17,6 +17,9 @@ struct Array {
   Shape shape;
   Strides strides;
   DType dtype = DType::float32;
+  // Views memory that Python says is immutable (a read-only buffer export, e.g. `bytes`,
+  // a read-only or broadcast NumPy array): ops read it but never write into it.
+  bool readonly = false;
 
   Backend& backend() const { return *storage->backend; }
   std::int64_t size() const { return numel(shape); }
@@ -29,8 +32,15 @@ struct Array {
   // [lowest, highest] byte addresses touched (host-visible backends), for overlap checks.
   std::pair<const char*, const char*> host_extent() const;
 
-  static Array empty(Backend& backend, const Shape& shape, DType dtype);
+  // A new contiguous array. ValueError (naming `op`) where the byte count does not fit a
+  // signed 64-bit size, MemoryError where the device cannot allocate it; nothing is
+  // allocated in either case.
+  static Array empty(Backend& backend, const Shape& shape, DType dtype, const char* op = nullptr);
 };
+
+// ValueError unless `a` may be written by `op` (as `arg`): not read-only and without
+// broadcast (zero-stride) dimensions, whose elements share memory.
+void check_writable(const Array& a, const std::string& op, const char* arg);
 
 // True where a and b can touch the same bytes.
 bool may_overlap(const Array& a, const Array& b);

@@ -12,6 +12,13 @@ std::int64_t numel(const Shape& shape) {
   return n;
 }
 
+bool fits_in_memory(const Shape& shape, std::size_t itemsize) {
+  std::int64_t bytes = std::int64_t(itemsize);
+  for (auto d : shape)
+    if (d < 0 || __builtin_mul_overflow(bytes, d > 0 ? d : 1, &bytes)) return false;
+  return true;
+}
+
 Strides contiguous_strides(const Shape& shape) {
   Strides s(shape.size());
   std::int64_t acc = 1;

@@ -11,6 +11,9 @@ using Shape = std::vector<std::int64_t>;
 using Strides = std::vector<std::int64_t>;
 
 std::int64_t numel(const Shape& shape);
+// True where an array of `shape` with `itemsize`-byte elements has a byte count that fits a
+// signed 64-bit size (extents of 0 count as 1, as NumPy does: (0, 2**62, 2**62) is too big).
+bool fits_in_memory(const Shape& shape, std::size_t itemsize);
 Strides contiguous_strides(const Shape& shape);
 bool is_contiguous(const Shape& shape, const Strides& strides);
 std::string shape_str(const Shape& shape);  // "(3, 32, 32)"

@@ -199,6 +199,8 @@ Conv2dArgs conv2d_resolve(const std::string& op, const Shape& input, const Shape
         pad_top[d] = span / 2;
         break;
     }
+  }
+  for (int d = 0; d < 2; ++d) {  // after the loop above: the message prints both axes
     if (in[d] + pad_total[d] > kMaxIndex)
       throw ValueError(message(op, "expected the padded input to fit 32-bit indices, got input ",
                                "shape ", shape_str(input), " with padding ",

@@ -111,9 +111,7 @@ Operand inspect(py::handle obj, const std::string& op, const char* arg) {
     try {
       arr = py::module_::import("numpy").attr("asarray")(obj);
     } catch (py::error_already_set& e) {
-      throw TypeError(message(op, "expected an array-like of real numbers for ", arg, ", got ",
-                              std::string(py::str(py::type::handle_of(obj).attr("__name__"))),
-                              " (", e.what(), ")"));
+      throw TypeError(not_an_array_message(obj, e, op, arg));
     }
   }
   native_dtype_of(arr, op, arg);  // TypeError for complex, object, string, ... dtypes

@@ -49,12 +49,18 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
   bool float_dtype = false, native = false;
   if (fm_out) {
     const Array& a = out.cast<const Array&>();
+    check_writable(a, op, "out");
     out_shape = a.shape;
     float_dtype = native = true;
     o.user_array = a;
   } else {
     py::array arr = py::reinterpret_borrow<py::array>(out);
     out_shape.assign(arr.shape(), arr.shape() + arr.ndim());
+    for (py::ssize_t d = 0; d < arr.ndim(); ++d)
+      if (arr.strides(d) == 0 && arr.shape(d) > 1 && arr.size() > 0)
+        throw ValueError(message(op, "expected out without broadcast (zero-stride) dimensions, "
+                                     "got a view with strides ",
+                                 std::string(py::str(py::tuple(arr.attr("strides"))))));
     float_dtype = arr.dtype().kind() == 'f';
     native = float_dtype && (arr.itemsize() == 4 || arr.itemsize() == 2);
     if (!arr.writeable())
@@ -69,7 +75,12 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
   // On devices whose memory the CPU cannot see, a NumPy out= is filled from a temporary.
   if (native && (fm_out || backend.host_visible())) {
     o.user_array = to_array(out, backend, op, "out");
-    if (o.user_array.dtype == dtype) {
+    // Strides that are not whole elements were gathered into a copy: write a temporary
+    // and copy it into out= instead of into that copy.
+    const bool shares_memory =
+        fm_out || o.user_array.host_data() ==
+                      static_cast<const char*>(py::reinterpret_borrow<py::array>(out).data());
+    if (o.user_array.dtype == dtype && shares_memory) {
       bool clash = false;
       for (auto& [in, in_shape] : inputs) {
         Array view = in;

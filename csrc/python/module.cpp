@@ -10,6 +10,7 @@
 #include "python/elementwise_bindings.h"
 #include "core/errors.h"
 #include "python/pyarray.h"
+#include "backend/env_config.h"
 
 namespace py = pybind11;
 using namespace fm;
@@ -59,7 +60,7 @@ py::object filled(py::handle shape, py::handle dtype, py::handle device, const c
   const Shape s = parse_shape(shape, op);
   const DType t = parse_dtype(dtype, op, "dtype");
   Backend& b = backend_arg(device);
-  Array a = Array::empty(b, s, t);
+  Array a = Array::empty(b, s, t, op);
   if (value >= 0 && a.size() > 0) {
     // Fill in place where the CPU sees the memory, else on the host and copy once.
     std::vector<char> staging;
@@ -149,7 +150,7 @@ PYBIND11_MODULE(_core, m) {
         return py::buffer_info(a.host_data(), py::ssize_t(itemsize(a.dtype)),
                                a.dtype == DType::float32 ? "f" : "e", py::ssize_t(a.ndim()),
                                std::vector<py::ssize_t>(a.shape.begin(), a.shape.end()),
-                               strides, false);
+                               strides, a.readonly);
       })
       .def_property_readonly("shape", &shape_tuple)
       .def_property_readonly("dtype", [](const Array& a) { return numpy_dtype(a.dtype); })
@@ -283,6 +284,8 @@ PYBIND11_MODULE(_core, m) {
   fm::bind_python_hooks(m);  // each backend's private hooks (backend/<name>/python_hooks.cpp)
 
   // Introspection for tests and `python -m fastmetal`.
+  m.def("_config_problems", &fm::env::config_problems,
+        "FASTMETAL_* environment variables that were not understood, one line each.");
   m.def("_has_kernel", [](const std::string& device, const std::string& name) {
     return get_backend(device).has_kernel(name);
   });

@@ -20,6 +20,7 @@ py::object& numpy_fn(const char* name) {
 
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__name__")); }
 
+
 // Native dtype of a NumPy array, or nullopt if it must be converted to float32.
 std::optional<DType> classify(const py::array& arr, const std::string& op, const char* arg) {
   const py::dtype dt = arr.dtype();
@@ -41,6 +42,7 @@ Array wrap_numpy(Backend& backend, py::array arr) {
     }
   Array a;
   a.dtype = arr.itemsize() == 4 ? DType::float32 : DType::float16;
+  a.readonly = !arr.writeable();
   a.shape.assign(arr.shape(), arr.shape() + arr.ndim());
   a.strides.resize(a.shape.size());
   std::int64_t lo = 0, hi = 0;
@@ -89,6 +91,24 @@ bool is_python_scalar(py::handle obj) {
   return PyFloat_CheckExact(obj.ptr()) || PyLong_CheckExact(obj.ptr()) || PyBool_Check(obj.ptr());
 }
 
+std::string not_an_array_message(py::handle obj, const py::error_already_set& e,
+                                 const std::string& op, const char* arg) {
+  const std::string got = "got " + type_name(obj);
+  if (py::hasattr(obj, "requires_grad") && py::hasattr(obj, "detach")) {
+    py::object rg = py::getattr(obj, "requires_grad", py::none());
+    if (PyObject_IsTrue(rg.ptr()) == 1)
+      return message(op, "expected an array-like of real numbers for ", arg, ", ", got,
+                     " that requires grad; pass ", arg, ".detach() (fastmetal does not track "
+                     "gradients)");
+    PyErr_Clear();
+  }
+  std::string why = py::str(e.value());
+  why = why.substr(0, why.find('\n'));
+  std::string kind = py::str(e.type().attr("__name__"));
+  return message(op, "expected an array-like of real numbers for ", arg, ", ", got, " (", kind,
+                 ": ", why, ")");
+}
+
 bool any_array(const std::vector<py::handle>& objs) {
   for (auto o : objs)
     if (o && is_array(o)) return true;
@@ -134,8 +154,7 @@ py::array to_native_numpy(py::handle obj, const std::string& op, const char* arg
     try {
       arr = numpy_fn("asarray")(obj);
     } catch (py::error_already_set& e) {
-      throw TypeError(message(op, "expected an array-like of real numbers for ", arg, ", got ",
-                              type_name(obj), " (", e.what(), ")"));
+      throw TypeError(not_an_array_message(obj, e, op, arg));
     }
   }
   const std::optional<DType> native = classify(arr, op, arg);
@@ -206,7 +225,9 @@ py::array numpy_view(const Array& a, py::handle owner) {
                           : py::capsule(new StoragePtr(a.storage), [](void* p) {
                               delete static_cast<StoragePtr*>(p);
                             });
-  return py::array(numpy_dtype(a.dtype), shape, strides, a.host_data(), base);
+  py::array view(numpy_dtype(a.dtype), shape, strides, a.host_data(), base);
+  if (a.readonly) view.attr("setflags")(py::arg("write") = false);
+  return view;
 }
 
 py::object wrap_result(Array result, bool as_fastmetal_array) {

@@ -23,6 +23,11 @@ std::shared_ptr<void> keep_alive(py::object obj);
 
 bool is_array(py::handle obj);          // a fastmetal.Array
 bool is_python_scalar(py::handle obj);  // bool, int or float (weakly typed, NEP 50)
+// TypeError text for an object NumPy could not turn into an array (error `e`): one line, the
+// first line of that error, never a traceback; a tensor that requires grad is told to
+// .detach().
+std::string not_an_array_message(py::handle obj, const py::error_already_set& e,
+                                 const std::string& op, const char* arg);
 
 // The device an op runs on: that of its fastmetal.Array arguments (which must agree),
 // else the default device.

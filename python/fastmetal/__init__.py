@@ -2,14 +2,14 @@
 
 On a Mac the kernels run on the Apple GPU through Metal; everywhere the same kernel
 source also runs on the CPU (and on NVIDIA GPUs where the CUDA backend was built).
+The public API is ``__all__`` (docs/API.md describes each name).
 
     >>> import numpy as np, fastmetal as fm
     >>> fm.sigmoid(np.zeros(3, np.float32))
     array([0.5, 0.5, 0.5], dtype=float32)
 """
-from __future__ import annotations
-
-from importlib.metadata import PackageNotFoundError, version
+import importlib.metadata as _metadata
+import warnings as _warnings
 
 from . import _core
 from ._core import (
@@ -23,27 +23,37 @@ from ._core import (
     synchronize,
     zeros,
 )
-from ._elementwise import BINARY as _BINARY
-from ._elementwise import FUNCTIONS as _FUNCTIONS
-from ._elementwise import UNARY as _UNARY
+# One function per line of metal/elementwise_ops.tbl (defined by name in _elementwise).
+from ._elementwise import *  # noqa: F401,F403
+from ._elementwise import __all__ as _elementwise_names
 from . import _array  # Array operators, views and NumPy dispatch
 from ._array import expand_dims
 from .numerics import derivative, fourier_series, gradient
 from .conv import conv2d, conv2d_backward
+from .reductions import sum, mean, var, std, max, min, argmax, argmin  # noqa: A004
+from .linalg import matmul, linear, linear_backward
 from . import training
-from .training import (cross_entropy, dropout, dropout_backward, log_softmax,  # noqa: F401
+from .training import (cross_entropy, dropout, dropout_backward, log_softmax,
                        log_softmax_backward, max_pool2d, max_pool2d_backward)
 from . import nn
 
 try:
-    __version__ = version("fastmetal")
-except PackageNotFoundError:  # running from a source tree
+    __version__ = _metadata.version("fastmetal")
+except _metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0+unknown"
 
-globals().update(_FUNCTIONS)
+# FASTMETAL_* variables that were not understood: say so once, here, naming the variable
+# and the accepted values (the default is used instead).
+def _warn_about_configuration():
+    for problem in _core._config_problems():
+        _warnings.warn(problem, RuntimeWarning, stacklevel=3)
+
+
+_warn_about_configuration()
 
 __all__ = [
     "__version__",
+    # devices and arrays
     "Array",
     "asarray",
     "default_device",
@@ -53,14 +63,25 @@ __all__ = [
     "set_default_device",
     "synchronize",
     "zeros",
+    # elementwise (metal/elementwise_ops.tbl)
+    *_elementwise_names,
+    "expand_dims",
+    # numerical differentiation
     "gradient",
     "derivative",
     "fourier_series",
+    # convolution
     "conv2d",
     "conv2d_backward",
+    # reductions and linear algebra
+    "sum", "mean", "var", "std", "max", "min", "argmax", "argmin",
+    "matmul", "linear", "linear_backward",
+    # training
+    "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
+    "max_pool2d", "max_pool2d_backward",
     "nn",
-    "expand_dims",
-    *training.__all__,
-    *_UNARY,
-    *_BINARY,
 ]
+
+
+def __dir__():
+    return sorted(__all__)

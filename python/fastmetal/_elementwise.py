@@ -59,6 +59,12 @@ def _make(spec: OpSpec):
     return op
 
 
-FUNCTIONS = {spec.name: _make(spec) for spec in OPS}
-UNARY = [s.name for s in OPS if s.arity == 1]
-BINARY = [s.name for s in OPS if s.arity == 2]
+# One public function per line of the op table: adding a line adds the function, its
+# docstring, its stub (generated into _elementwise.pyi by the build) and its tests.
+for _spec in OPS:
+    globals()[_spec.name] = _make(_spec)
+del _spec
+
+UNARY = [spec.name for spec in OPS if spec.arity == 1]
+BINARY = [spec.name for spec in OPS if spec.arity == 2]
+__all__ = [spec.name for spec in OPS]

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TABLE_PATH = Path(__file__).with_name("elementwise_ops.tbl")
+if not TABLE_PATH.exists():  # an editable install runs from the source tree: its table
+    TABLE_PATH = Path(__file__).resolve().parents[2] / "metal" / "elementwise_ops.tbl"
 
 
 @dataclass(frozen=True)

@@ -4,21 +4,20 @@ There is no autograd: a layer remembers what its ``forward`` saw, and ``backward
 the gradient of the loss with respect to the layer's output and returns the gradient with
 respect to its input, storing the parameter gradients on the layer.
 """
-from __future__ import annotations
+import math as _math
+import numbers as _numbers
 
-import math
-import numbers
-
-import numpy as np
+import numpy as _np
 
 from . import _core
-from .conv import conv2d, conv2d_backward
+from .conv import conv2d as _conv2d
+from .conv import conv2d_backward as _conv2d_backward
 
 __all__ = ["Conv2d"]
 
 
 def _positive_int(value, name):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+    if isinstance(value, (bool, _np.bool_)) or not isinstance(value, _numbers.Integral):
         raise TypeError(f"[fastmetal.nn.Conv2d] expected {name} to be a positive int, "
                         f"got {value!r}")
     if value < 1:
@@ -73,24 +72,24 @@ class Conv2d:
         if self.out_channels % self.groups:
             raise ValueError(f"[fastmetal.nn.Conv2d] expected out_channels "
                              f"({self.out_channels}) to be divisible by groups ({self.groups})")
-        if not isinstance(bias, (bool, np.bool_)):
+        if not isinstance(bias, (bool, _np.bool_)):
             raise TypeError(f"[fastmetal.nn.Conv2d] expected bias to be True or False, "
                             f"got {bias!r}")
         if seed is not None and rng is not None:
             raise ValueError("[fastmetal.nn.Conv2d] expected at most one of seed and rng, "
                              "got both")
         if rng is None:
-            rng = np.random.default_rng(seed)
-        elif not isinstance(rng, np.random.Generator):
+            rng = _np.random.default_rng(seed)
+        elif not isinstance(rng, _np.random.Generator):
             raise TypeError("[fastmetal.nn.Conv2d] expected rng to be a numpy.random.Generator, "
                             f"got {type(rng).__name__}")
 
         kh, kw = self.kernel_size
         fan_in = self.in_channels // self.groups * kh * kw
-        bound = 1.0 / math.sqrt(fan_in)  # kaiming_uniform(a=sqrt(5)): sqrt(6/((1+5)*fan_in))
+        bound = 1.0 / _math.sqrt(fan_in)  # kaiming_uniform(a=sqrt(5)): sqrt(6/((1+5)*fan_in))
         shape = (self.out_channels, self.in_channels // self.groups, kh, kw)
-        weight = rng.uniform(-bound, bound, size=shape).astype(np.float32)
-        b = rng.uniform(-bound, bound, size=self.out_channels).astype(np.float32) if bias else None
+        weight = rng.uniform(-bound, bound, size=shape).astype(_np.float32)
+        b = rng.uniform(-bound, bound, size=self.out_channels).astype(_np.float32) if bias else None
         self.device = device
         if device is not None:
             weight = _core.asarray(weight, device=device)
@@ -106,7 +105,7 @@ class Conv2d:
                     groups=self.groups)
 
     def forward(self, x):
-        y = conv2d(x, self.weight, self.bias, **self._args())
+        y = _conv2d(x, self.weight, self.bias, **self._args())
         self._input = x  # after the call: a failed forward keeps the previous input
         return y
 
@@ -117,7 +116,7 @@ class Conv2d:
             raise ValueError("[fastmetal.nn.Conv2d] expected forward() to be called before "
                              "backward(), got no saved input")
         needs = ("input", "weight", "bias") if self.bias is not None else ("input", "weight")
-        gx, gw, gb = conv2d_backward(grad_output, self._input, self.weight, needs=needs,
+        gx, gw, gb = _conv2d_backward(grad_output, self._input, self.weight, needs=needs,
                                      **self._args())
         self.weight_grad = gw
         self.bias_grad = gb
@@ -149,3 +148,7 @@ from .layers import __all__ as _layer_names  # noqa: E402
 from . import optim  # noqa: E402,F401
 
 __all__ += [*_layer_names, "optim"]
+
+
+def __dir__():
+    return sorted(__all__)

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cpu_kernel_abi.h"
+#include "../env_config.h"
 
 #define FM_CPU_STEM(stem) void register_##stem(KernelTable&);
 namespace fm::cpu {
@@ -50,12 +51,15 @@ bool supported(const std::string& isa) {
 }
 
 std::string choose_isa() {
-  if (const char* env = std::getenv("FASTMETAL_CPU_ISA")) {
-    if (!supported(env))
-      throw std::runtime_error(std::string("FASTMETAL_CPU_ISA=") + env +
-                               " is not built into fastmetal or not supported by this CPU");
-    return env;
-  }
+  std::vector<std::string> built = {"base"};
+#if defined(FM_CPU_HAVE_AVX2)
+  built.push_back("avx2");
+#endif
+#if defined(FM_CPU_HAVE_AVX512)
+  built.push_back("avx512");
+#endif
+  // A value that is not built in or not supported here is reported and the best is used.
+  if (std::string asked = env::cpu_isa(built, &supported); !asked.empty()) return asked;
   for (const char* isa : {"avx512", "avx2"})
     if (supported(isa)) return isa;
   return "base";

@@ -1,4 +1,5 @@
 #include "thread_pool.h"
+#include "../env_config.h"
 
 #include <atomic>
 #include <chrono>
@@ -36,13 +37,7 @@ struct ThreadPool::Job {
 };
 
 int default_num_threads() {
-  if (const char* env = std::getenv("FASTMETAL_NUM_THREADS")) {
-    try {
-      int n = std::stoi(env);
-      if (n >= 1) return n;
-    } catch (...) {
-    }
-  }
+  if (const int n = env::num_threads()) return n;  // 0: unset or not understood (reported)
 #if defined(__linux__)
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));

@@ -1,0 +1,51 @@
+"""The public namespace is exactly the documented API (docs/API.md): nothing leaks, every
+name is defined for real (no globals().update), and the elementwise names match the op table."""
+from __future__ import annotations
+
+import re
+import types
+from pathlib import Path
+
+import fastmetal as fm
+from fastmetal import _elementwise, nn
+from fastmetal._optable import OPS
+
+API_DOC = Path(__file__).resolve().parent.parent / "docs" / "API.md"
+SUBMODULES = {"conv", "numerics", "nn"}  # where the functions are defined; not API names
+
+
+def documented_names(section_prefix: str) -> set[str]:
+    """Names in the `<!-- api: ... -->` list of docs/API.md."""
+    text = API_DOC.read_text()
+    m = re.search(rf"<!-- api: {re.escape(section_prefix)} -->\n(.*?)\n<!-- /api -->", text, re.S)
+    assert m, f"docs/API.md has no api list for {section_prefix}"
+    return set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", m.group(1)))
+
+
+def test_dir_of_fastmetal_is_exactly_the_documented_api():
+    assert set(dir(fm)) == set(fm.__all__) == documented_names("fastmetal")
+
+
+def test_dir_of_fastmetal_nn_is_exactly_the_documented_api():
+    assert set(dir(nn)) == set(nn.__all__) == documented_names("fastmetal.nn")
+
+
+def test_no_leaked_public_attributes():
+    public = {n for n in vars(fm) if not n.startswith("_")}
+    assert public - set(fm.__all__) <= SUBMODULES
+    for leaked in ("annotations", "version", "PackageNotFoundError", "globals"):
+        assert not hasattr(fm, leaked)
+    assert {n for n in vars(nn) if not n.startswith("_")} == set(nn.__all__)
+    assert not hasattr(nn, "np")
+
+
+def test_every_public_name_is_a_real_definition():
+    for name in fm.__all__:
+        assert hasattr(fm, name), name
+    for spec in OPS:
+        fn = getattr(fm, spec.name)
+        assert isinstance(fn, types.FunctionType) and fn.__name__ == spec.name
+        assert fn is getattr(_elementwise, spec.name)
+    table = [s.name for s in OPS]
+    assert _elementwise.UNARY + _elementwise.BINARY == table
+    assert "globals().update" not in Path(fm.__file__).read_text()
