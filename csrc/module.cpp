@@ -232,6 +232,7 @@ PYBIND11_MODULE(_core, m) {
   fm::python::bind_numerics(m);
   fm::python::bind_conv2d(m);
   fm::python::bind_conv2d_cpu(m);
+  fm::python::bind_reductions(m);
 
   // Introspection for tests and `python -m fastmetal`.
   m.def("_cpu_isa", [] { return std::string(fm::cpu::kernel_isa()); });

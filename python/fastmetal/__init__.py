@@ -29,6 +29,8 @@ from ._elementwise import UNARY as _UNARY
 from .numerics import derivative, fourier_series, gradient
 from .conv import conv2d, conv2d_backward
 from . import nn
+from .reductions import sum, mean, var, std, max, min, argmax, argmin  # noqa: A004
+from .linalg import matmul, linear, linear_backward
 
 try:
     __version__ = version("fastmetal")
@@ -54,6 +56,8 @@ __all__ = [
     "conv2d",
     "conv2d_backward",
     "nn",
+    "sum", "mean", "var", "std", "max", "min", "argmax", "argmin",
+    "matmul", "linear", "linear_backward",
     *_UNARY,
     *_BINARY,
 ]
