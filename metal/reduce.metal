@@ -4,7 +4,9 @@
 // One threadgroup per output (threadgroup_position_in_grid.x). Each thread reduces a
 // strided share of the R elements (sums Kahan-compensated, so a share of 10^5 elements
 // loses almost nothing), then the group combines the shares: simdgroup functions within a
-// simdgroup, a tree in threadgroup memory across simdgroups. Correct for ANY threadgroup
+// simdgroup (shuffles for sums, simd_max for max/min), a tree in threadgroup memory across
+// simdgroups. The compensated arithmetic needs IEEE float semantics: the Metal backend
+// must not compile this file with fast math (which may reassociate it away). Correct for ANY threadgroup
 // size up to 1024 (partial simdgroups, non-powers of two): every barrier sits where the
 // whole group reaches it, and only slots written by this launch are read.
 //
@@ -31,8 +33,28 @@ FM_FUNC void kahan_add(thread float& s, thread float& c, float x) {
   s = t;
 }
 
+// Error-free transformation of a + b into hi + lo (Knuth's TwoSum); an infinite sum keeps
+// no error term.
+FM_FUNC void two_sum(thread float& hi, thread float& lo, float a, float b) {
+  const float s = a + b;
+  const float bb = s - a;
+  const float e = (a - (s - bb)) + (b - bb);
+  hi = s;
+  lo = isfinite(s) ? e : 0.0f;
+}
+
+// Adds the double-float (bh, bl) into (ah, al).
+FM_FUNC void add_pair(thread float& ah, thread float& al, float bh, float bl) {
+  float hi, lo;
+  two_sum(hi, lo, ah, bh);
+  ah = hi;
+  al = lo + (al + bl);
+}
+
 // Sum (Dev = false) or sum of squared deviations from mean[o] (Dev = true), divided by
-// args.divisor, square-rooted if flags bit 0.
+// args.divisor, square-rooted if flags bit 0. The shares are combined as double-floats
+// (hi, lo) through simdgroup shuffles and a threadgroup tree, so combining them loses
+// almost nothing either.
 template <bool Dev>
 kernel void reduce_sum(device const float* x [[buffer(0)]],
                        device const float* mean [[buffer(1)]],
@@ -44,7 +66,8 @@ kernel void reduce_sum(device const float* x [[buffer(0)]],
                        uint32_t lane [[thread_index_in_simdgroup]],
                        uint32_t sg [[simdgroup_index_in_threadgroup]],
                        uint32_t sg_width [[threads_per_simdgroup]]) {
-  threadgroup float partial[kReduceSlots];
+  threadgroup float part_hi[kReduceSlots];
+  threadgroup float part_lo[kReduceSlots];
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
   const uint32_t o = tg_pos.x;
   const float m = Dev ? mean[o] : 0.0f;
@@ -57,19 +80,38 @@ kernel void reduce_sum(device const float* x [[buffer(0)]],
     }
     kahan_add(s, c, v);
   }
-  s = simd_sum(s);
+  // This thread's share is s - c.
+  float hi = s, lo = -c;
+  // Tree within the simdgroup over its live lanes (the last simdgroup may be partial).
+  const uint32_t live = min(sg_width, T - sg * sg_width);
+  uint32_t span = 1;
+  while (span < sg_width) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    const float oh = simd_shuffle_down(hi, ushort(h));
+    const float ol = simd_shuffle_down(lo, ushort(h));
+    if (lane < h && lane + h < live) add_pair(hi, lo, oh, ol);
+  }
   const uint32_t groups = (T + sg_width - 1) / sg_width;
-  if (lane == 0) partial[sg] = s;
+  if (lane == 0) {
+    part_hi[sg] = hi;
+    part_lo[sg] = lo;
+  }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   // Pairwise tree over the simdgroup sums: halve a power-of-two span, skip missing partners.
-  uint32_t span = 1;
+  span = 1;
   while (span < groups) span *= 2;
   for (uint32_t h = span / 2; h > 0; h /= 2) {
-    if (tid < h && tid + h < groups) partial[tid] += partial[tid + h];
+    if (tid < h && tid + h < groups) {
+      float th = part_hi[tid], tl = part_lo[tid];
+      add_pair(th, tl, part_hi[tid + h], part_lo[tid + h]);
+      part_hi[tid] = th;
+      part_lo[tid] = tl;
+    }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
   if (tid == 0) {
-    float r = partial[0] / a.divisor;
+    const float total = part_hi[0] + part_lo[0];
+    const float r = total / a.divisor;
     out[o] = (a.flags & 1u) != 0 ? sqrt(r) : r;
   }
 }
