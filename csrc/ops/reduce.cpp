@@ -119,7 +119,7 @@ ReduceArgs kernel_args(const Layout& l, const std::string& op) {
 void check_not_empty(ReduceOp op, const Layout& l) {
   const bool has_identity = op == ReduceOp::sum || op == ReduceOp::mean || op == ReduceOp::var ||
                             op == ReduceOp::std;  // 0, or 0 / 0 = NaN
-  if (!has_identity && l.R == 0 && l.outer * l.inner > 0) {
+  if (!has_identity && l.R == 0) {  // as NumPy, even where no output
     if (op == ReduceOp::argmax || op == ReduceOp::argmin)
       throw ValueError(message(reduce_op_name(op), "expected a non-empty axis, got an empty ",
                                "sequence (attempt to get ", reduce_op_name(op),
