@@ -47,6 +47,32 @@ double sum_run(const float* x, i64 n, F f) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// Largest of sign * x[0..n) ignoring NaN (-inf if none), and whether a NaN was seen, in
+// eight lanes the compiler turns into vector max instructions.
+inline float max_run(const float* x, i64 n, float sign, bool& nan) {
+  float b[8], m[8];
+  for (int j = 0; j < 8; ++j) b[j] = -INFINITY, m[j] = 0.0f;
+  i64 r = 0;
+  for (; r + 8 <= n; r += 8)
+    for (int j = 0; j < 8; ++j) {
+      const float v = sign * x[r + j];
+      m[j] = v != v ? 1.0f : m[j];
+      b[j] = v > b[j] ? v : b[j];
+    }
+  for (; r < n; ++r) {
+    const float v = sign * x[r];
+    m[0] = v != v ? 1.0f : m[0];
+    b[0] = v > b[0] ? v : b[0];
+  }
+  float best = b[0];
+  nan = false;
+  for (int j = 0; j < 8; ++j) {
+    best = b[j] > best ? b[j] : best;
+    nan = nan || m[j] != 0.0f;
+  }
+  return best;
+}
+
 template <class F>
 void sums(const Tiling& t, const float* x, const double* mean, F f, std::vector<double>& part) {
   t.run([&](i64 ob, i64 c, i64 r0, i64 r1, i64 i0, i64 i1) {
@@ -99,6 +125,12 @@ void reduce_rows(CpuReduce op, const float* x, i64 outer, i64 R, i64 inner, cons
   std::vector<float> best(std::size_t(outer * t.chunks * inner), -INFINITY);
   std::vector<char> nan(best.size(), 0);
   t.run([&](i64 ob, i64 c, i64 r0, i64 r1, i64 i0, i64 i1) {
+    if (inner == 1) {
+      bool n = false;
+      best[t.slot(ob, c, 0)] = max_run(x + ob * R + r0, r1 - r0, sign, n);
+      nan[t.slot(ob, c, 0)] = n;
+      return;
+    }
     for (i64 i = i0; i < i1; ++i) {
       float b = -INFINITY;
       bool n = false;
@@ -133,6 +165,22 @@ void arg_rows(int sign, const float* x, i64 outer, i64 R, i64 inner, i64* out) {
   std::vector<i64> where(best.size());
   // Scans ascending: the first NaN ends the scan, a value wins only if strictly better.
   t.run([&](i64 ob, i64 c, i64 r0, i64 r1, i64 i0, i64 i1) {
+    if (inner == 1) {  // a vectorised max, then a scan for its first occurrence (or a NaN)
+      const float* p = x + ob * R;
+      bool n = false;
+      const float b = max_run(p + r0, r1 - r0, s, n);
+      i64 w = r0;
+      for (i64 r = r0; r < r1; ++r) {
+        const float v = s * p[r];
+        if (n ? v != v : v == b) {
+          w = r;
+          break;
+        }
+      }
+      best[t.slot(ob, c, 0)] = n ? std::numeric_limits<float>::quiet_NaN() : b;
+      where[t.slot(ob, c, 0)] = w;
+      return;
+    }
     for (i64 i = i0; i < i1; ++i) {
       const float* p = x + (ob * R) * inner + i;
       float b = s * p[r0 * inner];
