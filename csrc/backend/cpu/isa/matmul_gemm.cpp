@@ -41,7 +41,10 @@ i64 pack(const MatmulArgs& p, const float* A, const float* B, i64 b, Scratch& s,
   const int M = p.M, N = p.N, K = p.K;
   const float* a = A + batch_offset(p, b, p.a_bs);
   const float* bb = B + batch_offset(p, b, p.b_bs);
-  const i64 ldb = round_up(N, NR);
+  // Row pitch of the copy: a multiple of NR, but not of 128 floats (rows a power of two
+  // apart map onto the same L1 sets, and the micro-kernel walks B down its rows).
+  i64 ldb = round_up(N, NR);
+  if (ldb % 128 == 0) ldb += NR;
   const int strips = int(ceil_div(M, MR));
   if (i64(s.ap.size()) < packed_size(M, K)) s.ap.resize(std::size_t(packed_size(M, K)));
   if (i64(s.bp.size()) < ldb * K + NR) s.bp.resize(std::size_t(ldb * K + NR));
