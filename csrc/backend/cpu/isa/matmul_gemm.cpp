@@ -67,13 +67,27 @@ i64 pack(const MatmulArgs& p, const float* A, const float* B, i64 b, Scratch& s,
     }
     std::fill(dst + N, dst + ldb, 0.f);
   };
+  // A transposed B (B^T contiguous: linear's weight.T) is copied in blocks of kTransK rows,
+  // reading each column's run contiguously while the block's destination rows stay cached.
+  constexpr i64 kTransK = 64;
+  const bool transposed = p.b_rs == 1 && p.b_cs != 1;
+  auto copy_block = [&](i64 blk) {
+    const i64 k0 = blk * kTransK, k1 = std::min<i64>(K, k0 + kTransK);
+    for (int n = 0; n < N; ++n) {
+      const float* src = bb + i64(n) * p.b_cs;
+      for (i64 k = k0; k < k1; ++k) bp[k * ldb + n] = src[k];
+    }
+    for (i64 k = k0; k < k1; ++k) std::fill(bp + k * ldb + N, bp + (k + 1) * ldb, 0.f);
+  };
+  const i64 copies = transposed ? ceil_div(K, kTransK) : K;
+  auto copy = [&](i64 i) { transposed ? copy_block(i) : copy_row(i); };
   if (parallel) {
     auto& pool = ThreadPool::instance();
     pool.parallel_for(strips, pack_strip);
-    pool.parallel_for(K, copy_row);
+    pool.parallel_for(copies, copy);
   } else {
     for (i64 st = 0; st < strips; ++st) pack_strip(st);
-    for (i64 k = 0; k < K; ++k) copy_row(k);
+    for (i64 i = 0; i < copies; ++i) copy(i);
   }
   return ldb;
 }
