@@ -1,0 +1,31 @@
+// Reductions over axes of an fm::Array (NumPy semantics): sum, mean, var, std, max, min,
+// argmax, argmin. Validation of axes happens at the Python boundary
+// (csrc/python/reduce_bindings.cpp); here axes are normalised, sorted and unique.
+//
+// The input is brought into an (outer, R, inner) layout (reduce_args.h): directly where it
+// is contiguous and the reduced axes are adjacent, else gathered with the reduced axes
+// last. On the cpu device the C++ algorithms of reduce_cpu.cpp run (see native_path.h),
+// elsewhere the MSL kernels of metal/reduce.metal.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/array.h"
+
+namespace fm {
+
+enum class ReduceOp { sum, mean, var, std, max, min, argmax, argmin };
+
+// "sum" -> ReduceOp::sum ...; ValueError for unknown names.
+ReduceOp parse_reduce_op(const std::string& name);
+const char* reduce_op_name(ReduceOp op);
+
+// The float32 result, contiguous, with the shape of the kept axes (in order).
+// `op` is not argmax / argmin. ddof: var / std only.
+Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double ddof);
+// argmax / argmin over one axis (or all axes, flattened, when axis < 0): int64 indices, one
+// per element of the kept axes (in order), on the host.
+std::vector<std::int64_t> reduce_arg(ReduceOp op, const Array& x, int axis);
+
+}  // namespace fm

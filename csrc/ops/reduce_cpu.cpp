@@ -1,0 +1,220 @@
+#include "reduce_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+
+namespace fm::cpu {
+namespace {
+using i64 = std::int64_t;
+
+// Work is cut into tasks of (outer row, chunk of R, block of inner) whose boundaries depend
+// on the shape only, never on the thread count: each task writes its own partial and the
+// partials are combined in order.
+struct Tiling {
+  i64 outer, R, inner, rows, chunks, iblock, iblocks;
+  Tiling(i64 o, i64 r, i64 in) : outer(o), R(r), inner(in) {
+    iblock = std::min<i64>(inner, 512);
+    iblocks = (inner + iblock - 1) / iblock;
+    rows = std::max<i64>(1, (i64(1) << 16) / iblock);
+    chunks = std::max<i64>(1, (R + rows - 1) / rows);
+  }
+  i64 tasks() const { return outer * chunks * iblocks; }
+  // Partial slot of (ob, chunk, oi).
+  i64 slot(i64 ob, i64 c, i64 oi) const { return (ob * chunks + c) * inner + oi; }
+  template <class F>
+  void run(F task) const {
+    ThreadPool::instance().parallel_for(tasks(), [&](i64 t) {
+      const i64 ib = t % iblocks, c = (t / iblocks) % chunks, ob = t / (iblocks * chunks);
+      const i64 r0 = c * rows, r1 = std::min(R, r0 + rows);
+      const i64 i0 = ib * iblock, i1 = std::min(inner, i0 + iblock);
+      task(ob, c, r0, r1, i0, i1);
+    });
+  }
+};
+
+// Sum of f(x) over one contiguous run, in eight float64 lanes added in a fixed order.
+template <class F>
+double sum_run(const float* x, i64 n, F f) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  i64 r = 0;
+  for (; r + 8 <= n; r += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += f(double(x[r + j]));
+  for (int j = 0; r < n; ++r, ++j) acc[j] += f(double(x[r]));
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Largest of sign * x[0..n) ignoring NaN (-inf if none), and whether a NaN was seen, in
+// eight lanes the compiler turns into vector max instructions.
+inline float max_run(const float* x, i64 n, float sign, bool& nan) {
+  float b[8], m[8];
+  for (int j = 0; j < 8; ++j) b[j] = -INFINITY, m[j] = 0.0f;
+  i64 r = 0;
+  for (; r + 8 <= n; r += 8)
+    for (int j = 0; j < 8; ++j) {
+      const float v = sign * x[r + j];
+      m[j] = v != v ? 1.0f : m[j];
+      b[j] = v > b[j] ? v : b[j];
+    }
+  for (; r < n; ++r) {
+    const float v = sign * x[r];
+    m[0] = v != v ? 1.0f : m[0];
+    b[0] = v > b[0] ? v : b[0];
+  }
+  float best = b[0];
+  nan = false;
+  for (int j = 0; j < 8; ++j) {
+    best = b[j] > best ? b[j] : best;
+    nan = nan || m[j] != 0.0f;
+  }
+  return best;
+}
+
+template <class F>
+void sums(const Tiling& t, const float* x, const double* mean, F f, std::vector<double>& part) {
+  t.run([&](i64 ob, i64 c, i64 r0, i64 r1, i64 i0, i64 i1) {
+    if (t.inner == 1) {
+      const double m = mean ? mean[ob] : 0.0;
+      part[t.slot(ob, c, 0)] = sum_run(x + ob * t.R + r0, r1 - r0, [&](double v) { return f(v - m); });
+      return;
+    }
+    double acc[512];
+    double m[512];
+    for (i64 i = i0; i < i1; ++i) {
+      acc[i - i0] = 0.0;
+      m[i - i0] = mean ? mean[ob * t.inner + i] : 0.0;
+    }
+    for (i64 r = r0; r < r1; ++r) {
+      const float* row = x + (ob * t.R + r) * t.inner;
+      for (i64 i = i0; i < i1; ++i) acc[i - i0] += f(double(row[i]) - m[i - i0]);
+    }
+    for (i64 i = i0; i < i1; ++i) part[t.slot(ob, c, i)] = acc[i - i0];
+  });
+}
+}  // namespace
+
+void reduce_rows(CpuReduce op, const float* x, i64 outer, i64 R, i64 inner, const double* mean,
+                 double divisor, bool root, float* out, double* out_f64) {
+  const Tiling t(outer, R, inner);
+  const i64 outputs = outer * inner;
+  if (outputs == 0) return;
+  if (op == CpuReduce::sum || op == CpuReduce::sumsq_dev) {
+    std::vector<double> part(std::size_t(outer * t.chunks * inner), 0.0);
+    if (R > 0) {
+      if (op == CpuReduce::sum)
+        sums(t, x, nullptr, [](double v) { return v; }, part);
+      else
+        sums(t, x, mean, [](double v) { return v * v; }, part);
+    }
+    for (i64 o = 0; o < outputs; ++o) {
+      const i64 ob = o / inner, oi = o - ob * inner;
+      double s = 0.0;
+      for (i64 c = 0; c < t.chunks; ++c) s += part[t.slot(ob, c, oi)];
+      s /= divisor;
+      if (root) s = std::sqrt(s);
+      if (out_f64) out_f64[o] = s;
+      if (out) out[o] = float(s);
+    }
+    return;
+  }
+  // max / min: the extreme non-NaN value per task and whether a NaN was seen.
+  const float sign = op == CpuReduce::max ? 1.0f : -1.0f;
+  std::vector<float> best(std::size_t(outer * t.chunks * inner), -INFINITY);
+  std::vector<char> nan(best.size(), 0);
+  t.run([&](i64 ob, i64 c, i64 r0, i64 r1, i64 i0, i64 i1) {
+    if (inner == 1) {
+      bool n = false;
+      best[t.slot(ob, c, 0)] = max_run(x + ob * R + r0, r1 - r0, sign, n);
+      nan[t.slot(ob, c, 0)] = n;
+      return;
+    }
+    for (i64 i = i0; i < i1; ++i) {
+      float b = -INFINITY;
+      bool n = false;
+      const float* p = x + (ob * R + r0) * inner + i;
+      for (i64 r = r0; r < r1; ++r, p += inner) {
+        const float v = sign * *p;
+        n |= v != v;
+        b = v > b ? v : b;
+      }
+      best[t.slot(ob, c, i)] = b;
+      nan[t.slot(ob, c, i)] = n;
+    }
+  });
+  for (i64 o = 0; o < outputs; ++o) {
+    const i64 ob = o / inner, oi = o - ob * inner;
+    float b = -INFINITY;
+    bool n = false;
+    for (i64 c = 0; c < t.chunks; ++c) {
+      b = std::max(b, best[t.slot(ob, c, oi)]);
+      n |= nan[t.slot(ob, c, oi)] != 0;
+    }
+    out[o] = n ? std::numeric_limits<float>::quiet_NaN() : sign * b;
+  }
+}
+
+void arg_rows(int sign, const float* x, i64 outer, i64 R, i64 inner, i64* out) {
+  const Tiling t(outer, R, inner);
+  const i64 outputs = outer * inner;
+  if (outputs == 0 || R == 0) return;
+  const float s = float(sign);
+  std::vector<float> best(std::size_t(outer * t.chunks * inner));
+  std::vector<i64> where(best.size());
+  // Scans ascending: the first NaN ends the scan, a value wins only if strictly better.
+  t.run([&](i64 ob, i64 c, i64 r0, i64 r1, i64 i0, i64 i1) {
+    if (inner == 1) {  // a vectorised max, then a scan for its first occurrence (or a NaN)
+      const float* p = x + ob * R;
+      bool n = false;
+      const float b = max_run(p + r0, r1 - r0, s, n);
+      i64 w = r0;
+      for (i64 r = r0; r < r1; ++r) {
+        const float v = s * p[r];
+        if (n ? v != v : v == b) {
+          w = r;
+          break;
+        }
+      }
+      best[t.slot(ob, c, 0)] = n ? std::numeric_limits<float>::quiet_NaN() : b;
+      where[t.slot(ob, c, 0)] = w;
+      return;
+    }
+    for (i64 i = i0; i < i1; ++i) {
+      const float* p = x + (ob * R) * inner + i;
+      float b = s * p[r0 * inner];
+      i64 w = r0;
+      if (b == b)
+        for (i64 r = r0 + 1; r < r1; ++r) {
+          const float v = s * p[r * inner];
+          if (v != v) {
+            b = v;
+            w = r;
+            break;
+          }
+          if (v > b) {
+            b = v;
+            w = r;
+          }
+        }
+      best[t.slot(ob, c, i)] = b;
+      where[t.slot(ob, c, i)] = w;
+    }
+  });
+  for (i64 o = 0; o < outputs; ++o) {
+    const i64 ob = o / inner, oi = o - ob * inner;
+    float b = best[t.slot(ob, 0, oi)];
+    i64 w = where[t.slot(ob, 0, oi)];
+    for (i64 c = 1; c < t.chunks && b == b; ++c) {
+      const float v = best[t.slot(ob, c, oi)];
+      if (v != v || v > b) {
+        b = v;
+        w = where[t.slot(ob, c, oi)];
+      }
+    }
+    out[o] = w;
+  }
+}
+
+}  // namespace fm::cpu

@@ -1,0 +1,279 @@
+// Python entry points of the reductions and matrix products (fastmetal.sum ... argmin,
+// matmul, linear, linear_backward): parse and validate the arguments, convert operands to
+// float32 Arrays on the op's device, compute without the GIL, return NumPy or
+// fastmetal.Array (python/fastmetal/reductions.py and linalg.py add the docstrings).
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "ops/elementwise.h"
+#include "core/errors.h"
+#include "ops/matmul.h"
+#include "ops/native_path.h"
+#include "ops/reduce.h"
+#include "python/pyarray.h"
+
+namespace fm::python {
+namespace {
+
+std::optional<std::int64_t> int_arg(py::handle v) {
+  static auto* np_bool = new py::object(py::module_::import("numpy").attr("bool_"));
+  if (PyBool_Check(v.ptr()) || PyFloat_Check(v.ptr()) || py::isinstance(v, *np_bool))
+    return std::nullopt;
+  PyObject* i = PyNumber_Index(v.ptr());
+  if (i == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  const long long x = PyLong_AsLongLong(i);
+  Py_DECREF(i);
+  if (x == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return std::int64_t(x);
+}
+
+int normalize_axis(const std::string& op, std::int64_t a, std::int64_t ndim) {
+  if (a < -ndim || a >= ndim)
+    throw ValueError(message(op, "expected axis in [", -ndim, ", ", ndim, ") for an array of ",
+                             ndim, " dimensions, got ", a));
+  return int(a < 0 ? a + ndim : a);
+}
+
+// axis=None | int | tuple of ints -> sorted unique axes (None: all).
+std::vector<int> parse_axes(const std::string& op, py::handle axis, std::int64_t ndim,
+                            bool tuple_ok) {
+  std::vector<int> axes;
+  if (axis.is_none()) {
+    for (int d = 0; d < ndim; ++d) axes.push_back(d);
+    return axes;
+  }
+  if (auto i = int_arg(axis)) return {normalize_axis(op, *i, ndim)};
+  if (!tuple_ok || !(py::isinstance<py::tuple>(axis) || py::isinstance<py::list>(axis)))
+    throw TypeError(message(op, "expected axis to be None, an int",
+                            tuple_ok ? " or a tuple of ints" : "", ", got ",
+                            std::string(py::repr(axis))));
+  for (auto v : py::reinterpret_borrow<py::sequence>(axis)) {
+    auto i = int_arg(v);
+    if (!i)
+      throw TypeError(message(op, "expected axis to be a tuple of ints, got ",
+                              std::string(py::repr(axis))));
+    axes.push_back(normalize_axis(op, *i, ndim));
+  }
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    throw ValueError(message(op, "expected distinct axes, got ", std::string(py::repr(axis))));
+  return axes;
+}
+
+Shape keepdims_shape(const Shape& in, const std::vector<int>& axes) {
+  Shape s = in;
+  for (int a : axes) s[a] = 1;
+  return s;
+}
+
+// 0-d NumPy results become NumPy scalars, as NumPy's reductions return.
+py::object numpy_result(py::array r) {
+  if (r.ndim() == 0) return r[py::tuple()];
+  return std::move(r);
+}
+
+Array input_array(py::handle x, const std::string& op, const char* name, Backend& b) {
+  return to_array(x, b, op, name, DType::float32);
+}
+
+py::object reduce_py(const std::string& name, py::handle x, py::handle axis, bool keepdims,
+                     double ddof) {
+  const ReduceOp op = parse_reduce_op(name);
+  Backend& b = pick_backend(name, {{"a", x}});
+  const bool as_array = is_array(x);
+  Array a = input_array(x, name, "a", b);
+  const bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
+  const std::vector<int> axes = parse_axes(name, axis, a.ndim(), !arg);
+  if (arg) {
+    std::vector<std::int64_t> idx;
+    {
+      py::gil_scoped_release nogil;
+      idx = reduce_arg(op, a, axis.is_none() ? -1 : axes[0]);
+    }
+    Shape s;
+    if (keepdims) {
+      s = keepdims_shape(a.shape, axes);
+    } else if (!axis.is_none()) {
+      s = a.shape;
+      s.erase(s.begin() + axes[0]);
+    }
+    py::array_t<std::int64_t> r(std::vector<py::ssize_t>(s.begin(), s.end()));
+    std::copy(idx.begin(), idx.end(), r.mutable_data());
+    return numpy_result(r);
+  }
+  Array out;
+  {
+    py::gil_scoped_release nogil;
+    out = reduce(op, a, axes, ddof);
+    b.synchronize();
+  }
+  if (keepdims) {
+    out.shape = keepdims_shape(a.shape, axes);
+    out.strides = contiguous_strides(out.shape);
+  }
+  if (as_array) return py::cast(std::move(out));
+  return numpy_result(numpy_view(out));
+}
+
+// A transposed 2-D view (no copy).
+Array transposed(Array w) {
+  std::swap(w.shape[0], w.shape[1]);
+  std::swap(w.strides[0], w.strides[1]);
+  return w;
+}
+
+// x (*, n) contiguous as a 2-D (prod(*), n) view.
+Array as_rows(const Array& x) {
+  Array v = x;
+  const std::int64_t n = x.shape.empty() ? 1 : x.shape.back();
+  v.shape = {n == 0 ? 0 : x.size() / std::max<std::int64_t>(n, 1), n};
+  if (n == 0) {
+    std::int64_t rows = 1;
+    for (std::size_t d = 0; d + 1 < x.shape.size(); ++d) rows *= x.shape[d];
+    v.shape[0] = rows;
+  }
+  v.strides = contiguous_strides(v.shape);
+  return v;
+}
+
+void check_linear(const std::string& op, const Shape& x, const Shape& w, const char* xname) {
+  if (w.size() != 2)
+    throw ValueError(message(op, "expected a 2-D weight (out_features, in_features), got shape ",
+                             shape_str(w)));
+  if (x.empty() || x.back() != w[1])
+    throw ValueError(message(op, "expected ", xname, " of shape (*, in_features) with in_features = ",
+                             w[1], " (weight.shape[1]), got shape ", shape_str(x)));
+}
+
+py::object linear_py(py::handle x, py::handle w, py::handle bias) {
+  const std::string op = "linear";
+  Backend& b = pick_backend(op, {{"x", x}, {"weight", w}, {"bias", bias}});
+  const bool as_array = any_array({x, w, bias});
+  Array xa = to_contiguous_array(x, b, op, "x", DType::float32);
+  Array wa = to_array(w, b, op, "weight", DType::float32);
+  check_linear(op, xa.shape, wa.shape, "x");
+  std::optional<Array> ba;
+  if (!bias.is_none()) {
+    ba = to_array(bias, b, op, "bias", DType::float32);
+    if (ba->shape != Shape{wa.shape[0]})
+      throw ValueError(message(op, "expected bias of shape (", wa.shape[0],
+                               ",) (out_features), got shape ", shape_str(ba->shape)));
+  }
+  Array y;
+  {
+    py::gil_scoped_release nogil;
+    y = matmul(op, xa, transposed(wa));
+    if (ba) launch_binary("add", y, *ba, y);
+    b.synchronize();
+  }
+  return wrap_result(std::move(y), as_array);
+}
+
+py::tuple linear_backward_py(py::handle gy, py::handle x, py::handle w, py::handle needs) {
+  const std::string op = "linear_backward";
+  bool want_x = false, want_w = false, want_b = false;
+  auto bad_needs = [&] {
+    return ValueError(message(op, "expected needs to be a collection of 'input', 'weight', ",
+                              "'bias', got ", std::string(py::repr(needs))));
+  };
+  if (py::isinstance<py::str>(needs)) throw bad_needs();
+  try {
+    for (auto n : py::iter(needs)) {
+      if (!py::isinstance<py::str>(n)) throw bad_needs();
+      const std::string s = n.cast<std::string>();
+      if (s == "input") want_x = true;
+      else if (s == "weight") want_w = true;
+      else if (s == "bias") want_b = true;
+      else throw bad_needs();
+    }
+  } catch (const py::error_already_set&) {
+    throw bad_needs();
+  }
+  Backend& b = pick_backend(op, {{"grad_output", gy}, {"x", x}, {"weight", w}});
+  const bool as_array = any_array({gy, x, w});
+  Array ga = to_contiguous_array(gy, b, op, "grad_output", DType::float32);
+  Array xa = to_contiguous_array(x, b, op, "x", DType::float32);
+  Array wa = to_array(w, b, op, "weight", DType::float32);
+  check_linear(op, xa.shape, wa.shape, "x");
+  Shape want_gy = xa.shape;
+  want_gy.back() = wa.shape[0];
+  if (ga.shape != want_gy)
+    throw ValueError(message(op, "expected grad_output of shape ", shape_str(want_gy),
+                             " (x.shape[:-1] + (out_features,)), got shape ", shape_str(ga.shape)));
+  std::optional<Array> gx, gw, gb;
+  {
+    py::gil_scoped_release nogil;
+    if (want_x) gx = matmul(op, ga, wa);
+    const Array g2 = as_rows(ga), x2 = as_rows(xa);
+    if (want_w) gw = matmul(op, transposed(g2), x2);
+    if (want_b) gb = reduce(ReduceOp::sum, g2, {0}, 0);
+    b.synchronize();
+  }
+  auto out = [&](std::optional<Array>& a) -> py::object {
+    if (!a) return py::none();
+    return wrap_result(std::move(*a), as_array);
+  };
+  return py::make_tuple(out(gx), out(gw), out(gb));
+}
+
+py::object matmul_py(py::handle a, py::handle b, py::handle out) {
+  const std::string op = "matmul";
+  Backend& be = pick_backend(op, {{"a", a}, {"b", b}, {"out", out}});
+  const bool as_array = any_array({a, b});
+  Array aa = input_array(a, op, "a", be);
+  Array ba = input_array(b, op, "b", be);
+  const Shape shape = matmul_shape(op, aa.shape, ba.shape);
+  if (!out.is_none()) {
+    if (!is_array(out))
+      throw TypeError(message(op, "expected out to be a fastmetal.Array (NumPy outputs are ",
+                              "handled by fastmetal.matmul), got ", std::string(py::repr(py::type::of(out)))));
+    const Array& o = out.cast<const Array&>();
+    if (o.shape != shape || o.dtype != DType::float32 || !o.contiguous())
+      throw ValueError(message(op, "expected out to be a contiguous float32 array of shape ",
+                               shape_str(shape), ", got shape ", shape_str(o.shape)));
+    if (may_overlap(o, aa) || may_overlap(o, ba))
+      throw ValueError(message(op, "expected out not to overlap the operands, got an overlap"));
+    {
+      py::gil_scoped_release nogil;
+      matmul_into(op, aa, ba, o);
+      be.synchronize();
+    }
+    return py::reinterpret_borrow<py::object>(out);
+  }
+  Array r;
+  {
+    py::gil_scoped_release nogil;
+    r = matmul(op, aa, ba);
+    be.synchronize();
+  }
+  if (as_array) return py::cast(std::move(r));
+  return numpy_result(numpy_view(r));
+}
+
+}  // namespace
+
+void bind_reductions(py::module_& m) {
+  m.def("_reduce", &reduce_py, py::arg("op"), py::arg("a"), py::arg("axis") = py::none(),
+        py::arg("keepdims") = false, py::arg("ddof") = 0.0);
+  m.def("_matmul", &matmul_py, py::arg("a"), py::arg("b"), py::arg("out") = py::none());
+  m.def("_linear", &linear_py, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
+  m.def("_linear_backward", &linear_backward_py, py::arg("grad_output"), py::arg("x"),
+        py::arg("weight"), py::arg("needs"));
+  // Tests: run the MSL kernels instead of the CPU algorithms on the cpu device, and pick
+  // their threadgroup size.
+  m.def("_set_native_cpu", &set_cpu_fast_path, py::arg("enabled"));
+  m.def("_native_cpu", &cpu_fast_path_enabled);
+  m.def("_set_kernel_group_size", &set_kernel_group_size, py::arg("threads"));
+  m.def("_kernel_group_size", &kernel_group_size);
+}
+
+}  // namespace fm::python

@@ -1,0 +1,223 @@
+// Reductions over one axis of a (outer, R, inner) view (reduce_args.h): sum, mean,
+// var / std (sum of squared deviations from a precomputed mean), max, min, argmax, argmin.
+//
+// One threadgroup per output (threadgroup_position_in_grid.x). Each thread reduces a
+// strided share of the R elements (sums Kahan-compensated, so a share of 10^5 elements
+// loses almost nothing), then the group combines the shares: simdgroup functions within a
+// simdgroup (shuffles for sums, simd_max for max/min), a tree in threadgroup memory across
+// simdgroups. The compensated arithmetic needs IEEE float semantics: the Metal backend
+// must not compile this file with fast math (which may reassociate it away). Correct for ANY threadgroup
+// size up to 1024 (partial simdgroups, non-powers of two): every barrier sits where the
+// whole group reaches it, and only slots written by this launch are read.
+//
+// NaN as NumPy: sums propagate NaN (and inf - inf); max/min propagate NaN; argmax/argmin
+// return the index of the first NaN if there is one, else of the first extreme value.
+#include <metal_stdlib>
+#include "fm_kernel.h"
+#include "reduce_args.h"
+using namespace metal;
+
+enum : uint32_t { kReduceSlots = 1024 };  // Metal's largest threadgroup
+
+FM_FUNC uint32_t reduce_index(constant ReduceArgs& a, uint32_t o, uint32_t r) {
+  const uint32_t ob = o / a.inner, oi = o - ob * a.inner;
+  return (ob * a.R + r) * a.inner + oi;
+}
+
+// Kahan step; an infinite partial sum keeps no compensation (inf - inf would turn it into
+// NaN although NumPy's sum stays inf).
+FM_FUNC void kahan_add(thread float& s, thread float& c, float x) {
+  const float y = x - c;
+  const float t = s + y;
+  c = isfinite(t) ? (t - s) - y : 0.0f;
+  s = t;
+}
+
+// Error-free transformation of a + b into hi + lo (Knuth's TwoSum); an infinite sum keeps
+// no error term.
+FM_FUNC void two_sum(thread float& hi, thread float& lo, float a, float b) {
+  const float s = a + b;
+  const float bb = s - a;
+  const float e = (a - (s - bb)) + (b - bb);
+  hi = s;
+  lo = isfinite(s) ? e : 0.0f;
+}
+
+// Adds the double-float (bh, bl) into (ah, al).
+FM_FUNC void add_pair(thread float& ah, thread float& al, float bh, float bl) {
+  float hi, lo;
+  two_sum(hi, lo, ah, bh);
+  ah = hi;
+  al = lo + (al + bl);
+}
+
+// Sum (Dev = false) or sum of squared deviations from mean[o] (Dev = true), divided by
+// args.divisor, square-rooted if flags bit 0. The shares are combined as double-floats
+// (hi, lo) through simdgroup shuffles and a threadgroup tree, so combining them loses
+// almost nothing either.
+template <bool Dev>
+kernel void reduce_sum(device const float* x [[buffer(0)]],
+                       device const float* mean [[buffer(1)]],
+                       device float* out [[buffer(2)]],
+                       constant ReduceArgs& a [[buffer(3)]],
+                       uint3 tg_pos [[threadgroup_position_in_grid]],
+                       uint32_t tid [[thread_index_in_threadgroup]],
+                       uint3 tg_size [[threads_per_threadgroup]],
+                       uint32_t lane [[thread_index_in_simdgroup]],
+                       uint32_t sg [[simdgroup_index_in_threadgroup]],
+                       uint32_t sg_width [[threads_per_simdgroup]]) {
+  threadgroup float part_hi[kReduceSlots];
+  threadgroup float part_lo[kReduceSlots];
+  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t o = tg_pos.x;
+  const float m = Dev ? mean[o] : 0.0f;
+  float s = 0.0f, c = 0.0f;
+  for (uint32_t r = tid; r < a.R; r += T) {
+    float v = x[reduce_index(a, o, r)];
+    if (Dev) {
+      v -= m;
+      v *= v;
+    }
+    kahan_add(s, c, v);
+  }
+  // This thread's share is s - c.
+  float hi = s, lo = -c;
+  // Tree within the simdgroup over its live lanes (the last simdgroup may be partial).
+  const uint32_t live = min(sg_width, T - sg * sg_width);
+  uint32_t span = 1;
+  while (span < sg_width) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    const float oh = simd_shuffle_down(hi, ushort(h));
+    const float ol = simd_shuffle_down(lo, ushort(h));
+    if (lane < h && lane + h < live) add_pair(hi, lo, oh, ol);
+  }
+  const uint32_t groups = (T + sg_width - 1) / sg_width;
+  if (lane == 0) {
+    part_hi[sg] = hi;
+    part_lo[sg] = lo;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  // Pairwise tree over the simdgroup sums: halve a power-of-two span, skip missing partners.
+  span = 1;
+  while (span < groups) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    if (tid < h && tid + h < groups) {
+      float th = part_hi[tid], tl = part_lo[tid];
+      add_pair(th, tl, part_hi[tid + h], part_lo[tid + h]);
+      part_hi[tid] = th;
+      part_lo[tid] = tl;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0) {
+    const float total = part_hi[0] + part_lo[0];
+    const float r = total / a.divisor;
+    out[o] = (a.flags & 1u) != 0 ? sqrt(r) : r;
+  }
+}
+
+FM_INSTANTIATE("reduce_sum", reduce_sum, false);
+FM_INSTANTIATE("reduce_sumsq_dev", reduce_sum, true);
+
+// max (Sign = 1) or min (Sign = -1, as -max(-x)), NaN propagating: the simdgroup reduces a
+// NaN flag and the largest non-NaN value separately (simd_max may ignore NaN).
+template <int Sign>
+kernel void reduce_max(device const float* x [[buffer(0)]],
+                       device float* out [[buffer(1)]],
+                       constant ReduceArgs& a [[buffer(2)]],
+                       uint3 tg_pos [[threadgroup_position_in_grid]],
+                       uint32_t tid [[thread_index_in_threadgroup]],
+                       uint3 tg_size [[threads_per_threadgroup]],
+                       uint32_t lane [[thread_index_in_simdgroup]],
+                       uint32_t sg [[simdgroup_index_in_threadgroup]],
+                       uint32_t sg_width [[threads_per_simdgroup]]) {
+  threadgroup float best[kReduceSlots];
+  threadgroup float nan_seen[kReduceSlots];
+  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t o = tg_pos.x;
+  float b = -INFINITY, n = 0.0f;
+  for (uint32_t r = tid; r < a.R; r += T) {
+    const float v = float(Sign) * x[reduce_index(a, o, r)];
+    if (isnan(v)) n = 1.0f;
+    else b = max(b, v);
+  }
+  b = simd_max(b);
+  n = simd_max(n);
+  const uint32_t groups = (T + sg_width - 1) / sg_width;
+  if (lane == 0) {
+    best[sg] = b;
+    nan_seen[sg] = n;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint32_t span = 1;
+  while (span < groups) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    if (tid < h && tid + h < groups) {
+      best[tid] = max(best[tid], best[tid + h]);
+      nan_seen[tid] = max(nan_seen[tid], nan_seen[tid + h]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0) out[o] = nan_seen[0] != 0.0f ? NAN : float(Sign) * best[0];
+}
+
+FM_INSTANTIATE("reduce_max", reduce_max, 1);
+FM_INSTANTIATE("reduce_min", reduce_max, -1);
+
+// The better of two (value, index) candidates for argmax of Sign * x: NaN first, then the
+// larger value, ties (and two NaNs) to the smaller index, so the order of combination
+// does not matter.
+FM_FUNC bool arg_better(float v, uint32_t i, float w, uint32_t j) {
+  const bool vn = isnan(v), wn = isnan(w);
+  if (vn || wn) return vn && (!wn || i < j);
+  if (v != w) return v > w;
+  return i < j;
+}
+
+// argmax (Sign = 1) / argmin (Sign = -1) as int64 indices along the axis. Threadgroup tree
+// only: the simdgroup functions carry floats, not (value, index) pairs.
+template <int Sign>
+kernel void reduce_argmax(device const float* x [[buffer(0)]],
+                          device int64_t* out [[buffer(1)]],
+                          constant ReduceArgs& a [[buffer(2)]],
+                          uint3 tg_pos [[threadgroup_position_in_grid]],
+                          uint32_t tid [[thread_index_in_threadgroup]],
+                          uint3 tg_size [[threads_per_threadgroup]]) {
+  threadgroup float best[kReduceSlots];
+  threadgroup uint32_t where[kReduceSlots];
+  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t o = tg_pos.x;
+  float b = -INFINITY;
+  uint32_t bi = 0xffffffffu;
+  for (uint32_t r = tid; r < a.R; r += T) {
+    const float v = float(Sign) * x[reduce_index(a, o, r)];
+    if (bi == 0xffffffffu || arg_better(v, r, b, bi)) {
+      b = v;
+      bi = r;
+    }
+  }
+  if (tid < kReduceSlots) {
+    best[tid] = b;
+    where[tid] = bi;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const uint32_t slots = min(T, uint32_t(kReduceSlots));
+  uint32_t span = 1;
+  while (span < slots) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    if (tid < h && tid + h < slots) {
+      const uint32_t j = where[tid + h];
+      // An empty share (index 0xffffffff) never wins.
+      if (j != 0xffffffffu &&
+          (where[tid] == 0xffffffffu || arg_better(best[tid + h], j, best[tid], where[tid]))) {
+        best[tid] = best[tid + h];
+        where[tid] = j;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0) out[o] = int64_t(where[0]);
+}
+
+FM_INSTANTIATE("reduce_argmax", reduce_argmax, 1);
+FM_INSTANTIATE("reduce_argmin", reduce_argmax, -1);

@@ -1,0 +1,55 @@
+"""Matrix products: ``matmul`` (``numpy.matmul`` semantics) and the dense layer
+``linear`` / ``linear_backward`` (``torch.nn.functional.linear`` semantics), built on one
+GEMM: the tiled MSL kernel of ``metal/matmul.metal`` on GPUs, the conv2d engine's
+register-blocked CPU GEMM on the ``cpu`` device.
+
+NumPy in, NumPy out; a ``fastmetal.Array`` argument gives ``fastmetal.Array`` results on
+its device. Computation is float32 (other dtypes are converted). Bad shapes raise
+``ValueError`` worded ``[fastmetal.matmul] expected ..., got ...``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["matmul", "linear", "linear_backward"]
+
+
+def matmul(a, b, out=None):
+    """Matrix product of two arrays, as ``numpy.matmul``.
+
+    1-D operands are promoted (a leading / trailing 1 that is removed from the result),
+    leading batch dimensions broadcast. ``out``: a NumPy array or a contiguous float32
+    ``fastmetal.Array`` of the result's shape.
+    """
+    if out is None or isinstance(out, _core.Array):
+        return _core._matmul(a, b, out)
+    if not isinstance(out, np.ndarray):
+        raise TypeError("[fastmetal.matmul] expected out to be a NumPy array or "
+                        f"fastmetal.Array, got {type(out).__name__}")
+    r = _core._matmul(a, b, None)
+    if out.shape != np.shape(r):
+        raise ValueError(f"[fastmetal.matmul] expected out of shape {np.shape(r)}, "
+                         f"got shape {out.shape}")
+    np.copyto(out, np.asarray(r), casting="same_kind")
+    return out
+
+
+def linear(x, weight, bias=None):
+    """``x @ weight.T + bias`` for ``x`` of shape ``(*, in_features)``, ``weight``
+    ``(out_features, in_features)`` and ``bias`` ``(out_features,)`` or None, as
+    ``torch.nn.functional.linear``."""
+    return _core._linear(x, weight, bias)
+
+
+def linear_backward(grad_output, x, weight, needs=("input", "weight", "bias")) -> tuple[Any, Any, Any]:
+    """Gradients of :func:`linear`: ``(grad_input, grad_weight, grad_bias)`` with None for
+    those not in ``needs`` (a collection of ``"input"``, ``"weight"``, ``"bias"``).
+
+    grad_input = grad_output @ weight, grad_weight = grad_output^T x (over all leading
+    dimensions), grad_bias = grad_output summed over all leading dimensions.
+    """
+    return _core._linear_backward(grad_output, x, weight, needs)

@@ -1,0 +1,246 @@
+"""fastmetal.matmul (np.matmul semantics), fastmetal.linear / linear_backward (PyTorch
+semantics) against NumPy float64 and torch autograd: every device of the suite, hypothesis
+over shapes and strides, the tiled MSL kernel of metal/matmul.metal under the CPU fiber
+emulator (several threadgroup sizes and seeds), bad arguments."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastmetal as fm
+from fastmetal import _core
+
+
+@pytest.fixture
+def kernels():
+    saved_native, saved_group = _core._native_cpu(), _core._kernel_group_size()
+    saved_seed = os.environ.get("FASTMETAL_EMULATOR_SEED")
+    _core._set_native_cpu(False)
+    yield
+    _core._set_native_cpu(saved_native)
+    _core._set_kernel_group_size(saved_group)
+    if saved_seed is None:
+        os.environ.pop("FASTMETAL_EMULATOR_SEED", None)
+    else:
+        os.environ["FASTMETAL_EMULATOR_SEED"] = saved_seed
+
+
+def check_matmul(a, b):
+    got = fm.matmul(a, b)
+    want = np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    assert np.shape(got) == want.shape
+    assert np.asarray(got).dtype == np.float32
+    k = np.shape(a)[-1]
+    tol = 1e-5 * (1 + k) * (1 + np.abs(np.asarray(a)).max(initial=0) * np.abs(np.asarray(b)).max(initial=0))
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=tol)
+
+
+SHAPES = [
+    ((3,), (3,)),              # 1-D @ 1-D: a scalar
+    ((3,), (3, 4)),            # 1-D promoted on the left
+    ((2, 3), (3,)),            # ... on the right
+    ((5, 2, 3), (3,)),
+    ((4,), (2, 4, 5)),
+    ((70, 130), (130, 90)),    # several tiles, partial edges
+    ((1, 16), (16, 200)),      # one row
+    ((33, 1), (1, 65)),        # K = 1
+    ((2, 0), (0, 3)),          # K = 0: zeros
+    ((0, 4), (4, 3)),          # empty result
+    ((2, 1, 5, 6), (3, 6, 7)),  # broadcast batches
+    ((4, 3, 8, 9), (1, 3, 9, 2)),
+    ((2, 3, 4, 5, 6, 7), (7, 3)),  # more batch dims than the kernel takes (merged)
+]
+
+
+@pytest.mark.parametrize("sa,sb", SHAPES, ids=[f"{a}@{b}" for a, b in SHAPES])
+def test_matmul_matches_numpy(device, sa, sb, rng):
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    check_matmul(a, b)
+
+
+def test_matmul_scalar_result_and_types(device, rng):
+    a = rng.standard_normal(5).astype(np.float32)
+    r = fm.matmul(a, a)
+    assert isinstance(r, np.float32)
+    x = rng.standard_normal((6, 7)).astype(np.float32)
+    y = fm.matmul(fm.asarray(x), x.T)
+    assert isinstance(y, fm.Array) and y.device == device and y.shape == (6, 6)
+    np.testing.assert_allclose(y.numpy(), x.astype(np.float64) @ x.T, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_strided_views(device, rng):
+    base = rng.standard_normal((40, 50)).astype(np.float32)
+    check_matmul(base.T, base)                     # transposed operand
+    check_matmul(base[::2, ::3], base[:-18:-1, ::-3])  # steps, reversed rows and columns
+    batch = rng.standard_normal((3, 50, 40)).astype(np.float32)
+    check_matmul(batch.transpose(0, 2, 1)[:, :, ::2], base.T[::2])
+
+
+def test_matmul_out(device, rng):
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 3)).astype(np.float32)
+    o = np.empty((4, 3), np.float32)
+    assert fm.matmul(a, b, out=o) is o
+    np.testing.assert_allclose(o, a @ b, rtol=1e-5, atol=1e-5)
+    oa = fm.zeros((4, 3))
+    assert fm.matmul(fm.asarray(a), b, out=oa) is oa
+    np.testing.assert_allclose(oa.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\[fastmetal\.matmul\] expected out"):
+        fm.matmul(a, b, out=np.empty((3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"\[fastmetal\.matmul\] expected out"):
+        fm.matmul(fm.asarray(a), b, out=fm.zeros((3, 4)))
+
+
+def test_matmul_bad_shapes():
+    with pytest.raises(ValueError, match=r"\[fastmetal\.matmul\] expected the last axis .* got "
+                                         r"shapes \(2, 3\) and \(4, 5\)"):
+        fm.matmul(np.zeros((2, 3)), np.zeros((4, 5)))
+    with pytest.raises(ValueError, match=r"\[fastmetal\.matmul\] expected operands of at least 1"):
+        fm.matmul(np.float32(2), np.zeros(3))
+    with pytest.raises(ValueError, match=r"\[fastmetal\.matmul\] expected batch dimensions that "
+                                         r"broadcast"):
+        fm.matmul(np.zeros((2, 3, 4)), np.zeros((5, 4, 2)))
+    with pytest.raises(ValueError):
+        fm.matmul(np.zeros(3), np.zeros(4))
+    with pytest.raises(TypeError):
+        fm.matmul(np.zeros((2, 2), np.complex64), np.zeros((2, 2)))
+
+
+@st.composite
+def matmul_operands(draw):
+    m, k, n = draw(st.integers(1, 40)), draw(st.integers(0, 40)), draw(st.integers(1, 40))
+    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    ba = tuple(d if draw(st.booleans()) else 1 for d in batch)
+    seed = draw(st.integers(0, 2**32 - 1))
+    r = np.random.default_rng(seed)
+    a = r.standard_normal(ba + (m, k)).astype(np.float32)
+    b = r.standard_normal(batch + (k, n)).astype(np.float32)
+    if draw(st.booleans()):  # a transposed (column-major) operand
+        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+    if draw(st.booleans()):
+        b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+    if draw(st.booleans()) and k > 0:
+        a = a[..., 0]  # 1-D or batched vector on the left: promotes
+        if a.ndim == 1:
+            pass
+        else:
+            a = a[..., None, :] if False else a
+    return a, b
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(matmul_operands())
+def test_hypothesis_fast_path(ops):
+    a, b = ops
+    if a.shape[-1] != b.shape[-2 if b.ndim > 1 else -1]:
+        with pytest.raises(ValueError):
+            fm.matmul(a, b)
+        return
+    check_matmul(a, b)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(matmul_operands(), st.sampled_from([1, 37, 64, 256, 300]))
+def test_hypothesis_kernels(ops, threads):
+    a, b = ops
+    if a.shape[-1] != b.shape[-2 if b.ndim > 1 else -1]:
+        return
+    saved = _core._native_cpu()
+    _core._set_native_cpu(False)
+    _core._set_kernel_group_size(threads)
+    try:
+        check_matmul(a, b)
+    finally:
+        _core._set_native_cpu(saved)
+        _core._set_kernel_group_size(0)
+
+
+def test_matmul_kernels_are_built():
+    for name in ("matmul_64x64", "matmul_32x64"):
+        assert _core._has_kernel("cpu", name), name
+
+
+@pytest.mark.parametrize("threads,seed", [(256, 1), (37, 2), (64, 3), (300, 4), (1, 5)])
+def test_msl_kernel_under_the_emulator(kernels, threads, seed):
+    _core._set_kernel_group_size(threads)
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    r = np.random.default_rng(seed)
+    cases = [((70, 45), (45, 66)), ((2, 20, 17), (17, 3)), ((5,), (5, 70))]
+    if threads == 1:
+        cases = cases[1:]  # one thread per group: small cases only (slow under the emulator)
+    for sa, sb in cases:
+        check_matmul(r.standard_normal(sa).astype(np.float32), r.standard_normal(sb).astype(np.float32))
+    w = r.standard_normal((9, 17)).astype(np.float32)
+    x = r.standard_normal((4, 17)).astype(np.float32)
+    np.testing.assert_allclose(fm.linear(x, w), x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- linear
+def linear_reference(x, w, b):
+    y = np.asarray(x, np.float64) @ np.asarray(w, np.float64).T
+    return y if b is None else y + b
+
+
+@pytest.mark.parametrize("xshape", [(5,), (7, 12), (2, 3, 12), (0, 12)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_forward_backward_numpy(device, xshape, with_bias, rng):
+    inf, outf = 12, 9
+    x = rng.standard_normal(xshape[:-1] + (inf,)).astype(np.float32) if len(xshape) > 1 else \
+        rng.standard_normal(inf).astype(np.float32)
+    w = rng.standard_normal((outf, inf)).astype(np.float32)
+    b = rng.standard_normal(outf).astype(np.float32) if with_bias else None
+    y = fm.linear(x, w, b)
+    np.testing.assert_allclose(y, linear_reference(x, w, b), rtol=1e-5, atol=1e-4)
+    gy = rng.standard_normal(np.shape(y)).astype(np.float32)
+    gi, gw, gb = fm.linear_backward(gy, x, w)
+    g2 = gy.reshape(-1, outf).astype(np.float64)
+    x2 = x.reshape(-1, inf).astype(np.float64)
+    np.testing.assert_allclose(gi, gy.astype(np.float64) @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(gw, g2.T @ x2, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(gb, g2.sum(0), rtol=1e-5, atol=1e-4)
+    only = fm.linear_backward(gy, x, w, needs=("weight",))
+    assert only[0] is None and only[2] is None
+    np.testing.assert_array_equal(only[1], gw)
+
+
+def test_linear_against_torch_autograd(device, rng):
+    torch = pytest.importorskip("torch")
+    x = rng.standard_normal((4, 6, 33)).astype(np.float32)
+    w = rng.standard_normal((70, 33)).astype(np.float32)
+    b = rng.standard_normal(70).astype(np.float32)
+    gy = rng.standard_normal((4, 6, 70)).astype(np.float32)
+    tx, tw, tb = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (x, w, b))
+    ty = torch.nn.functional.linear(tx, tw, tb)
+    ty.backward(torch.tensor(gy, dtype=torch.float64))
+    xa, wa = fm.asarray(x), fm.asarray(w)
+    y = fm.linear(xa, wa, b)
+    assert isinstance(y, fm.Array)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-5, atol=1e-4)
+    gi, gw, gb = fm.linear_backward(fm.asarray(gy), xa, wa)
+    for got, want in ((gi, tx.grad), (gw, tw.grad), (gb, tb.grad)):
+        assert isinstance(got, fm.Array)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-3)
+
+
+def test_linear_bad_arguments():
+    x = np.zeros((2, 3), np.float32)
+    w = np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match=r"\[fastmetal\.linear\] expected a 2-D weight"):
+        fm.linear(x, np.zeros(3))
+    with pytest.raises(ValueError, match=r"\[fastmetal\.linear\] expected x of shape \(\*, "
+                                         r"in_features\) with in_features = 5"):
+        fm.linear(x, np.zeros((4, 5)))
+    with pytest.raises(ValueError, match=r"\[fastmetal\.linear\] expected bias of shape \(4,\)"):
+        fm.linear(x, w, np.zeros(3))
+    with pytest.raises(ValueError, match=r"\[fastmetal\.linear_backward\] expected grad_output "
+                                         r"of shape \(2, 4\)"):
+        fm.linear_backward(np.zeros((2, 3)), x, w)
+    with pytest.raises(ValueError, match=r"\[fastmetal\.linear_backward\] expected needs"):
+        fm.linear_backward(np.zeros((2, 4)), x, w, needs=("inputs",))
+    with pytest.raises(ValueError, match=r"\[fastmetal\.linear_backward\] expected needs"):
+        fm.linear_backward(np.zeros((2, 4)), x, w, needs="input")
