@@ -8,7 +8,7 @@
 #include "../core/errors.h"
 #include "backend.h"
 #include "cpu/cpu_backend.h"
-#include "cpu/kernel_table.h"
+#include "cpu/cpu_kernel_abi.h"
 #include "env_config.h"
 #if defined(FASTMETAL_HAVE_METAL)
 #include "metal/metal_backend.h"
