@@ -68,3 +68,5 @@ del _spec
 UNARY = [spec.name for spec in OPS if spec.arity == 1]
 BINARY = [spec.name for spec in OPS if spec.arity == 2]
 __all__ = [spec.name for spec in OPS]
+# name -> function, for NumPy ufunc dispatch (_array.py)
+FUNCTIONS = {name: globals()[name] for name in __all__}
