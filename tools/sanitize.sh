@@ -9,6 +9,7 @@ SITE=build/asan-site
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-sanitize=vptr -fno-omit-frame-pointer"
 python -m pip install -q --no-build-isolation --no-deps --upgrade --target "$SITE" \
   -Cbuild-dir=build/asan -Ccmake.define.FASTMETAL_CUDA=OFF -Ccmake.define.FASTMETAL_METAL=OFF \
+  -Ccmake.define.FASTMETAL_CPU_ISAS=base \
   "-Ccmake.define.CMAKE_CXX_FLAGS=$FLAGS" "-Ccmake.define.CMAKE_SHARED_LINKER_FLAGS=$FLAGS" .
 LIBASAN=$(${CXX:-c++} -print-file-name=libasan.so)
 LIBSTDCXX=$(${CXX:-c++} -print-file-name=libstdc++.so)
