@@ -1,13 +1,15 @@
-#include "reduce_cpu.h"
-
+// The reductions of reduce_cpu.h, compiled once per ISA (isa_dispatch.h): the max/min
+// and sum loops below vectorise to the widest vectors the target has.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/thread_pool.h"
+#include "../reduce_cpu.h"
+#include "../thread_pool.h"
 
-namespace fm::cpu {
+namespace fm::cpu::FM_CPU_ISA {
 namespace {
 using i64 = std::int64_t;
 
@@ -217,4 +219,4 @@ void arg_rows(int sign, const float* x, i64 outer, i64 R, i64 inner, i64* out) {
   }
 }
 
-}  // namespace fm::cpu
+}  // namespace fm::cpu::FM_CPU_ISA
