@@ -120,7 +120,8 @@ FM_INSTANTIATE("reduce_sum", reduce_sum, false);
 FM_INSTANTIATE("reduce_sumsq_dev", reduce_sum, true);
 
 // max (Sign = 1) or min (Sign = -1, as -max(-x)), NaN propagating: the simdgroup reduces a
-// NaN flag and the largest non-NaN value separately (simd_max may ignore NaN).
+// NaN flag and the largest non-NaN value separately (simd_max may ignore NaN). fmax, not
+// max: MSL leaves max undefined for NaN, fmax defines it (the other argument).
 template <int Sign>
 kernel void reduce_max(device const float* x [[buffer(0)]],
                        device float* out [[buffer(1)]],
@@ -139,7 +140,7 @@ kernel void reduce_max(device const float* x [[buffer(0)]],
   for (uint32_t r = tid; r < a.R; r += T) {
     const float v = float(Sign) * x[reduce_index(a, o, r)];
     if (isnan(v)) n = 1.0f;
-    else b = max(b, v);
+    else b = fmax(b, v);
   }
   b = simd_max(b);
   n = simd_max(n);
@@ -153,8 +154,8 @@ kernel void reduce_max(device const float* x [[buffer(0)]],
   while (span < groups) span *= 2;
   for (uint32_t h = span / 2; h > 0; h /= 2) {
     if (tid < h && tid + h < groups) {
-      best[tid] = max(best[tid], best[tid + h]);
-      nan_seen[tid] = max(nan_seen[tid], nan_seen[tid + h]);
+      best[tid] = fmax(best[tid], best[tid + h]);
+      nan_seen[tid] = fmax(nan_seen[tid], nan_seen[tid + h]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }

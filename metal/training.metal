@@ -153,7 +153,8 @@ kernel void dropout_apply(device const float* x [[buffer(0)]],
 FM_FUNC float row_max_logsum(device const float* row, int32_t n, int32_t stride,
                              thread float& log_sum) {
   float m = -INFINITY;
-  for (int32_t i = 0; i < n; ++i) m = max(m, row[int64_t(i) * stride]);
+  // fmax skips NaN (MSL's max is undefined for it); a NaN logit still makes s NaN below.
+  for (int32_t i = 0; i < n; ++i) m = fmax(m, row[int64_t(i) * stride]);
   float s = 0.0f;
   for (int32_t i = 0; i < n; ++i) s += exp(row[int64_t(i) * stride] - m);
   log_sum = log(s);

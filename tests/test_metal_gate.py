@@ -56,7 +56,7 @@ def test_gate_names_file_line_and_rule(cindex, tmp_path):
     text = (copy / m.file).read_text()
     line = text[: text.index(m.new)].count("\n") + 1
     found = [str(f) for f in check_msl.run_gate(copy, cindex)]
-    assert any(s.endswith(f"fm_math.h:{line}: [metal-namespace] use of undeclared identifier 'clamp'")
+    assert any(s.endswith(f"fm_math.h:{line}: [metal-namespace] use of undeclared identifier 'select'")
                for s in found), found
 
 
@@ -161,6 +161,84 @@ def test_nan_test_build_catches_dependence(tmp_path):
         old, "FM_FUNC float fm_relu(float x) { return metal::max(x, 0.0f); }"))
     diffs = _nan_dependence(copy, tmp_path)
     assert diffs and all(d.startswith("relu ") for d in diffs), diffs
+
+
+TRAINING_NAN_DRIVER = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <metal_stdlib>
+#include "training.metal"
+#include "fm_end.h"
+static void put(const char* what, const float* v, int n) {
+  for (int i = 0; i < n; ++i) {
+    std::uint32_t b;
+    std::memcpy(&b, &v[i], 4);
+    if (v[i] != v[i]) std::printf("%s %d nan\n", what, i);
+    else std::printf("%s %d %u\n", what, i, b);
+  }
+}
+int main() {
+  // 4 rows of 6 logits: NaN first, inside, last, and none; then a row of -inf / +inf.
+  const float Q = NAN, I = INFINITY;
+  float x[5 * 6] = {Q, 1, 2, 3, 4, 5,  1, 2, Q, 4, 5, 6,  3, 2, 1, 0, -1, Q,
+                    0.5f, -2, 7, 1e30f, -1e30f, 3,  -I, -I, -I, I, -I, 1};
+  float y[30], loss[5], grad[30];
+  int32_t labels[5] = {0, 1, 2, 3, 4};
+  RowArgs ra{5, 6, 1, 0};
+  for (uint32_t r = 0; r < 5; ++r) log_softmax_forward(x, y, ra, uint2(0, r));
+  put("log_softmax", y, 30);
+  CrossEntropyArgs ca{5, 6, 0.2f, 0};
+  for (uint32_t r = 0; r < 5; ++r) cross_entropy_rows(x, labels, loss, grad, ca, r);
+  put("cross_entropy_loss", loss, 5);
+  put("cross_entropy_grad", grad, 30);
+  // max_pool2d over the same 5 x 6 plane: 2 x 2 windows, stride 1, padding 1.
+  PoolArgs pa{1, 5, 6, 6, 7, 2, 2, 1, 1, 1, 1, 0};
+  float pooled[42];
+  for (uint32_t oy = 0; oy < 6; ++oy)
+    for (uint32_t ox = 0; ox < 7; ++ox) max_pool2d_forward(x, pooled, pa, uint3(ox, oy, 0));
+  put("max_pool2d", pooled, 42);
+  return 0;
+}
+"""
+
+
+def _run_training_driver(tmp_path, nan_test: bool) -> list[str]:
+    import shutil
+    import subprocess
+    cxx = next((c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+    if cxx is None:
+        skip_or_fail("no C++ compiler for the CPU shim build")
+    d = tmp_path / ("train_nan" if nan_test else "train")
+    d.mkdir(exist_ok=True)
+    (d / "driver.cpp").write_text(TRAINING_NAN_DRIVER)
+    cmd = [cxx, "-std=c++17", "-O2", "-fno-fast-math", "-w", "-I", str(REPO / "metal/compat/cpu"),
+           "-I", str(REPO / "metal"), str(d / "driver.cpp"), "-o", str(d / "driver")]
+    if nan_test:
+        cmd.insert(1, "-DFM_SHIM_NAN_TEST")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return subprocess.run([str(d / "driver")], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def test_training_kernels_do_not_depend_on_min_max_clamp_of_nan(tmp_path):
+    """log_softmax, cross_entropy and max_pool2d with NaN (and infinite) inputs give the
+    same bits when metal::min/max/clamp answer 1234 for NaN (MSL leaves that undefined),
+    and NaN where PyTorch gives NaN. (The reductions, which need the emulator's barriers,
+    are checked with NaN under the emulator in test_reductions.py.)"""
+    normal = _run_training_driver(tmp_path, nan_test=False)
+    poisoned = _run_training_driver(tmp_path, nan_test=True)
+    assert len(normal) == len(poisoned) == 30 + 5 + 30 + 42
+    diffs = [f"{a}  (NaN test build: {b.split()[-1]})" for a, b in zip(normal, poisoned) if a != b]
+    assert diffs == [], "\n".join(diffs[:20])
+    values = {tuple(line.split()[:2]): line.split()[2] for line in normal}
+    for row in (0, 1, 2, 4):  # a NaN, or +inf (inf - inf): the whole row NaN, as PyTorch
+        assert all(values[("log_softmax", str(row * 6 + c))] == "nan" for c in range(6)), row
+        assert values[("cross_entropy_loss", str(row))] == "nan", row
+    assert all(values[("log_softmax", str(18 + c))] != "nan" for c in range(6))
+    assert values[("cross_entropy_loss", "3")] != "nan"
+    assert values[("max_pool2d", "0")] == "nan"  # a window holding x[0, 0] = NaN
 
 
 INDEX_DRIVER = r"""

@@ -334,3 +334,33 @@ def test_cross_entropy_on_device_arrays(device, rng):
 def test_cross_entropy_bad_input(logits, labels, err, match):
     with pytest.raises(err, match=r"^\[fastmetal\.cross_entropy\] expected .*" + match):
         fm.cross_entropy(logits, labels)
+
+
+# ----------------------------------------------------------------------------- NaN logits
+def test_nan_logits_give_nan_rows_only(device, rng):
+    """A NaN logit (first, inside or last in its row) makes its row's log_softmax, loss and
+    gradient NaN, as PyTorch; the other rows are unaffected. (The row maximum uses fmax:
+    MSL's max is undefined for NaN.)"""
+    x = (rng.standard_normal((5, 6)) * 3).astype(np.float32)
+    x[1, 0] = np.nan
+    x[2, 3] = np.nan
+    x[3, 5] = np.nan
+    x[4, :] = np.nan
+    nan_rows = [1, 2, 3, 4]
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        m = x64.max(axis=1, keepdims=True)
+        ref = x64 - m - np.log(np.exp(x64 - m).sum(axis=1, keepdims=True))
+        labels = np.array([0, 1, 2, 3, 4])
+        rl, rg = cross_entropy_reference(x, labels)
+    y = host(fm.log_softmax(x, 1))
+    assert np.isnan(y[nan_rows]).all()
+    np.testing.assert_allclose(y[0], ref[0], rtol=1e-5, atol=1e-5)
+    loss, grad = fm.cross_entropy(x, labels)
+    assert np.isnan(float(host(loss))) and np.isnan(rl)
+    grad = host(grad)
+    assert np.isnan(grad[nan_rows]).all()
+    np.testing.assert_allclose(grad[0], rg[0], rtol=1e-5, atol=1e-7)
+    if torch is not None:
+        yt = torch.log_softmax(torch.tensor(x), 1).numpy()
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(yt))

@@ -42,10 +42,40 @@ def test_hot_loops_are_vectorised(isa):
         pytest.skip(f"a build on this machine produces no {isa} variant")
     failures, counts = run_or_skip([isa])
     assert failures == [], "\n".join(failures)
-    n_ops = sum(1 for line in (TOOL.parent.parent / "metal" / "elementwise_ops.tbl").read_text().splitlines()
-                if line.strip() and not line.startswith("#"))
-    # every float32 contiguous op entry, plus 2 Fourier and 10 stencil lane-loop kernels
-    assert counts[isa] == n_ops + 12
+    assert counts[isa] == len(expected_entries()), counts
+
+
+def expected_entries() -> list[str]:
+    """Every entry the generator makes that must vectorise; each op of the table has its
+    contiguous float32 entry among them (the count follows the table)."""
+    names = cv.expected_entries()
+    table = (TOOL.parent.parent / "metal" / "elementwise_ops.tbl").read_text().splitlines()
+    ops = [[c.strip() for c in line.split(" | ")] for line in table if line.strip() and not line.startswith("#")]
+    for name, args, *_ in ops:
+        kind = "binary" if "," in args else "unary"
+        assert f"{kind}_v_{name}_float32" in names, (name, names)
+    assert len(names) > len(ops)  # and the numerics kernels' lane loops
+    return names
+
+
+# Synthetic instruction lists for the move rule (x86 AT&T as objdump prints it; arm64).
+SCALAR_MOVE = ["15a0:\tvmovss (%rcx,%rdi,1),%xmm0", "15a5:\tvmovss %xmm0,(%rsi,%rdi,1)"]
+PACKED_MOVE = ["1619:\tvmovups (%r14,%rax,1),%ymm2", "1622:\tvmovups %ymm2,(%rdi,%rax,1)"]
+
+
+def test_move_rule_is_precise():
+    """Full-width packed loads and stores count only for ops with no arithmetic, only at the
+    ISA's width, and only both together; the table's move-only ops are exactly copy."""
+    assert cv.move_only_ops(TOOL.parent.parent / "metal") == {"copy"}
+    assert cv.judge("avx2", PACKED_MOVE, moves=True) is None
+    assert cv.judge("avx2", SCALAR_MOVE, moves=True) is not None
+    assert cv.judge("avx2", PACKED_MOVE, moves=False) is not None      # arithmetic op: not enough
+    assert cv.judge("avx512", PACKED_MOVE, moves=True) is not None     # ymm is not zmm's width
+    assert cv.judge("avx2", PACKED_MOVE[:1], moves=True) is not None   # a load alone
+    assert cv.judge("avx2", PACKED_MOVE + ["1630:\tcall 1635 <x+0x5>", "1631: R_X86_64_PLT32\ttanhf-0x4"],
+                    moves=True) is not None
+    assert cv.judge("arm64", ["ldp q0, q1, [x3, #-16]", "stp q0, q1, [x2, #-16]"], moves=True) is None
+    assert cv.judge("arm64", ["ldr s0, [x3]", "str s0, [x2]"], moves=True) is not None
 
 
 # Constructs that keep a loop scalar: a libm call (as tanh, sin, log and pow were), and

@@ -390,8 +390,8 @@ MUTATIONS = [
              "FM_FUNC int32_t fm_depth(int32_t n) { return n > 0 ? fm_depth(n - 1) + 1 : 0; }\n"
              "struct Tap {", "recursion"),
     Mutation("metal:: function called without its namespace", "fm_math.h",
-             "const float xc = metal::clamp(x, -104.0f, 89.0f);",
-             "const float xc = clamp(x, -104.0f, 89.0f);", "metal-namespace"),
+             "  return metal::select(metal::select(x, lo, x < lo), hi, x > hi);",
+             "  return select(metal::select(x, lo, x < lo), hi, x > hi);", "metal-namespace"),
     Mutation("double", "conv2d.metal",
              "  float s = 0.0f;\n  for (uint32_t p = 0; p < splits; ++p)",
              "  double s = 0.0;\n  for (uint32_t p = 0; p < splits; ++p)", "double"),

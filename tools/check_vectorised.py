@@ -12,7 +12,10 @@ FM_ISA_FLAGS_<isa>), and inspects each entry function's instructions:
 
 An entry passes when it has at least one packed floating-point arithmetic instruction of
 the ISA's full vector width (xmm for base, ymm for avx2, zmm for avx512, v.4s for arm64)
-and calls no libm function. Checked entries: every contiguous float32 elementwise entry
+and calls no libm function. An op with no arithmetic at all (its MSL expression is one of
+its arguments, as `copy`) has none to find: it passes instead with a full-width packed
+load AND a full-width packed store (x86 [v]movups/movaps/movdqu*/movdqa* on that register
+width; arm64 ldr/ldp/ld1 and str/stp/st1 on q or v.4s registers), and no libm call. Checked entries: every contiguous float32 elementwise entry
 (entry_unary_v_*_float32, entry_binary_v_*_float32) and the numerics kernels' lane-loop
 variants (fourier_series_l16/l64, stencil_interior_*_l16_*).
 
@@ -51,6 +54,28 @@ LIBM = re.compile(r"\b(sin|cos|tan|exp|exp2|expm1|log|log2|log10|log1p|pow|tanh|
                   r"atan|atan2|asin|acos|erf|erfc|fma|rint|nearbyint|round|floor|ceil|trunc|"
                   r"sqrt|fmod|cbrt|hypot)f?\b")
 ENTRY_NAME = re.compile(r"entry_([a-z0-9_]+)")
+# Full-width packed moves, for the ops that only move data.
+X86_MOVE = re.compile(r"^v?(movups|movaps|movdqu|movdqa|movdqu(8|16|32|64)|movdqa(32|64))$")
+ARM_LOAD = re.compile(r"^\s*(ldr|ldur|ldp|ldnp)\s+q\d+|^\s*ld1\s+\{\s*v\d+\.4s")
+ARM_STORE = re.compile(r"^\s*(str|stur|stp|stnp)\s+q\d+|^\s*st1\s+\{\s*v\d+\.4s")
+
+
+def move_only_ops(metal: Path) -> set[str]:
+    """Ops of the table whose MSL expression is just one of their arguments (no arithmetic)."""
+    ops = set()
+    for line in (metal / "elementwise_ops.tbl").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        cols = [c.strip() for c in line.split(" | ")]
+        args = [a.strip() for a in cols[1].split(",")]
+        if cols[2] in args:
+            ops.add(cols[0])
+    return ops
+
+
+def moves_only(entry: str, move_ops: set[str]) -> bool:
+    m = re.fullmatch(r"(?:unary|binary)_v_([a-z0-9_]+)_float32", entry)
+    return m is not None and m.group(1) in move_ops
 
 
 def wanted(entry: str) -> bool:
@@ -185,14 +210,18 @@ def entry_code(funcs: dict[str, list[str]], symbol: str) -> list[str]:
     return code
 
 
-def judge(isa: str, instrs: list[str]) -> str | None:
-    """None when the function is vectorised for `isa`, else why not."""
+def judge(isa: str, instrs: list[str], moves: bool = False) -> str | None:
+    """None when the function is vectorised for `isa`, else why not. `moves`: the op has no
+    arithmetic, so full-width packed loads and stores are the evidence instead."""
     calls = []
     packed = 0
+    loads = stores = 0
     for ins in instrs:
         if isa == "arm64":
             if ARM_PACKED.match(ins):
                 packed += 1
+            loads += bool(ARM_LOAD.match(ins))
+            stores += bool(ARM_STORE.match(ins))
             m = re.match(r"b(l)?\s+(\w+)", ins)
             if m and LIBM.fullmatch(m.group(2)):
                 calls.append(m.group(2))
@@ -205,8 +234,19 @@ def judge(isa: str, instrs: list[str]) -> str | None:
             parts = ins.split(None, 2)
             if len(parts) >= 3 and X86_PACKED.match(parts[1]) and X86_WIDTH[isa] in parts[2]:
                 packed += 1
+            if len(parts) >= 3 and X86_MOVE.match(parts[1]) and "(" in parts[2]:
+                # AT&T order: a store is `reg,mem`, a load `mem,reg`.
+                if parts[2].startswith(X86_WIDTH[isa]):
+                    stores += 1
+                elif parts[2].rsplit(",", 1)[-1].startswith(X86_WIDTH[isa]):
+                    loads += 1
     if calls:
         return f"calls libm ({', '.join(sorted(set(calls)))}) in its loop"
+    if moves:
+        if loads == 0 or stores == 0:
+            width = "q / v.4s" if isa == "arm64" else X86_WIDTH[isa]
+            return f"moves data without full-width packed loads and stores on {width} registers (scalar loop)"
+        return None
     if packed == 0:
         width = "v.4s" if isa == "arm64" else X86_WIDTH[isa]
         return f"has no packed float arithmetic on {width} registers (scalar loop)"
@@ -220,6 +260,7 @@ def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], wor
     isa_flags = [] if isa == "arm64" else flags.get(f"FM_ISA_FLAGS_{isa}", [])
     failures: list[str] = []
     checked = 0
+    move_ops = move_only_ops(metal)
     for stem in stems:
         src_text = reduced_source(gen, stem)
         if src_text is None:
@@ -240,7 +281,7 @@ def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], wor
             if not wanted(name):
                 continue
             checked += 1
-            why = judge(isa, entry_code(funcs, symbol))
+            why = judge(isa, entry_code(funcs, symbol), moves_only(name, move_ops))
             if why:
                 failures.append(f"{isa}: entry_{name} {why}")
     return failures, checked
@@ -268,6 +309,17 @@ def run(isas: list[str], plants: list[str] | None = None,
     finally:
         if keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def expected_entries(plants: list[str] | None = None) -> list[str]:
+    """The wanted entries the generator produces (what run() must check, per ISA)."""
+    with tempfile.TemporaryDirectory(prefix="fm_vec_") as tmp:
+        gen = generate(Path(tmp), plants or [])
+        names = []
+        for src in sorted(gen.glob("cpu_entries_*.cpp")):
+            names += [n for n in re.findall(r"^void entry_([a-z0-9_]+)\(", src.read_text(), flags=re.M)
+                      if wanted(n)]
+        return sorted(set(names))
 
 
 def built_isas() -> list[str]:

@@ -4,14 +4,10 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cpu/isa_dispatch.h"
+#include "backend/native_ops.h"
 #include "core/errors.h"
+#include "kernel_group.h"
 #include "matmul_args.h"
-#include "native_path.h"
-
-namespace fm::cpu {
-FM_CPU_DECLARE(void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C));
-}
 
 namespace fm {
 namespace {
@@ -131,11 +127,11 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
   }
 
   Backend& be = out.backend();
-  if (use_cpu_fast_path(be)) {
+  // A backend's own GEMM (host-visible operands, read through p's strides).
+  using NativeMatmul = void(const MatmulArgs&, const Array&, const Array&, const Array&);
+  if (auto* fast = native<NativeMatmul>(be, "matmul")) {
     be.synchronize();
-    FM_CPU_DISPATCH(matmul_gemm, p, reinterpret_cast<const float*>(a.host_data()),
-                    reinterpret_cast<const float*>(b.host_data()),
-                    reinterpret_cast<float*>(out.host_data()));
+    fast(p, a, b, out);
     return;
   }
   if (K == 0) {  // no slices to stage: the kernel would write zeros, but skip the launch

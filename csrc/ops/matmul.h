@@ -1,6 +1,6 @@
 // Matrix products (np.matmul semantics) on fm::Arrays: the tiled MSL GEMM of
-// metal/matmul.metal, or on the cpu device the conv2d engine's GEMM
-// (csrc/backend/cpu/isa/matmul_gemm.cpp; choice in native_path.h). Operands are read
+// metal/matmul.metal, or a backend's own GEMM where it registers the native op "matmul"
+// (backend/native_ops.h). Operands are read
 // through their strides: transposed views (linear's weight.T) and broadcast batches cost
 // no copy.
 #pragma once

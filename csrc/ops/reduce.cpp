@@ -5,15 +5,25 @@
 #include <limits>
 
 #include "ops/elementwise.h"
+#include "backend/native_ops.h"
 #include "core/errors.h"
-#include "native_path.h"
+#include "kernel_group.h"
 #include "reduce_args.h"
-#include "reduce_cpu.h"
 
 namespace fm {
 namespace {
 
 using i64 = std::int64_t;
+
+// A backend's own reductions over contiguous float32 (outer, R, inner) in host memory
+// (same semantics as metal/reduce.metal): "reduce_sum_rows" writes sum / divisor (sqrt if
+// root) to out and/or out_f64; "reduce_sumsq_dev_rows" likewise for the squares of
+// x - mean[o]; "reduce_max_rows" / "reduce_min_rows" the NaN-propagating extreme
+// (mean, divisor, root unused).
+using NativeRows = void(const float* x, i64 outer, i64 R, i64 inner, const double* mean,
+                        double divisor, bool root, float* out, double* out_f64);
+// "reduce_argmax_rows" / "reduce_argmin_rows": index along R, first NaN wins, ties first.
+using NativeArgRows = void(const float* x, i64 outer, i64 R, i64 inner, i64* out);
 
 struct Layout {
   Array src;  // contiguous
@@ -164,33 +174,24 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
   if (op == ReduceOp::var || op == ReduceOp::std) divisor = std::max(0.0, R - ddof);
   const bool root = op == ReduceOp::std;
 
-  if (use_cpu_fast_path(b)) {
+  const bool is_sum = op == ReduceOp::sum || op == ReduceOp::mean;
+  const bool is_dev = op == ReduceOp::var || op == ReduceOp::std;
+  NativeRows* sum_rows = native<NativeRows>(b, "reduce_sum_rows");
+  NativeRows* fast = is_sum ? sum_rows
+                     : is_dev ? (sum_rows ? native<NativeRows>(b, "reduce_sumsq_dev_rows") : nullptr)
+                     : op == ReduceOp::max ? native<NativeRows>(b, "reduce_max_rows")
+                     : op == ReduceOp::min ? native<NativeRows>(b, "reduce_min_rows")
+                                           : nullptr;
+  if (fast != nullptr) {
     b.synchronize();  // the gather, if any
     const float* src = reinterpret_cast<const float*>(l.src.host_data());
     float* dst = reinterpret_cast<float*>(out.host_data());
-    using cpu::CpuReduce;
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::mean:
-        cpu::reduce_rows(CpuReduce::sum, src, l.outer, l.R, l.inner, nullptr, divisor, false, dst);
-        break;
-      case ReduceOp::var:
-      case ReduceOp::std: {
-        std::vector<double> mean(static_cast<std::size_t>(outputs));
-        cpu::reduce_rows(CpuReduce::sum, src, l.outer, l.R, l.inner, nullptr, R, false, nullptr,
-                         mean.data());
-        cpu::reduce_rows(CpuReduce::sumsq_dev, src, l.outer, l.R, l.inner, mean.data(), divisor,
-                         root, dst);
-        break;
-      }
-      case ReduceOp::max:
-        cpu::reduce_rows(CpuReduce::max, src, l.outer, l.R, l.inner, nullptr, 1, false, dst);
-        break;
-      case ReduceOp::min:
-        cpu::reduce_rows(CpuReduce::min, src, l.outer, l.R, l.inner, nullptr, 1, false, dst);
-        break;
-      default:
-        throw ValueError(message(name, "expected a value reduction"));
+    if (is_dev) {
+      std::vector<double> mean(static_cast<std::size_t>(outputs));
+      sum_rows(src, l.outer, l.R, l.inner, nullptr, R, false, nullptr, mean.data());
+      fast(src, l.outer, l.R, l.inner, mean.data(), divisor, root, dst, nullptr);
+    } else {
+      fast(src, l.outer, l.R, l.inner, nullptr, divisor, false, dst, nullptr);
     }
     return out;
   }
@@ -241,10 +242,9 @@ std::vector<std::int64_t> reduce_arg(ReduceOp op, const Array& x, int axis) {
   if (outputs == 0) return result;
   const int sign = op == ReduceOp::argmax ? 1 : -1;
   Backend& b = x.backend();
-  if (use_cpu_fast_path(b)) {
+  if (auto* fast = native<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows")) {
     b.synchronize();
-    cpu::arg_rows(sign, reinterpret_cast<const float*>(l.src.host_data()), l.outer, l.R, l.inner,
-                  result.data());
+    fast(reinterpret_cast<const float*>(l.src.host_data()), l.outer, l.R, l.inner, result.data());
     return result;
   }
   ReduceArgs a = kernel_args(l, name);

@@ -4,8 +4,8 @@
 //
 // The input is brought into an (outer, R, inner) layout (reduce_args.h): directly where it
 // is contiguous and the reduced axes are adjacent, else gathered with the reduced axes
-// last. On the cpu device the C++ algorithms of reduce_cpu.cpp run (see native_path.h),
-// elsewhere the MSL kernels of metal/reduce.metal.
+// last. A backend's own algorithms run where it registers the native ops "reduce_*_rows"
+// (backend/native_ops.h), elsewhere the MSL kernels of metal/reduce.metal.
 #pragma once
 #include <cstdint>
 #include <string>

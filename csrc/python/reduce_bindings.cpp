@@ -11,7 +11,7 @@
 #include "ops/elementwise.h"
 #include "core/errors.h"
 #include "ops/matmul.h"
-#include "ops/native_path.h"
+#include "ops/kernel_group.h"
 #include "ops/reduce.h"
 #include "python/pyarray.h"
 
@@ -268,10 +268,7 @@ void bind_reductions(py::module_& m) {
   m.def("_linear", &linear_py, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
   m.def("_linear_backward", &linear_backward_py, py::arg("grad_output"), py::arg("x"),
         py::arg("weight"), py::arg("needs"));
-  // Tests: run the MSL kernels instead of the CPU algorithms on the cpu device, and pick
-  // their threadgroup size.
-  m.def("_set_native_cpu", &set_cpu_fast_path, py::arg("enabled"));
-  m.def("_native_cpu", &cpu_fast_path_enabled);
+  // Tests: the reduction and matmul kernels' threadgroup size, on any device.
   m.def("_set_kernel_group_size", &set_kernel_group_size, py::arg("threads"));
   m.def("_kernel_group_size", &kernel_group_size);
 }

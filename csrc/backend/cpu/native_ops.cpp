@@ -17,6 +17,11 @@ std::atomic<bool>& native_conv2d_enabled() {
   return enabled;
 }
 
+std::atomic<bool>& native_reduce_matmul_enabled() {
+  static std::atomic<bool> enabled{true};
+  return enabled;
+}
+
 namespace {
 
 // Samples per thread of the numerics kernels' wide variants (fourier_series_l<N>,

@@ -14,6 +14,10 @@ NativeOps& native_ops();  // every CPU fast path, filled at load time
 // The private switch behind fastmetal._core._set_cpu_conv_path: false runs conv2d's MSL
 // kernels on the CPU too (tests and benchmarks compare the two).
 std::atomic<bool>& native_conv2d_enabled();
+// The private switch behind fastmetal._core._set_native_cpu: false runs the reduction and
+// matmul MSL kernels on the CPU (under the fiber emulator, the oracle of the Metal
+// kernels) instead of the CPU algorithms.
+std::atomic<bool>& native_reduce_matmul_enabled();
 
 }  // namespace fm::cpu
 

@@ -64,6 +64,12 @@ void bind_cpu_hooks(py::module_& m) {
   m.def("_cpu_conv_path",
         [] { return std::string(native_conv2d_enabled().load() ? "fast" : "kernels"); });
 
+  // Tests: false runs the reduction and matmul MSL kernels on the cpu device instead of
+  // its own algorithms (reduce_cpu.cpp, matmul_cpu.cpp).
+  m.def("_set_native_cpu", [](bool enabled) { native_reduce_matmul_enabled().store(enabled); },
+        py::arg("enabled"));
+  m.def("_native_cpu", [] { return native_reduce_matmul_enabled().load(); });
+
   m.def(
       "_conv2d_cpu_forward",
       [](F32 x, F32 w, py::object bias_obj, int sh, int sw, int ph, int pw, int dh, int dw,

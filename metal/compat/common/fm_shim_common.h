@@ -7,6 +7,21 @@
 // and includes its own <cstdint>/<cstring> before this header.
 #pragma once
 
+// MSL's float macros (Metal Shading Language Specification, math functions). <cmath>
+// defines INFINITY, NAN and HUGE_VALF; MAXFLOAT only on some C libraries.
+#ifndef INFINITY
+#define INFINITY __builtin_inff()
+#endif
+#ifndef NAN
+#define NAN __builtin_nanf("")
+#endif
+#ifndef HUGE_VALF
+#define HUGE_VALF __builtin_huge_valf()
+#endif
+#ifndef MAXFLOAT
+#define MAXFLOAT 0x1.fffffep+127f
+#endif
+
 namespace metal {
 
 using uint = std::uint32_t;

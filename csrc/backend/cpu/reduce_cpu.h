@@ -1,5 +1,6 @@
-// The CPU algorithms of the reductions (the fast path on the cpu device; same semantics as
-// metal/reduce.metal). Input contiguous float32 viewed as (outer, R, inner) (reduce_args.h).
+// The CPU algorithms of the reductions (the cpu backend's native ops "reduce_*_rows",
+// registered in reduce_cpu.cpp; same semantics as metal/reduce.metal), compiled per ISA in
+// isa/reduce_rows.cpp. Input contiguous float32 viewed as (outer, R, inner) (reduce_args.h).
 // Sums accumulate in float64 over fixed chunks of R and add the chunk sums in order, so
 // the result is the same bitwise for any number of threads. Called without the GIL.
 #pragma once

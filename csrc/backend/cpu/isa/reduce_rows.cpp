@@ -1,13 +1,15 @@
-#include "reduce_cpu.h"
-
+// The reductions of reduce_cpu.h, compiled once per ISA (isa_dispatch.h): the max/min
+// and sum loops below vectorise to the widest vectors the target has.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/thread_pool.h"
+#include "../reduce_cpu.h"
+#include "../thread_pool.h"
 
-namespace fm::cpu {
+namespace fm::cpu::FM_CPU_ISA {
 namespace {
 using i64 = std::int64_t;
 
@@ -48,15 +50,19 @@ double sum_run(const float* x, i64 n, F f) {
 }
 
 // Largest of sign * x[0..n) ignoring NaN (-inf if none), and whether a NaN was seen, in
-// eight lanes the compiler turns into vector max instructions.
+// 16 independent lanes. Written as selects the compiler turns into vector compare / max
+// instructions: the NaN flag is a max of 0/1 values (a conditional store of it, or an
+// integer flag, keeps GCC's loop scalar), and `v > b ? v : b` is exactly x86's maxps.
 inline float max_run(const float* x, i64 n, float sign, bool& nan) {
-  float b[8], m[8];
-  for (int j = 0; j < 8; ++j) b[j] = -INFINITY, m[j] = 0.0f;
+  constexpr int L = 16;
+  float b[L], m[L];
+  for (int j = 0; j < L; ++j) b[j] = -INFINITY, m[j] = 0.0f;
   i64 r = 0;
-  for (; r + 8 <= n; r += 8)
-    for (int j = 0; j < 8; ++j) {
+  for (; r + L <= n; r += L)
+    for (int j = 0; j < L; ++j) {
       const float v = sign * x[r + j];
-      m[j] = v != v ? 1.0f : m[j];
+      const float u = v != v ? 1.0f : 0.0f;
+      m[j] = m[j] > u ? m[j] : u;
       b[j] = v > b[j] ? v : b[j];
     }
   for (; r < n; ++r) {
@@ -66,7 +72,7 @@ inline float max_run(const float* x, i64 n, float sign, bool& nan) {
   }
   float best = b[0];
   nan = false;
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < L; ++j) {
     best = b[j] > best ? b[j] : best;
     nan = nan || m[j] != 0.0f;
   }
@@ -131,17 +137,22 @@ void reduce_rows(CpuReduce op, const float* x, i64 outer, i64 R, i64 inner, cons
       nan[t.slot(ob, c, 0)] = n;
       return;
     }
-    for (i64 i = i0; i < i1; ++i) {
-      float b = -INFINITY;
-      bool n = false;
-      const float* p = x + (ob * R + r0) * inner + i;
-      for (i64 r = r0; r < r1; ++r, p += inner) {
-        const float v = sign * *p;
-        n |= v != v;
-        b = v > b ? v : b;
+    // Row by row across the block of inner positions: elementwise selects that vectorise.
+    float b[512], m[512];
+    const i64 w = i1 - i0;
+    for (i64 i = 0; i < w; ++i) b[i] = -INFINITY, m[i] = 0.0f;
+    for (i64 r = r0; r < r1; ++r) {
+      const float* row = x + (ob * R + r) * inner + i0;
+      for (i64 i = 0; i < w; ++i) {
+        const float v = sign * row[i];
+        const float u = v != v ? 1.0f : 0.0f;
+        m[i] = m[i] > u ? m[i] : u;
+        b[i] = v > b[i] ? v : b[i];
       }
-      best[t.slot(ob, c, i)] = b;
-      nan[t.slot(ob, c, i)] = n;
+    }
+    for (i64 i = 0; i < w; ++i) {
+      best[t.slot(ob, c, i0 + i)] = b[i];
+      nan[t.slot(ob, c, i0 + i)] = m[i] != 0.0f;
     }
   });
   for (i64 o = 0; o < outputs; ++o) {
@@ -217,4 +228,4 @@ void arg_rows(int sign, const float* x, i64 outer, i64 R, i64 inner, i64* out) {
   }
 }
 
-}  // namespace fm::cpu
+}  // namespace fm::cpu::FM_CPU_ISA
