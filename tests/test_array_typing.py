@@ -34,23 +34,22 @@ ARRAY_USAGE = textwrap.dedent('''
     ''')
 
 
-def installed_stubs() -> Path:
-    """The package directory being tested: the stubs the build installed (the elementwise
-    ones, _elementwise.pyi, are generated from the op table and exist only there)."""
-    package = Path(fm.__file__).resolve().parent
-    if not (package / "_elementwise.pyi").exists():
-        pytest.fail(f"{package} has no _elementwise.pyi: test an installed build (pip install .)")
-    return package
-
-
 def stub_tree(tmp_path: Path) -> Path:
-    """A directory holding only the package's stubs, for MYPYPATH (mypy then reads no .py)."""
+    """A directory holding only the stubs of the fastmetal being tested, for MYPYPATH (mypy
+    then reads no .py). The elementwise stubs (_elementwise.pyi) are generated from the op
+    table by the build and installed beside _elementwise.py; an editable install runs the
+    package from the source tree, where they are generated here the same way."""
     root = tmp_path / "stubs"
     (root / "fastmetal").mkdir(parents=True)
-    package = installed_stubs()
+    package = Path(fm.__file__).resolve().parent
     for f in [*package.glob("*.pyi"), package / "py.typed"]:
         shutil.copy(f, root / "fastmetal" / f.name)
-    return root
+    generated = root / "fastmetal" / "_elementwise.pyi"
+    if not generated.exists():
+        assert package == PACKAGE, f"{package} has no _elementwise.pyi: the build must install it"
+        subprocess.run([sys.executable, str(REPO / "tools" / "gen_stubs.py"),
+                        "--out", str(generated)], check=True, timeout=60)
+    return root / "fastmetal"
 
 
 def run_mypy(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
@@ -60,7 +59,7 @@ def run_mypy(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
         if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
             pytest.fail("mypy is not installed and FASTMETAL_REQUIRE_GATES=1")
         pytest.skip("mypy is not installed (pip install mypy, or the 'test' extra)")
-    env = dict(os.environ, MYPYPATH=str(stub_tree(tmp_path)))
+    env = dict(os.environ, MYPYPATH=str(stub_tree(tmp_path).parent))
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
          "--cache-dir", str(tmp_path / "mypy_cache"), *files],
@@ -107,8 +106,8 @@ def _stub_all(path: Path) -> list[str]:
     raise AssertionError(f"{path} has no literal __all__")
 
 
-def test_every_public_name_has_a_stub():
-    package = installed_stubs()
+def test_every_public_name_has_a_stub(tmp_path):
+    package = stub_tree(tmp_path)
     assert (PACKAGE / "py.typed").exists() and (package / "py.typed").exists()
     declared = _stub_names(package / "__init__.pyi")
     missing = sorted(set(fm.__all__) - declared)
@@ -121,10 +120,10 @@ def test_every_public_name_has_a_stub():
     assert not missing, f"add these to python/fastmetal/optim.pyi: {missing}"
 
 
-def test_elementwise_stubs_follow_the_op_table():
+def test_elementwise_stubs_follow_the_op_table(tmp_path):
     # Generated from the table by the build: one stub per line, unary/binary as the table says.
     from fastmetal._optable import OPS
-    stub = installed_stubs() / "_elementwise.pyi"
+    stub = stub_tree(tmp_path) / "_elementwise.pyi"
     assert _stub_all(stub) == [spec.name for spec in OPS]
     arity = {}
     for node in ast.parse(stub.read_text()).body:
