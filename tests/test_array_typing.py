@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,6 +34,24 @@ ARRAY_USAGE = textwrap.dedent('''
     ''')
 
 
+def stub_tree(tmp_path: Path) -> Path:
+    """A directory holding only the stubs of the fastmetal being tested, for MYPYPATH (mypy
+    then reads no .py). The elementwise stubs (_elementwise.pyi) are generated from the op
+    table by the build and installed beside _elementwise.py; an editable install runs the
+    package from the source tree, where they are generated here the same way."""
+    root = tmp_path / "stubs"
+    (root / "fastmetal").mkdir(parents=True)
+    package = Path(fm.__file__).resolve().parent
+    for f in [*package.glob("*.pyi"), package / "py.typed"]:
+        shutil.copy(f, root / "fastmetal" / f.name)
+    generated = root / "fastmetal" / "_elementwise.pyi"
+    if not generated.exists():
+        assert package == PACKAGE, f"{package} has no _elementwise.pyi: the build must install it"
+        subprocess.run([sys.executable, str(REPO / "tools" / "gen_stubs.py"),
+                        "--out", str(generated)], check=True, timeout=60)
+    return root / "fastmetal"
+
+
 def run_mypy(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
     try:
         import mypy  # noqa: F401
@@ -40,7 +59,7 @@ def run_mypy(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
         if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
             pytest.fail("mypy is not installed and FASTMETAL_REQUIRE_GATES=1")
         pytest.skip("mypy is not installed (pip install mypy, or the 'test' extra)")
-    env = dict(os.environ, MYPYPATH=str(REPO / "python"))
+    env = dict(os.environ, MYPYPATH=str(stub_tree(tmp_path).parent))
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
          "--cache-dir", str(tmp_path / "mypy_cache"), *files],
@@ -69,6 +88,9 @@ def _stub_names(path: Path) -> set[str]:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names.add(node.name)
+        elif isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["*"]:
+            # `from .mod import *`: the names in mod.pyi's __all__
+            names.update(_stub_all(path.with_name(node.module + ".pyi")))
         elif isinstance(node, ast.ImportFrom):
             names.update(a.asname or a.name for a in node.names)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -76,11 +98,38 @@ def _stub_names(path: Path) -> set[str]:
     return names
 
 
-def test_every_public_name_has_a_stub():
-    assert (PACKAGE / "py.typed").exists()
-    declared = _stub_names(PACKAGE / "__init__.pyi")
+def _stub_all(path: Path) -> list[str]:
+    for node in ast.parse(path.read_text()).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "__all__"):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"{path} has no literal __all__")
+
+
+def test_every_public_name_has_a_stub(tmp_path):
+    package = stub_tree(tmp_path)
+    assert (PACKAGE / "py.typed").exists() and (package / "py.typed").exists()
+    declared = _stub_names(package / "__init__.pyi")
     missing = sorted(set(fm.__all__) - declared)
     assert not missing, f"add these to python/fastmetal/__init__.pyi: {missing}"
+    nn_declared = _stub_names(package / "nn.pyi")
+    missing = sorted(set(fm.nn.__all__) - nn_declared)
+    assert not missing, f"add these to python/fastmetal/nn.pyi: {missing}"
+    optim_declared = _stub_names(package / "optim.pyi")
+    missing = sorted(set(fm.nn.optim.__all__) - optim_declared)
+    assert not missing, f"add these to python/fastmetal/optim.pyi: {missing}"
+
+
+def test_elementwise_stubs_follow_the_op_table(tmp_path):
+    # Generated from the table by the build: one stub per line, unary/binary as the table says.
+    from fastmetal._optable import OPS
+    stub = stub_tree(tmp_path) / "_elementwise.pyi"
+    assert _stub_all(stub) == [spec.name for spec in OPS]
+    arity = {}
+    for node in ast.parse(stub.read_text()).body:
+        if isinstance(node, ast.FunctionDef):
+            arity.setdefault(node.name, len(node.args.args) - 1)  # minus out
+    assert arity == {spec.name: spec.arity for spec in OPS}
 
 
 def test_every_array_attribute_has_a_stub():

@@ -17,3 +17,21 @@ def test_bench_lists_its_benchmarks():
     r = subprocess.run([sys.executable, "-m", "fastmetal", "bench", "--help"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "elementwise" in r.stdout and "conv2d" in r.stdout
+
+
+def test_info_says_why_each_missing_backend_is_missing():
+    import fastmetal as fm
+    problems = fm._core._device_problems()
+    missing = {"metal", "cuda"} - set(fm.devices())
+    # One line per missing backend, naming it first; none for the available ones.
+    assert sorted(p.split(":")[0] for p in problems) == sorted(missing)
+    assert all(p.strip() and "\n" not in p and len(p.split(": ", 1)[1]) > 10 for p in problems)
+    if sys.platform != "darwin":
+        assert any(p.startswith("metal: not built") for p in problems)
+    r = subprocess.run([sys.executable, "-m", "fastmetal", "info"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("devices: ") for line in lines)
+    assert [line for line in lines if line.startswith("unavailable: ")] == \
+        [f"unavailable: {p}" for p in problems]

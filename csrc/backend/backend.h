@@ -143,6 +143,7 @@ class Backend {
 
 // ---- the device registry (backend/registry.cpp) ----
 std::vector<std::string> available_devices();       // best first, "cpu" always last
+std::vector<std::string> device_problems();         // why each missing backend is missing
 Backend& get_backend(const std::string& name);        // ValueError if unknown/unavailable
 Backend& default_backend();
 std::string default_device();

@@ -28,6 +28,8 @@ struct Registry {
   // and no set_default_device() has replaced it. Atomic: every op call reads it.
   std::atomic<Backend*> default_backend{nullptr};
   std::string env_error;
+  // Why a backend is not in `order`, one line each ("metal: ...", "cuda: ...").
+  std::vector<std::string> problems;
 };
 
 std::string available_list(const Registry& r) {
@@ -44,13 +46,26 @@ Registry& registry() {
     if (auto b = metal::make_metal_backend()) {
       r->order.push_back("metal");
       r->backends["metal"] = std::move(b);
+    } else {
+      r->problems.push_back("metal: " + metal::metal_unavailable_reason());
     }
+#elif defined(__APPLE__)
+    r->problems.push_back("metal: not built (this build was configured with FASTMETAL_METAL=OFF "
+                          "or without Apple's Metal compiler)");
+#else
+    r->problems.push_back("metal: not built (Metal needs macOS and an Apple GPU)");
 #endif
 #if defined(FASTMETAL_HAVE_CUDA)
     if (auto b = cuda::make_cuda_backend()) {
       r->order.push_back("cuda");
       r->backends["cuda"] = std::move(b);
+    } else {
+      r->problems.push_back("cuda: no usable NVIDIA GPU found (no device, no driver, or the "
+                            "driver is older than the CUDA runtime this was built with)");
     }
+#else
+    r->problems.push_back("cuda: not built (build with FASTMETAL_CUDA=ON where nvcc and an "
+                          "NVIDIA GPU are present)");
 #endif
     r->order.push_back("cpu");
     r->backends["cpu"] = cpu::make_cpu_backend();
@@ -72,6 +87,8 @@ Registry& registry() {
 }  // namespace
 
 std::vector<std::string> available_devices() { return registry().order; }
+
+std::vector<std::string> device_problems() { return registry().problems; }
 
 Backend& get_backend(const std::string& name) {
   Registry& r = registry();

@@ -287,6 +287,9 @@ PYBIND11_MODULE(_core, m) {
   // Introspection for tests and `python -m fastmetal`.
   m.def("_config_problems", &fm::env::config_problems,
         "FASTMETAL_* environment variables that were not understood, one line each.");
+  m.def("_device_problems", &fm::device_problems,
+        "Why each backend that is not in devices() is missing (not built, no usable GPU), "
+        "one line each, starting with the backend's name.");
   m.def("_has_kernel", [](const std::string& device, const std::string& name) {
     return get_backend(device).has_kernel(name);
   });

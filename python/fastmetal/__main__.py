@@ -1,6 +1,7 @@
 """`python -m fastmetal`: show the devices and run a short demo of the headline operations.
 
     python -m fastmetal                 devices, build info, a quick check and timing of each op
+    python -m fastmetal info            devices, and why each missing backend is missing
     python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d (default: all)
 """
 from __future__ import annotations
@@ -45,13 +46,23 @@ def _conv_case(rng):
             "numpy einsum")
 
 
-def demo() -> int:
-    """Check each headline op against a float64 reference and time it against NumPy."""
-    from fastmetal.benchmarks._timing import fmt_time, machine_summary, median_time
+def info() -> int:
+    """Version, devices, and one line per backend that is not available saying why."""
+    from fastmetal.benchmarks._timing import machine_summary
     print(f"fastmetal {fm.__version__}")
     print(f"devices: {fm.devices()} (default: {fm.default_device()}; "
           f"set FASTMETAL_DEVICE or fastmetal.set_default_device to choose)")
-    print(f"machine: {machine_summary()}\n")
+    for problem in fm._core._device_problems():
+        print(f"unavailable: {problem}")
+    print(f"machine: {machine_summary()}")
+    return 0
+
+
+def demo() -> int:
+    """Check each headline op against a float64 reference and time it against NumPy."""
+    from fastmetal.benchmarks._timing import fmt_time, median_time
+    info()
+    print()
     rng = np.random.default_rng(0)
     x = rng.standard_normal(2**22).astype(np.float32)
     m, row = x.reshape(4096, 1024), x[:1024].copy()
@@ -80,10 +91,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fastmetal", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command")
+    sub.add_parser("info", help="devices, and why each missing backend is missing")
     bench = sub.add_parser("bench", help="run benchmarks against NumPy / PyTorch / MLX")
     bench.add_argument("name", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
     ns = ap.parse_args(argv)
+    if ns.command == "info":
+        return info()
     if ns.command != "bench":
         return demo()
     names = BENCHMARKS if ns.name == "all" else (ns.name,)

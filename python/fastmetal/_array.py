@@ -416,6 +416,7 @@ def _install() -> None:
         methods[f"__{dunder}__"] = _binary_operator(op, reflected=False)
         methods[f"__r{dunder}__"] = _binary_operator(op, reflected=True)
         methods[f"__i{dunder}__"] = _inplace_operator(op)
+    methods["__ipow__"] = _inplace_operator("power")  # in place, as NumPy's a **= b
     for dunder, op in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
                        ("ge", "greater_equal"), ("eq", "equal"), ("ne", "not_equal")):
         methods[f"__{dunder}__"] = _binary_operator(op, reflected=False)

@@ -127,6 +127,10 @@ class Module:
             if new.dtype.kind not in "fiu":
                 raise TypeError(f"[fastmetal.nn.{cls}] expected {name} with a real dtype, "
                                 f"got {new.dtype}")
+            if isinstance(cur, np.ndarray) and not cur.flags.writeable:
+                # checked for all before copying any: a failure loads nothing
+                raise ValueError(f"[fastmetal.nn.{cls}] expected writeable parameters, got "
+                                 f"{name} read-only (it views memory that is not writeable)")
             values[name] = new
         for name, (owner, attr) in zip(names, self._slots()):
             cur = getattr(owner, attr)
