@@ -7,8 +7,18 @@ import numpy as np
 import pytest
 
 import fastmetal as fm
+from fastmetal import _core
 
 from references import elementwise_rtol
+
+
+@pytest.fixture(params=["device's choice", "vec4 everywhere"])
+def wide(request):
+    """GPUs take the vec4 kernels anyway; forcing them everywhere runs them on the CPU too
+    (through its emulation of the MSL kernels), so CI without a GPU checks them."""
+    _core._set_wide_elementwise(request.param == "vec4 everywhere")
+    yield
+    _core._set_wide_elementwise(False)
 
 
 def _check(got, want, dtype):
@@ -20,7 +30,7 @@ def _check(got, want, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 1001, 4099])
-def test_every_length_and_offset(device, dtype, n):
+def test_every_length_and_offset(device, wide, dtype, n):
     rng = np.random.default_rng(n)
     base_x = rng.uniform(-3, 3, n + 3).astype(dtype)
     base_y = rng.uniform(0.5, 3, n + 3).astype(dtype)

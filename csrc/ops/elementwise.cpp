@@ -1,5 +1,6 @@
 #include "ops/elementwise.h"
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 
@@ -8,6 +9,8 @@
 
 namespace fm {
 namespace {
+
+std::atomic<bool> g_wide_everywhere{false};
 
 constexpr std::int64_t kMaxGrid = std::numeric_limits<std::uint32_t>::max();
 
@@ -47,7 +50,7 @@ void launch_contiguous_vec(Backend& be, const char* kind, const std::string& op,
                            std::vector<KernelArg> args, std::vector<std::size_t> advance_bytes,
                            std::int64_t n) {
   const std::size_t vec_bytes = 4 * itemsize(t);
-  bool wide = n >= 4 && be.wide_elementwise();
+  bool wide = n >= 4 && (be.wide_elementwise() || g_wide_everywhere.load());
   for (const KernelArg& a : args) wide = wide && a.offset % vec_bytes == 0;
   if (wide) {
     const std::int64_t body = n / 4;
@@ -111,6 +114,8 @@ void launch_strided(Backend& be, const std::string& kernel, std::vector<KernelAr
 }
 
 }  // namespace
+
+void set_wide_elementwise_everywhere(bool enabled) { g_wide_everywhere.store(enabled); }
 
 void launch_unary(const std::string& op, const Array& x, const Array& out) {
   if (out.size() == 0) return;
