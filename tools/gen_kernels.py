@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from msl_frontend import BUILTINS, Instance, MslError, parse_metal  # noqa: E402
 
 DTYPES = {"float32": "float", "float16": "half"}
-UNARY_LAYOUTS = ("v", "r", "s", "g")
-BINARY_LAYOUTS = ("v", "sv", "vs", "r", "s", "g")
+UNARY_LAYOUTS = ("v", "v4", "r", "s", "g")
+BINARY_LAYOUTS = ("v", "v4", "sv", "vs", "r", "s", "g")
 
 # ----------------------------------------------------------------------------- op table
 @dataclass

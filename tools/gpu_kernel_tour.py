@@ -24,6 +24,16 @@ def close(name, got, ref, rtol=2e-5, atol=2e-5):
     return ok
 
 
+class _ParamHolder:
+    """The smallest thing an optimizer accepts: a .weight with its .weight_grad."""
+
+    def __init__(self, weight, grad):
+        self.weight, self.weight_grad = weight, grad
+
+    def parameters(self):
+        return []
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cuda")
@@ -91,6 +101,101 @@ def main(argv=None) -> int:
         gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
         for part, g, r in zip(("input", "weight", "bias"), gd, gc):
             ok &= close(f"  grad {part}", g, r, rtol=1e-4, atol=1e-3)
+
+    print(f"reductions on {dev}")
+    r3 = rng.standard_normal((7, 300, 45)).astype(np.float32)
+    big = rng.standard_normal(100_003).astype(np.float32)
+    for name, fn, arr, kw in [
+        ("sum all, 100003 (two-pass simd + threadgroup)", fm.sum, big, {}),
+        ("sum axis 1", fm.sum, r3, {"axis": 1}),
+        ("mean axis 2 keepdims", fm.mean, r3, {"axis": 2, "keepdims": True}),
+        ("var axis 0 ddof 1", fm.var, r3, {"axis": 0, "ddof": 1}),
+        ("std all", fm.std, r3, {}),
+        ("max axis 1", fm.max, r3, {"axis": 1}),
+        ("min all, 100003", fm.min, big, {}),
+        ("argmax axis 2", fm.argmax, r3, {"axis": 2}),
+        ("argmin all, 100003", fm.argmin, big, {}),
+    ]:
+        ok &= close(name, on(dev, fn, arr, **kw), on(cpu, fn, arr, **kw), rtol=1e-4, atol=1e-4)
+
+    from fastmetal import _core  # threadgroups of 37: a partial last simdgroup
+    saved_group = _core._kernel_group_size()
+    _core._set_kernel_group_size(37)
+    try:
+        for name, fn, kw in [("sum axis 1, groups of 37", fm.sum, {"axis": 1}),
+                             ("max axis 0, groups of 37", fm.max, {"axis": 0}),
+                             ("argmin axis 1, groups of 37", fm.argmin, {"axis": 1})]:
+            ok &= close(name, on(dev, fn, r3, **kw), on(cpu, fn, r3, **kw), rtol=1e-4, atol=1e-4)
+    finally:
+        _core._set_kernel_group_size(saved_group)
+
+    print(f"matmul on {dev}")
+    for m, k, n in [(1, 1, 1), (37, 53, 29), (128, 256, 96), (65, 300, 130)]:
+        a_ = rng.standard_normal((m, k)).astype(np.float32)
+        b_ = rng.standard_normal((k, n)).astype(np.float32)
+        ok &= close(f"matmul {m}x{k}x{n}", on(dev, fm.matmul, a_, b_), a_.astype(np.float64) @ b_,
+                    rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    xl = rng.standard_normal((33, 70)).astype(np.float32)
+    wl = rng.standard_normal((19, 70)).astype(np.float32)
+    bl = rng.standard_normal(19).astype(np.float32)
+    ok &= close("linear", on(dev, fm.linear, xl, wl, bl), on(cpu, fm.linear, xl, wl, bl), rtol=1e-4, atol=1e-3)
+    gl = rng.standard_normal((33, 19)).astype(np.float32)
+    for part, g, r in zip(("input", "weight", "bias"), on(dev, fm.linear_backward, gl, xl, wl),
+                          on(cpu, fm.linear_backward, gl, xl, wl)):
+        ok &= close(f"  linear grad {part}", g, r, rtol=1e-4, atol=1e-3)
+
+    print(f"training kernels on {dev}")
+    img = rng.standard_normal((3, 4, 11, 13)).astype(np.float32)
+    for ks, st, pd in [(2, None, 0), (3, 2, 1), (3, 1, 1)]:
+        fo = on(dev, fm.max_pool2d, img, ks, st, pd)
+        ok &= close(f"max_pool2d k{ks} s{st} p{pd}", fo, on(cpu, fm.max_pool2d, img, ks, st, pd))
+        gpool = rng.standard_normal(fo.shape).astype(np.float32)
+        ok &= close(f"  max_pool2d_backward k{ks} s{st} p{pd}",
+                    on(dev, fm.max_pool2d_backward, gpool, img, ks, st, pd),
+                    on(cpu, fm.max_pool2d_backward, gpool, img, ks, st, pd))
+    logits = (rng.standard_normal((37, 300)) * 3).astype(np.float32)
+    labels = rng.integers(0, 300, 37)
+    ls_d, ls_c = on(dev, fm.log_softmax, logits), on(cpu, fm.log_softmax, logits)
+    ok &= close("log_softmax rows of 300", ls_d, ls_c, rtol=1e-5, atol=1e-5)
+    gls = rng.standard_normal(logits.shape).astype(np.float32)
+    ok &= close("log_softmax_backward", on(dev, fm.log_softmax_backward, gls, ls_c),
+                on(cpu, fm.log_softmax_backward, gls, ls_c), rtol=1e-4, atol=1e-4)
+    ok &= close("log_softmax axis 0", on(dev, fm.log_softmax, logits, 0), on(cpu, fm.log_softmax, logits, 0),
+                rtol=1e-5, atol=1e-5)
+    for part, g, r in zip(("loss", "grad"), on(dev, fm.cross_entropy, logits, labels),
+                          on(cpu, fm.cross_entropy, logits, labels)):
+        ok &= close(f"cross_entropy {part}", g, r, rtol=1e-5, atol=1e-6)
+    drop = rng.standard_normal((50, 77)).astype(np.float32)
+    ok &= close("dropout p=0.3", on(dev, fm.dropout, drop, 0.3, seed=5), on(cpu, fm.dropout, drop, 0.3, seed=5))
+    ok &= close("dropout_backward p=0.3", on(dev, fm.dropout_backward, drop, 0.3, seed=5),
+                on(cpu, fm.dropout_backward, drop, 0.3, seed=5))
+    for opt_name, kw in [("SGD", {"lr": 0.1, "momentum": 0.9}), ("Adam", {"lr": 0.01}),
+                         ("Adadelta", {"lr": 1.0})]:
+        results = []
+        for device in (dev, cpu):
+            fm.set_default_device(device)
+            try:
+                holder = _ParamHolder(fm.asarray(drop.copy()), fm.asarray(np.cos(drop)))
+                opt = getattr(fm.nn.optim, opt_name)(holder, **kw)
+                for _ in range(3):
+                    opt.step()
+                results.append(np.asarray(holder.weight))
+            finally:
+                fm.set_default_device(cpu)
+        ok &= close(f"optimizer {opt_name} 3 steps", results[0], results[1], rtol=1e-5, atol=1e-6)
+    gr = rng.standard_normal((40, 41)).astype(np.float32)
+    relu = fm.nn.ReLU() if hasattr(fm, "nn") and hasattr(fm.nn, "ReLU") else None
+    if relu is not None:
+        outs = []
+        for device in (dev, cpu):
+            fm.set_default_device(device)
+            try:
+                layer = fm.nn.ReLU()
+                layer(fm.asarray(drop[:40, :41]))
+                outs.append(np.asarray(layer.backward(fm.asarray(gr))))
+            finally:
+                fm.set_default_device(cpu)
+        ok &= close("relu_backward", outs[0], outs[1])
     print("ALL OK" if ok else "FAILURES")
     return 0 if ok else 1
 

@@ -108,6 +108,10 @@ class Backend {
   virtual std::string name() const = 0;
   // Memory readable and writable by the CPU at Storage::host (buffer protocol works).
   virtual bool host_visible() const = 0;
+  // Contiguous elementwise ops run four elements a thread through vec<T, 4> accesses (the
+  // *_v4 kernels): on a GPU one wide access per thread is what reaches memory bandwidth; the
+  // CPU's kernels vectorise across threads instead, so it keeps the one-element kernels.
+  virtual bool wide_elementwise() const { return false; }
 
   // Page-aligned, from a caching pool; contents undefined.
   virtual StoragePtr allocate(std::size_t nbytes) = 0;

@@ -12,5 +12,8 @@ namespace fm {
 void launch_unary(const std::string& op, const Array& x, const Array& out);
 // x, y broadcast to out.shape; out must not partially overlap x or y.
 void launch_binary(const std::string& op, const Array& x, const Array& y, const Array& out);
+// Tests: let every backend take the four-elements-a-thread kernels (they otherwise run on
+// GPUs only), so that the CPU's emulation checks them too.
+void set_wide_elementwise_everywhere(bool enabled);
 
 }  // namespace fm

@@ -8,6 +8,7 @@
 #include "python/bindings.h"
 #include "backend/python_hooks.h"
 #include "python/elementwise_bindings.h"
+#include "ops/elementwise.h"
 #include "core/errors.h"
 #include "python/pyarray.h"
 #include "backend/env_config.h"
@@ -274,6 +275,7 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("shape"), py::arg("dtype") = "float32", py::arg("device") = py::none());
 
+  m.def("_set_wide_elementwise", &fm::set_wide_elementwise_everywhere, py::arg("enabled"));
   m.def("unary", &fm::python::unary, py::arg("op"), py::arg("x"), py::arg("out") = py::none());
   m.def("binary", &fm::python::binary, py::arg("op"), py::arg("x"), py::arg("y"),
         py::arg("out") = py::none());

@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   bool host_visible() const override { return false; }
+  bool wide_elementwise() const override { return true; }
 
   StoragePtr allocate(std::size_t nbytes) override {
     CachingAllocator::Block b = pool_.acquire(nbytes);

@@ -149,6 +149,7 @@ class MetalBackend final : public Backend {
 
   std::string name() const override { return "metal"; }
   bool host_visible() const override { return true; }
+  bool wide_elementwise() const override { return true; }
 
   StoragePtr allocate(std::size_t nbytes) override {
     return pooled([&] { return pool_storage(nbytes, nullptr); });

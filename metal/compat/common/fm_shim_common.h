@@ -57,8 +57,10 @@ struct vec<T, 3> {
   FM_SHIM_FN T& operator[](int i) { return (&x)[i]; }
   FM_SHIM_FN const T& operator[](int i) const { return (&x)[i]; }
 };
+// Aligned like Metal's (float4: 16 bytes, half4: 8), so that a vec<T, 4> access is one wide
+// load or store on CUDA, as on an Apple GPU.
 template <typename T>
-struct vec<T, 4> {
+struct alignas(4 * sizeof(T)) vec<T, 4> {
   T x, y, z, w;
   vec() = default;
   FM_SHIM_FN constexpr vec(T a, T b, T c, T d) : x(a), y(b), z(c), w(d) {}

@@ -1,0 +1,285 @@
+"""GPU benchmark: fastmetal's kernels on the GPU device against PyTorch (and CuPy where
+installed) on the same device, in one process.
+
+    python -m fastmetal bench gpu [--quick] [--json PATH]
+    python benchmarks/gpu.py ...
+
+Runs on whichever GPU device fastmetal has (cuda, else metal) and exits with a message when
+there is none. The elementwise rows are measured against the device-to-device copy bandwidth
+taken in the same run (bytes read + bytes written, through PyTorch's copy, else fastmetal's
+own), so "% copy" is comparable across machines. Each time is the median over batches of
+calls, each batch closed by a device synchronisation, after warm-up calls: device work is
+asynchronous and only a synchronisation tells when it is done.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+import fastmetal as fm
+
+from ._timing import fmt_ratio, machine_summary, torch_or_none
+
+GPU_DEVICES = ("cuda", "metal")
+TORCH_DEVICE = {"cuda": "cuda", "metal": "mps"}
+N_ELEMENTWISE = 2**26
+CONV_LAYERS = [  # (name, N, C_in, C_out, H, W, padding)
+    ("b64 32->64 3x3 26x26 (MNIST conv2)", 64, 32, 64, 26, 26, 0),
+    ("b32 64->64 3x3 56x56 pad 1", 32, 64, 64, 56, 56, 1),
+    ("b32 256->256 3x3 14x14 pad 1", 32, 256, 256, 14, 14, 1),
+]
+
+
+def gpu_time(fn: Callable[[], object], sync: Callable[[], None], budget_s: float = 0.25,
+             min_batches: int = 7) -> float:
+    """Median seconds per call of fn, timed in batches closed by sync()."""
+    fn(); sync()  # warm-up: module load, allocation caches, autotuning
+    t0 = time.perf_counter(); fn(); sync()
+    once = max(time.perf_counter() - t0, 1e-6)
+    per_batch = max(1, min(50, int(0.02 / once)))
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < min_batches or (time.perf_counter() < deadline and len(times) < 200):
+        t0 = time.perf_counter()
+        for _ in range(per_batch):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / per_batch)
+    return statistics.median(times)
+
+
+class Peers:
+    """PyTorch and CuPy on fastmetal's device, where they are installed and see it."""
+
+    def __init__(self, device: str):
+        self.torch = torch_or_none()
+        self.tdev = TORCH_DEVICE[device]
+        if self.torch is not None:
+            ok = (self.torch.cuda.is_available() if self.tdev == "cuda"
+                  else self.torch.backends.mps.is_available())
+            if not ok:
+                self.torch = None
+        if self.torch is not None:  # exact FP32 for conv2d, as fastmetal computes it
+            self.torch.backends.cudnn.allow_tf32 = False
+            self.torch.backends.cuda.matmul.allow_tf32 = False
+        self.cupy = None
+        if device == "cuda":
+            try:
+                import cupy  # noqa: PLC0415
+                cupy.zeros(1)
+                self.cupy = cupy
+            except Exception:  # noqa: BLE001 - missing, or no usable CUDA for it
+                self.cupy = None
+
+    def tsync(self):
+        if self.tdev == "cuda":
+            self.torch.cuda.synchronize()
+        else:
+            self.torch.mps.synchronize()
+
+    def to_torch(self, a: np.ndarray):
+        return self.torch.from_numpy(np.ascontiguousarray(a)).to(self.tdev)
+
+
+def fm_sync(device):
+    return lambda: fm.synchronize(device)
+
+
+def elementwise_rows(device, peers, n, rows, dtypes):
+    rng = np.random.default_rng(0)
+    fsync = fm_sync(device)
+    for dt in dtypes:
+        itemsize = np.dtype(dt).itemsize
+        xh = rng.standard_normal(n).astype(dt)
+        yh = rng.standard_normal(n).astype(dt)
+        x, y = fm.asarray(xh, device=device), fm.asarray(yh, device=device)
+        copy_s = None
+        if peers.torch is not None:
+            tx, ty = peers.to_torch(xh), peers.to_torch(yh)
+            dst = peers.torch.empty_like(tx)
+            copy_s = gpu_time(lambda: dst.copy_(tx), peers.tsync)
+            copy_src = "torch copy_"
+        else:
+            copy_s = gpu_time(lambda: x.copy(), fsync)
+            copy_src = "fastmetal copy"
+        copy_bw = 2 * n * itemsize / copy_s
+        rows.append(dict(workload=f"device-to-device copy, 2^{n.bit_length() - 1} {dt}",
+                         fastmetal_ms=None, peer_ms=copy_s * 1e3, bandwidth_TBps=copy_bw / 1e12,
+                         note=f"reference bandwidth ({copy_src})"))
+        m = int(np.sqrt(n))
+        bx = rng.standard_normal((m, m)).astype(dt)
+        brow = rng.standard_normal((1, m)).astype(dt)
+        fbx, fbrow = fm.asarray(bx, device=device), fm.asarray(brow, device=device)
+        cases = [("sigmoid", 1, lambda: fm.sigmoid(x), "sigmoid"),
+                 ("exp", 1, lambda: fm.exp(x), "exp"),
+                 ("gelu", 1, lambda: fm.gelu(x), "gelu"),
+                 ("relu", 1, lambda: fm.relu(x), "relu"),
+                 ("add", 2, lambda: fm.add(x, y), "add"),
+                 ("multiply", 2, lambda: fm.multiply(x, y), "mul"),
+                 (f"add, ({m}, {m}) + (1, {m})", 2, lambda: fm.add(fbx, fbrow), "badd")]
+        for name, operands, ours, key in cases:
+            t_ours = gpu_time(ours, fsync)
+            bytes_moved = (operands + 1) * n * itemsize if key != "badd" else (2 * m * m + m) * itemsize
+            t_torch = t_cupy = None
+            if peers.torch is not None:
+                F = peers.torch.nn.functional
+                tb, tr = peers.to_torch(bx), peers.to_torch(brow)
+                tfn = {"sigmoid": lambda: peers.torch.sigmoid(tx), "exp": lambda: peers.torch.exp(tx),
+                       "gelu": lambda: F.gelu(tx), "relu": lambda: peers.torch.relu(tx),
+                       "add": lambda: tx + ty, "mul": lambda: tx * ty, "badd": lambda: tb + tr}[key]
+                t_torch = gpu_time(tfn, peers.tsync)
+            if peers.cupy is not None and key in ("sigmoid", "exp", "add", "mul", "badd"):
+                cp = peers.cupy
+                cx, cy = cp.asarray(xh), cp.asarray(yh)
+                cb, cr = cp.asarray(bx), cp.asarray(brow)
+                cfn = {"sigmoid": lambda: 1 / (1 + cp.exp(-cx)), "exp": lambda: cp.exp(cx),
+                       "add": lambda: cx + cy, "mul": lambda: cx * cy, "badd": lambda: cb + cr}[key]
+                t_cupy = gpu_time(cfn, cp.cuda.Stream.null.synchronize)
+            bw = bytes_moved / t_ours
+            size = f"2^{n.bit_length() - 1}" if key != "badd" else ""
+            rows.append(dict(workload=f"{name}{', ' + size if size else ''} {dt}",
+                             fastmetal_ms=t_ours * 1e3,
+                             peer_ms=None if t_torch is None else t_torch * 1e3,
+                             cupy_ms=None if t_cupy is None else t_cupy * 1e3,
+                             bandwidth_TBps=bw / 1e12, pct_copy=100 * bw / copy_bw))
+        del x, y, fbx, fbrow
+        fm.synchronize(device)
+
+
+def conv_rows(device, peers, rows, layers):
+    rng = np.random.default_rng(1)
+    fsync = fm_sync(device)
+    for name, N, ci, co, H, W, pad in layers:
+        xh = rng.standard_normal((N, ci, H, W)).astype(np.float32)
+        wh = (rng.standard_normal((co, ci, 3, 3)) / np.sqrt(9 * ci)).astype(np.float32)
+        bh = rng.standard_normal(co).astype(np.float32)
+        x, w, b = (fm.asarray(a, device=device) for a in (xh, wh, bh))
+        out = fm.conv2d(x, w, b, padding=pad)
+        goh = rng.standard_normal(tuple(out.shape)).astype(np.float32)
+        go = fm.asarray(goh, device=device)
+        ho, wo = H + 2 * pad - 2, W + 2 * pad - 2
+        flops = 2.0 * N * co * ho * wo * ci * 9
+        t_f = gpu_time(lambda: fm.conv2d(x, w, b, padding=pad), fsync)
+
+        def fwd_bwd():
+            fm.conv2d(x, w, b, padding=pad)
+            return fm.conv2d_backward(go, x, w, padding=pad)
+        t_fb = gpu_time(fwd_bwd, fsync)
+        tt_f = tt_fb = None
+        if peers.torch is not None:
+            torch = peers.torch
+            tx, tw, tb, tgo = (peers.to_torch(a) for a in (xh, wh, bh, goh))
+            tx.requires_grad_(True); tw.requires_grad_(True); tb.requires_grad_(True)
+            F = torch.nn.functional
+            with torch.no_grad():
+                tt_f = gpu_time(lambda: F.conv2d(tx, tw, tb, padding=pad), peers.tsync)
+
+            def tfwd_bwd():
+                o = F.conv2d(tx, tw, tb, padding=pad)
+                return torch.autograd.grad(o, (tx, tw, tb), tgo)
+            tt_fb = gpu_time(tfwd_bwd, peers.tsync)
+        rows.append(dict(workload=f"conv2d fwd, {name}", fastmetal_ms=t_f * 1e3,
+                         peer_ms=None if tt_f is None else tt_f * 1e3, TFLOPs=flops / t_f / 1e12,
+                         peer_TFLOPs=None if tt_f is None else flops / tt_f / 1e12))
+        rows.append(dict(workload=f"conv2d fwd+bwd, {name}", fastmetal_ms=t_fb * 1e3,
+                         peer_ms=None if tt_fb is None else tt_fb * 1e3,
+                         TFLOPs=3 * flops / t_fb / 1e12,
+                         peer_TFLOPs=None if tt_fb is None else 3 * flops / tt_fb / 1e12))
+
+
+def fourier_row(device, peers, rows):
+    t = np.linspace(-20, 20, 100_000).astype(np.float32)
+    k = np.arange(1000)
+    a = (1.0 / (1 + k)).astype(np.float32)
+    b = (0.5 / (1 + k)).astype(np.float32)
+    tt = t.astype(np.float64)
+    kk = np.arange(1, 1000, dtype=np.float64)
+    ref = a[0] / 2 + np.cos(np.outer(tt, kk)) @ a[1:].astype(np.float64) \
+        + np.sin(np.outer(tt, kk)) @ b[1:].astype(np.float64)
+    ft, fa, fb = (fm.asarray(v, device=device) for v in (t, a, b))
+    t_ours = gpu_time(lambda: fm.fourier_series(ft, fa, fb), fm_sync(device))
+    err = float(np.max(np.abs(np.asarray(fm.fourier_series(ft, fa, fb).numpy(), np.float64) - ref)))
+    t_peer = peer_err = None
+    if peers.torch is not None:
+        torch = peers.torch
+        tt_, ta, tb_ = peers.to_torch(t), peers.to_torch(a), peers.to_torch(b)
+        kt = torch.arange(1, 1000, device=peers.tdev, dtype=torch.float32)
+
+        def tfs():
+            ph = tt_[:, None] * kt[None, :]
+            return ta[0] / 2 + torch.cos(ph) @ ta[1:] + torch.sin(ph) @ tb_[1:]
+        t_peer = gpu_time(tfs, peers.tsync)
+        peer_err = float(np.max(np.abs(tfs().cpu().numpy().astype(np.float64) - ref)))
+    rows.append(dict(workload="fourier_series K=1000 on 10^5", fastmetal_ms=t_ours * 1e3,
+                     peer_ms=None if t_peer is None else t_peer * 1e3,
+                     note=f"max error {err:.1e}" + ("" if peer_err is None else f" (torch {peer_err:.1e})")))
+
+
+def print_table(rows):
+    print("| workload | fastmetal | torch | ratio | CuPy | notes |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ours = "" if r.get("fastmetal_ms") is None else f"{r['fastmetal_ms']:.3f} ms"
+        peer = "" if r.get("peer_ms") is None else f"{r['peer_ms']:.3f} ms"
+        ratio = ("" if r.get("fastmetal_ms") is None or r.get("peer_ms") is None
+                 else fmt_ratio(r["peer_ms"], r["fastmetal_ms"]))
+        cupy = "" if r.get("cupy_ms") is None else f"{r['cupy_ms']:.3f} ms"
+        notes = []
+        if r.get("bandwidth_TBps") is not None:
+            notes.append(f"{r['bandwidth_TBps']:.2f} TB/s")
+        if r.get("pct_copy") is not None:
+            notes.append(f"{r['pct_copy']:.0f}% of copy")
+        if r.get("TFLOPs") is not None:
+            notes.append(f"{r['TFLOPs']:.1f} TFLOP/s"
+                         + ("" if r.get("peer_TFLOPs") is None else f" (torch {r['peer_TFLOPs']:.1f})"))
+        if r.get("note"):
+            notes.append(r["note"])
+        print(f"| {r['workload']} | {ours} | {peer} | {ratio} | {cupy} | {'; '.join(notes)} |")
+
+
+def device_name(device, peers):
+    if peers.torch is not None and peers.tdev == "cuda":
+        return peers.torch.cuda.get_device_name(0)
+    return device
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fastmetal bench gpu", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2^22 elements, one conv layer")
+    ap.add_argument("--only", choices=("elementwise", "conv2d", "fourier"), action="append",
+                    help="run only these parts (repeatable)")
+    ap.add_argument("--json", help="also write the rows to this JSON file")
+    ns = ap.parse_args(argv)
+    device = next((d for d in GPU_DEVICES if d in fm.devices()), None)
+    if device is None:
+        print(f"GPU benchmark skipped: fastmetal sees no GPU device (devices: {fm.devices()})")
+        return 0
+    peers = Peers(device)
+    print(f"fastmetal GPU benchmark on {device}: {device_name(device, peers)}; host "
+          f"{machine_summary()}")
+    print(f"peers: torch {'(' + peers.tdev + ')' if peers.torch is not None else 'not available'}, "
+          f"CuPy {'yes' if peers.cupy is not None else 'not available'}\n")
+    parts = ns.only or ["elementwise", "conv2d", "fourier"]
+    rows: list[dict] = []
+    if "elementwise" in parts:
+        elementwise_rows(device, peers, 2**22 if ns.quick else N_ELEMENTWISE, rows,
+                         ("float32", "float16"))
+    if "conv2d" in parts:
+        conv_rows(device, peers, rows, CONV_LAYERS[:1] if ns.quick else CONV_LAYERS)
+    if "fourier" in parts:
+        fourier_row(device, peers, rows)
+    print_table(rows)
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(dict(device=device, name=device_name(device, peers), rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
