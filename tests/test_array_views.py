@@ -288,7 +288,12 @@ def test_setitem_float16_and_special_values(device):
     ref = np.zeros((2, 4), np.float16)
     with np.errstate(over="ignore"):
         ref[0] = np.array([np.nan, -0.0, np.inf, 70000.0])
-    assert host(arr).tobytes() == ref.tobytes()
+    got = host(arr).copy()
+    # NaN stays NaN; its payload bits are the device's own (CUDA's float->half gives 0x7fff,
+    # NumPy 0x7e00; MSL does not specify one), so only the other elements compare bitwise.
+    assert np.isnan(got[0, 0])
+    got[0, 0] = ref[0, 0] = 0
+    assert got.tobytes() == ref.tobytes()
 
 
 def test_setitem_bad_values(device):

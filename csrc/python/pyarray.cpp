@@ -63,9 +63,11 @@ Array wrap_numpy(Backend& backend, py::array arr) {
     a.offset = -lo;
     return a;
   }
-  py::array c = numpy_fn("ascontiguousarray")(arr);
+  // Device memory first: a size the device cannot hold fails here (MemoryError), before
+  // NumPy materialises a host copy of it (a broadcast view may be far larger than its base).
   a.strides = contiguous_strides(a.shape);
   a.storage = backend.allocate(a.nbytes());
+  py::array c = numpy_fn("ascontiguousarray")(arr);
   backend.copy_from_host(*a.storage, 0, c.data(), a.nbytes());
   return a;
 }

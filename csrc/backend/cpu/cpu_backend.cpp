@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <cstdint>
 #include <new>
+
+#include <unistd.h>
 
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
@@ -22,13 +25,24 @@ constexpr std::uint64_t kMinWorkPerTask = 16384;
 
 std::uint32_t ceil_div(std::uint32_t a, std::uint32_t b) { return (a + b - 1) / b; }
 
+// More than the machine's physical memory cannot be used, but where the kernel overcommits
+// (vm.overcommit_memory=1, common in containers) aligned_alloc still succeeds and the
+// process is killed when the pages are touched: refuse it up front (MemoryError).
+std::size_t physical_memory_bytes() {
+  static const std::size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : SIZE_MAX;
+  }();
+  return bytes;
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend()
       : pool_(
             [](std::size_t n) {
               CachingAllocator::Block b;
-              b.host = std::aligned_alloc(kAlign, n);
+              b.host = n <= physical_memory_bytes() ? std::aligned_alloc(kAlign, n) : nullptr;
               b.size = n;
               return b;
             },
