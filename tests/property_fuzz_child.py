@@ -87,14 +87,20 @@ def call(name, draw):
         return
     x, xfm, xd = draw(arrays())
     snaps = [snapshot(x)]
-    args = [wrap(x, xfm)]
+    try:  # fm.asarray is public too: a size the device cannot hold may raise here
+        args = [wrap(x, xfm)]
+    except ALLOWED:
+        return
     desc = [xd]
     kwargs = {}
     out_writable = None
     if name in BINARY:
         y, yfm, yd = draw(arrays())
         snaps.append(snapshot(y))
-        args.append(wrap(y, yfm))
+        try:
+            args.append(wrap(y, yfm))
+        except ALLOWED:
+            return
         desc.append(yd)
     if name in UNARY + BINARY and draw(st.booleans()):
         o, ofm, od = draw(arrays(allow_huge=False))
@@ -110,7 +116,10 @@ def call(name, draw):
                                           np.ones((2, 1, 2, 2), np.float32)])))
     if name == "conv2d_backward":
         g, gfm, gd = draw(arrays())
-        args = [wrap(g, gfm)] + args + [np.ones((1, 1, 1, 1), np.float32)]
+        try:
+            args = [wrap(g, gfm)] + args
+        except ALLOWED:
+            return + [np.ones((1, 1, 1, 1), np.float32)]
         desc.insert(0, gd)
     print("CASE", name, " | ".join(desc), flush=True)
     try:
@@ -125,9 +134,7 @@ def call(name, draw):
             np.testing.assert_allclose(np.asarray(result, np.float64), ref, rtol=1e-3)
 
 
-UNARY = ["sigmoid", "relu", "tanh", "exp", "log", "sin", "cos", "sqrt", "abs", "negative",
-         "square", "reciprocal", "softplus", "gelu"]
-BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum"]
+from fastmetal._elementwise import BINARY, UNARY  # noqa: E402 (the op table's names)
 
 
 def main(name: str, examples: int) -> None:

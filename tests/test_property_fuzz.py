@@ -29,9 +29,10 @@ def test_every_public_function_is_searched():
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_property_search_in_a_child_process(name):
+def test_property_search_in_a_child_process(device, name):
+    env = {**os.environ, "FASTMETAL_DEVICE": device}
     r = subprocess.run([sys.executable, str(CHILD), name, str(EXAMPLES)], capture_output=True,
-                       text=True, timeout=600, cwd=CHILD.parent)
+                       text=True, timeout=600, cwd=CHILD.parent, env=env)
     cases = [line for line in r.stdout.splitlines() if line.startswith("CASE")]
     if r.returncode < 0:
         pytest.fail(f"{name}: the child process died of signal {-r.returncode} on "

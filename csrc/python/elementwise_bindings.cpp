@@ -136,6 +136,16 @@ py::object unary(const std::string& op, py::handle x, py::handle out) {
   return finish(o, fm_result);
 }
 
+// The shape of an array operand, read without converting it, or nothing for other kinds.
+std::optional<Shape> shape_without_converting(py::handle v) {
+  if (is_array(v)) return v.cast<const Array&>().shape;
+  if (py::isinstance<py::array>(v)) {
+    const auto a = py::reinterpret_borrow<py::array>(v);
+    return Shape(a.shape(), a.shape() + a.ndim());
+  }
+  return std::nullopt;
+}
+
 py::object binary(const std::string& op, py::handle x, py::handle y, py::handle out) {
   Backend& backend = pick_backend(op, {{"x", x}, {"y", y}, {"out", out}});
   const bool fm_result = any_array({x, y, out});
@@ -148,6 +158,15 @@ py::object binary(const std::string& op, py::handle x, py::handle y, py::handle 
     dtype = native_dtype_of(x, op, "x");
   else if (!ys)
     dtype = native_dtype_of(y, op, "y");
+  // A result that cannot exist is refused before the inputs are converted: on a device
+  // without host-visible memory converting copies, and a broadcast input may be huge.
+  if (const auto sx = shape_without_converting(x))
+    if (const auto sy = shape_without_converting(y)) {
+      const Shape s = broadcast_shapes(*sx, *sy, op);
+      if (!fits_in_memory(s, itemsize(dtype)))
+        throw ValueError(message(op, "expected an array of at most 2**63 - 1 bytes, got shape ",
+                                 shape_str(s)));
+    }
   Array xa = to_array(x, backend, op, "x", dtype);
   Array ya = to_array(y, backend, op, "y", dtype);
   const Shape shape = broadcast_shapes(xa.shape, ya.shape, op);

@@ -30,11 +30,15 @@ def matmul(a, b, out=None):
     if not isinstance(out, np.ndarray):
         raise TypeError("[fastmetal.matmul] expected out to be a NumPy array or "
                         f"fastmetal.Array, got {type(out).__name__}")
+    if not out.flags.writeable:
+        raise ValueError("[fastmetal.matmul] expected a writeable out, got a read-only array")
     r = _core._matmul(a, b, None)
-    if out.shape != np.shape(r):
-        raise ValueError(f"[fastmetal.matmul] expected out of shape {np.shape(r)}, "
+    # An Array result may live where the host cannot see it: .numpy() copies it then.
+    r_host = r.numpy() if isinstance(r, _core.Array) else np.asarray(r)
+    if out.shape != r_host.shape:
+        raise ValueError(f"[fastmetal.matmul] expected out of shape {r_host.shape}, "
                          f"got shape {out.shape}")
-    np.copyto(out, np.asarray(r), casting="same_kind")
+    np.copyto(out, r_host, casting="same_kind")
     return out
 
 

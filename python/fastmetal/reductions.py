@@ -41,10 +41,13 @@ def _finish(name: str, result: Any, out: Any) -> Any:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"[fastmetal.{name}] expected out to be a NumPy array or "
                         f"fastmetal.Array, got {type(out).__name__}")
-    if out.shape != np.shape(result):
-        raise ValueError(f"[fastmetal.{name}] expected out of shape {np.shape(result)}, "
+    if not out.flags.writeable:
+        raise ValueError(f"[fastmetal.{name}] expected a writeable out, got a read-only array")
+    host = result.numpy() if isinstance(result, _core.Array) else np.asarray(result)
+    if out.shape != host.shape:
+        raise ValueError(f"[fastmetal.{name}] expected out of shape {host.shape}, "
                          f"got shape {out.shape}")
-    np.copyto(out, np.asarray(result), casting="same_kind")
+    np.copyto(out, host, casting="same_kind")
     return out
 
 
