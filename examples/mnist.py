@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -90,11 +89,14 @@ class Progress:
             self.bar.close()
 
 
-@dataclass
 class History:
-    losses: list[float] = field(default_factory=list)  # one per training batch
-    epoch_seconds: list[float] = field(default_factory=list)
-    test_accuracy: list[float] = field(default_factory=list)
+    """What a run measured: the loss of every training batch, and per epoch the seconds
+    and the test accuracy."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.epoch_seconds: list[float] = []
+        self.test_accuracy: list[float] = []
 
 
 def train_epoch(model: Any, loss_fn: Any, optimizer: Any, x: npt.NDArray[np.float32],
