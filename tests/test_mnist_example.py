@@ -164,3 +164,10 @@ print(h.hexdigest())
         assert r.returncode == 0, r.stderr
         outs.add(r.stdout.strip())
     assert len(outs) == 1, outs
+
+
+def test_bench_mnist_runs_a_short_epoch(capsys):
+    from fastmetal.__main__ import main
+    assert main(["bench", "mnist", "--samples", "128", "--device", "cpu", "--no-torch"]) == 0
+    out = capsys.readouterr().out
+    assert "fastmetal, cpu" in out and "M1 CPU (reference)" in out and "33.4" in out

@@ -1,7 +1,7 @@
 """`python -m fastmetal`: show the devices and run a short demo of the headline operations.
 
     python -m fastmetal                 devices, build info, a quick check and timing of each op
-    python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d (default: all)
+    python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d, mnist (default: all)
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 
 import fastmetal as fm
 
-BENCHMARKS = ("elementwise", "fourier", "conv2d")
+BENCHMARKS = ("elementwise", "fourier", "conv2d", "mnist")
 
 
 def _fourier_case(rng):
@@ -72,7 +72,7 @@ def demo() -> int:
         t_fm, t_peer = median_time(ours, 0.2, min_repeats=3), median_time(peer, 0.2, min_repeats=1)
         print(f"  {name:<36} max rel err {err:.1e} {'ok ' if ok else 'BAD'}  fastmetal "
               f"{fmt_time(t_fm):>10}  {peer_name} {fmt_time(t_peer):>10}  ({t_peer / t_fm:.1f}x)")
-    print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d]")
+    print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d|mnist]")
     return 1 if failures else 0
 
 
