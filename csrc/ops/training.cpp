@@ -4,12 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/isa_dispatch.h"
-#include "native_path.h"
-
-namespace fm::cpu {
-FM_CPU_DECLARE(void dropout_native(const DropoutArgs& a, const float* x, float* out));
-}  // namespace fm::cpu
+#include "backend/native_ops.h"
 
 namespace fm {
 namespace {
@@ -61,12 +56,9 @@ void launch_max_pool2d_backward(const Array& grad_out, const Array& x, const Poo
 void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out) {
   if (a.n == 0) return;
   Backend& be = out.backend();
-  if (use_cpu_fast_path(be)) {  // the same mask, without the MSL form's 16-bit products
-    be.synchronize();
-    FM_CPU_DISPATCH(dropout_native, a, reinterpret_cast<const float*>(x.host_data()),
-                    reinterpret_cast<float*>(out.host_data()));
-    return;
-  }
+  // A backend's own form of the same mask (the CPU's, with native 64-bit products).
+  using NativeDropout = void(const DropoutArgs&, const Array&, const Array&);
+  if (auto* fast = native<NativeDropout>(be, "dropout_apply")) return fast(a, x, out);
   Dispatch d = grid(be, "dropout_apply", (a.n + 3u) / 4u);
   d.cost = 16;  // ten Philox rounds per four elements
   be.launch("dropout_apply", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});
