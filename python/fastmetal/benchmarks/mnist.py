@@ -1,0 +1,214 @@
+"""One training epoch of PyTorch's MNIST example network, fastmetal against PyTorch.
+
+The network of examples/mnist.py (conv 1->32, conv 32->64, max-pool, dropout, linear
+9216->128, linear 128->10, log-softmax; Adadelta lr 1.0; batch 64) trained for one epoch of
+``--samples`` images (default 60,000, MNIST's training set) by fastmetal and by PyTorch with
+the same network and optimizer on the same device and the same number of CPU threads, in
+one run. Data: the MNIST training files of ``--data DIR`` when given, else synthetic
+MNIST-shaped batches (the step time does not depend on the pixel values); batches are
+prepared before the clock starts, so no data loader is timed.
+
+    python -m fastmetal bench mnist [--samples 60000] [--device cpu] [--profile]
+
+``--profile`` adds where fastmetal's step time goes: forward and backward of each layer,
+the loss and the optimizer step (median over a few batches).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import fastmetal as fm
+
+from ._timing import machine_summary, torch_or_none
+
+# The seed's reference numbers: PyTorch's MNIST example, seconds per epoch of 60,000 images.
+REFERENCE = (("PyTorch, M1 CPU (reference)", 33.4), ("PyTorch, M1 MPS (reference)", 19.6))
+BATCH = 64
+POOL_BATCHES = 32  # distinct batches cycled through (keeps memory small)
+
+
+def fastmetal_model(seed, device):
+    nn = fm.nn
+    rng = np.random.default_rng(seed)
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, rng=rng, device=device), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, rng=rng, device=device), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Dropout(0.25, rng=rng), nn.Flatten(),
+        nn.Linear(9216, 128, rng=rng, device=device), nn.ReLU(), nn.Dropout(0.5, rng=rng),
+        nn.Linear(128, 10, rng=rng, device=device), nn.LogSoftmax(1))
+
+
+def torch_model(torch):
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Dropout(0.25), nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(), nn.Dropout(0.5),
+        nn.Linear(128, 10), nn.LogSoftmax(1))
+
+
+def make_batches(data_dir, seed):
+    """POOL_BATCHES (images float32 (64, 1, 28, 28), labels int64 (64,)) pairs."""
+    rng = np.random.default_rng(seed)
+    n = POOL_BATCHES * BATCH
+    if data_dir:
+        from ..datasets import load_mnist
+        images, labels = load_mnist(data_dir, train=True)
+        pick = rng.permutation(len(labels))[:n]
+        images, labels = images[pick], labels[pick].astype(np.int64)
+    else:
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        labels = rng.integers(0, 10, n)
+    x = ((images.astype(np.float32) / 255 - 0.1307) / 0.3081)[:, None]
+    return [(np.ascontiguousarray(x[i:i + BATCH]), labels[i:i + BATCH])
+            for i in range(0, len(labels) - BATCH + 1, BATCH)]
+
+
+def fastmetal_step(device):
+    model = fastmetal_model(0, device)
+    loss_fn = fm.nn.CrossEntropyLoss()
+    opt = fm.nn.optim.Adadelta(model.parameters(), lr=1.0)
+
+    def step(x, y):
+        loss, grad = loss_fn(model(x), y)
+        opt.zero_grad()
+        model.backward(grad)
+        opt.step()
+        return loss
+    return step, model, loss_fn, opt
+
+
+def torch_step(torch, device):
+    torch.manual_seed(0)
+    model = torch_model(torch).to(device)
+    opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    model.train()
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = torch.nn.functional.nll_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def run_epoch(step, batches, samples, sync):
+    """Seconds for ceil(samples / 64) steps, after 3 warm-up steps."""
+    for x, y in batches[:3]:
+        step(x, y)
+    sync()
+    steps = -(-samples // BATCH)
+    start = time.perf_counter()
+    for i in range(steps):
+        x, y = batches[i % len(batches)]
+        step(x, y)
+    sync()
+    return time.perf_counter() - start, steps * BATCH
+
+
+def profile_fastmetal(device, batches, repeats=10):
+    """Median milliseconds per batch of each layer's forward and backward, the loss and the
+    optimizer step."""
+    _, model, loss_fn, opt = fastmetal_step(device)
+    sync = fm.synchronize
+    names = [f"{i}:{type(layer).__name__}" for i, layer in enumerate(model)]
+    rows = {f"{n} fwd": [] for n in names}
+    rows.update({f"{n} bwd": [] for n in names})
+    rows["loss"], rows["optimizer"] = [], []
+    for r in range(repeats + 2):
+        x, y = batches[r % len(batches)]
+        times = {}
+        for name, layer in zip(names, model):
+            t0 = time.perf_counter()
+            x = layer(x)
+            sync()
+            times[f"{name} fwd"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        _, grad = loss_fn(x, y)
+        sync()
+        times["loss"] = time.perf_counter() - t0
+        opt.zero_grad()
+        for name, layer in zip(reversed(names), reversed(list(model))):
+            t0 = time.perf_counter()
+            grad = layer.backward(grad)
+            sync()
+            times[f"{name} bwd"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        opt.step()
+        sync()
+        times["optimizer"] = time.perf_counter() - t0
+        if r >= 2:  # the first two are warm-up
+            for k, v in times.items():
+                rows[k].append(v)
+    return {k: 1e3 * statistics.median(v) for k, v in rows.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m fastmetal bench mnist", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=60_000,
+                    help="images in the timed epoch (default 60,000; less for a quick run)")
+    ap.add_argument("--device", default=None, help="fastmetal device (default: the default "
+                    "device); PyTorch runs on the matching one (cpu, cuda, or mps for metal)")
+    ap.add_argument("--data", default=None, help="directory of the MNIST IDX files "
+                    "(default: synthetic MNIST-shaped batches)")
+    ap.add_argument("--profile", action="store_true", help="fastmetal's time per layer")
+    ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
+    ns = ap.parse_args(argv)
+    if ns.samples < BATCH:
+        ap.error(f"--samples: expected at least {BATCH}, got {ns.samples}")
+    device = ns.device or fm.default_device()
+    if device not in fm.devices():
+        ap.error(f"--device: expected one of {fm.devices()}, got {device!r}")
+    torch = None if ns.no_torch else torch_or_none()
+    if torch is not None:
+        torch.set_num_threads(fm._core._num_threads())  # the same CPU threads for both
+    print(f"MNIST example network, one epoch of {ns.samples:,} samples, batch {BATCH}, "
+          f"Adadelta; {'MNIST files in ' + ns.data if ns.data else 'synthetic batches'}")
+    print(f"machine: {machine_summary()}\n")
+    batches = make_batches(ns.data, 0)
+
+    results = []
+    step, *_ = fastmetal_step(device)
+    seconds, done = run_epoch(step, batches, ns.samples, fm.synchronize)
+    results.append((f"fastmetal, {device}", seconds, done))
+    if torch is not None:
+        tdev = {"metal": "mps"}.get(device, device)
+        tsync = {"cuda": torch.cuda.synchronize,
+                 "mps": getattr(getattr(torch, "mps", None), "synchronize", None)}.get(tdev)
+        tbatches = [(torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev))
+                    for x, y in batches]
+        seconds, done = run_epoch(torch_step(torch, tdev), tbatches, ns.samples,
+                                  tsync or (lambda: None))
+        results.append((f"PyTorch {torch.__version__}, {tdev}", seconds, done))
+
+    scale = 60_000 / ns.samples
+    ours = results[0][1] / results[0][2]
+    print(f"{'':34} {'s/epoch (60k)':>14} {'samples/s':>10} {'ms/batch':>9} "
+          f"{'fastmetal speed-up':>19}")
+    for name, seconds, done in results:
+        per = seconds / done
+        print(f"{name:34} {60_000 * per:14.1f} {1 / per:10,.0f} {1e3 * BATCH * per:9.1f} "
+              f"{per / ours:18.2f}x")
+    for name, seconds in REFERENCE:
+        print(f"{name:34} {seconds:14.1f} {60_000 / seconds:10,.0f} "
+              f"{1e3 * BATCH * seconds / 60_000:9.1f} {'':>19}")
+    if scale != 1:
+        print(f"(measured on {ns.samples:,} samples, scaled to 60,000)")
+
+    if ns.profile:
+        prof = profile_fastmetal(device, batches)
+        total = sum(prof.values())
+        print(f"\nfastmetal step on {device}, per layer (median of 10 batches; "
+              f"sum {total:.1f} ms):")
+        for k, v in sorted(prof.items(), key=lambda kv: -kv[1]):
+            print(f"  {k:22} {v:7.2f} ms  {100 * v / total:5.1f}%")
+    return results
+
+
+if __name__ == "__main__":
+    main()
