@@ -5,10 +5,12 @@ tolerances that differ by device."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 import fastmetal as fm
+from fastmetal import _core
 
 F32_EPS = float(np.finfo(np.float32).eps)
 F16_EPS = float(np.finfo(np.float16).eps)
@@ -337,3 +339,19 @@ def fourier_series_numpy32(x, a, b, period, chunk=2000):
     return out
 
 
+# ============================================================================ portable kernels
+def msl_kernels_on_cpu():
+    """Fixture body (``kernels = pytest.fixture(msl_kernels_on_cpu)``): the test runs the
+    reductions' and matmul's MSL kernels on the CPU (under the fiber emulator, the oracle of
+    the GPU kernels) instead of the CPU's own algorithms, and may set the threadgroup size
+    and FASTMETAL_EMULATOR_SEED; all three are restored afterwards."""
+    saved_native, saved_group = _core._native_cpu(), _core._kernel_group_size()
+    saved_seed = os.environ.get("FASTMETAL_EMULATOR_SEED")
+    _core._set_native_cpu(False)
+    yield
+    _core._set_native_cpu(saved_native)
+    _core._set_kernel_group_size(saved_group)
+    if saved_seed is None:
+        os.environ.pop("FASTMETAL_EMULATOR_SEED", None)
+    else:
+        os.environ["FASTMETAL_EMULATOR_SEED"] = saved_seed

@@ -13,20 +13,10 @@ from hypothesis import strategies as st
 
 import fastmetal as fm
 from fastmetal import _core
+from references import msl_kernels_on_cpu
 
 
-@pytest.fixture
-def kernels():
-    saved_native, saved_group = _core._native_cpu(), _core._kernel_group_size()
-    saved_seed = os.environ.get("FASTMETAL_EMULATOR_SEED")
-    _core._set_native_cpu(False)
-    yield
-    _core._set_native_cpu(saved_native)
-    _core._set_kernel_group_size(saved_group)
-    if saved_seed is None:
-        os.environ.pop("FASTMETAL_EMULATOR_SEED", None)
-    else:
-        os.environ["FASTMETAL_EMULATOR_SEED"] = saved_seed
+kernels = pytest.fixture(msl_kernels_on_cpu)
 
 
 def check_matmul(a, b):

@@ -27,3 +27,13 @@ class KernelTable {
 };
 
 }  // namespace fm
+
+// Every register_<stem>() the generator wrote for a backend, declared and called in one
+// place. Expanded in the namespace of the backend's generated entries, where KernelTable
+// names its table type, after including the generated "kernel_stems.h"; defines
+// register_kernels(KernelTable&), which fills a table with every kernel.
+#define FM_KERNEL_STEM_DECLARE(stem) void register_##stem(KernelTable&);
+#define FM_KERNEL_STEM_CALL(stem) register_##stem(table);
+#define FM_GENERATED_KERNELS                 \
+  FM_KERNEL_STEMS(FM_KERNEL_STEM_DECLARE)    \
+  inline void register_kernels(KernelTable& table) { FM_KERNEL_STEMS(FM_KERNEL_STEM_CALL) }

@@ -17,32 +17,10 @@ namespace {
 
 std::string repr_of(py::handle o) { return py::repr(o); }
 
-// A Python int (or NumPy integer); bools and floats are not ints here.
-std::optional<std::int64_t> as_int(py::handle v) {
-  static auto* np_bool = new py::object(py::module_::import("numpy").attr("bool_"));
-  if (PyBool_Check(v.ptr()) || PyFloat_Check(v.ptr()) || py::isinstance(v, *np_bool))
-    return std::nullopt;
-  PyObject* i = PyNumber_Index(v.ptr());
-  if (i == nullptr) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  int overflow = 0;
-  const long long x = PyLong_AsLongLongAndOverflow(i, &overflow);
-  Py_DECREF(i);
-  if (overflow != 0) return overflow > 0 ? std::numeric_limits<std::int64_t>::max()
-                                         : std::numeric_limits<std::int64_t>::min();
-  if (x == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  return std::int64_t(x);
-}
-
 // An int (both axes) or a sequence of exactly two ints.
 void parse_pair(py::handle v, const std::string& op, const char* name, const char* what,
                 std::int64_t out[2]) {
-  if (auto i = as_int(v)) {
+  if (auto i = int_arg(v)) {
     out[0] = out[1] = *i;
     return;
   }
@@ -55,7 +33,7 @@ void parse_pair(py::handle v, const std::string& op, const char* name, const cha
     throw ValueError(message(op, "expected ", name, " to be an int or a pair of 2 ints, got ",
                              s.size(), " values: ", repr_of(v)));
   for (std::size_t d = 0; d < 2; ++d) {
-    auto i = as_int(s[d]);
+    auto i = int_arg(s[d]);
     if (!i)
       throw TypeError(message(op, "expected ", name, " to be ", what,
                               " int or a pair of ints, got ", repr_of(v)));
@@ -82,7 +60,7 @@ Conv2dSpec parse_spec(const std::string& op, py::handle stride, py::handle paddi
   } else {
     parse_pair(padding, op, "padding", "'valid', 'same', a non-negative", s.padding);
   }
-  auto g = as_int(groups);
+  auto g = int_arg(groups);
   if (!g) throw TypeError(message(op, "expected groups to be a positive int, got ", repr_of(groups)));
   s.groups = *g;
   conv2d_check_spec(op, s);

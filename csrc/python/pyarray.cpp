@@ -1,6 +1,7 @@
 #include "python/pyarray.h"
 
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "core/errors.h"
@@ -235,6 +236,27 @@ py::array numpy_view(const Array& a, py::handle owner) {
 py::object wrap_result(Array result, bool as_fastmetal_array) {
   if (as_fastmetal_array) return py::cast(std::move(result));
   return numpy_view(result);
+}
+
+std::optional<std::int64_t> int_arg(py::handle v) {
+  static auto* np_bool = new py::object(py::module_::import("numpy").attr("bool_"));
+  if (PyBool_Check(v.ptr()) || PyFloat_Check(v.ptr()) || py::isinstance(v, *np_bool))
+    return std::nullopt;
+  PyObject* i = PyNumber_Index(v.ptr());
+  if (i == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i, &overflow);
+  Py_DECREF(i);
+  if (overflow != 0) return overflow > 0 ? std::numeric_limits<std::int64_t>::max()
+                                         : std::numeric_limits<std::int64_t>::min();
+  if (x == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return std::int64_t(x);
 }
 
 }  // namespace fm::python

@@ -23,6 +23,10 @@ std::shared_ptr<void> keep_alive(py::object obj);
 
 bool is_array(py::handle obj);          // a fastmetal.Array
 bool is_python_scalar(py::handle obj);  // bool, int or float (weakly typed, NEP 50)
+// An integer argument (a Python int or anything with __index__, NumPy integers included) as
+// int64, saturated beyond its range so that the caller's range check rejects it with the
+// right sign; nullopt for anything else, bools and floats included.
+std::optional<std::int64_t> int_arg(py::handle v);
 // TypeError text for an object NumPy could not turn into an array (error `e`): one line, the
 // first line of that error, never a traceback; a tensor that requires grad is told to
 // .detach().

@@ -18,24 +18,6 @@
 namespace fm::python {
 namespace {
 
-std::optional<std::int64_t> int_arg(py::handle v) {
-  static auto* np_bool = new py::object(py::module_::import("numpy").attr("bool_"));
-  if (PyBool_Check(v.ptr()) || PyFloat_Check(v.ptr()) || py::isinstance(v, *np_bool))
-    return std::nullopt;
-  PyObject* i = PyNumber_Index(v.ptr());
-  if (i == nullptr) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  const long long x = PyLong_AsLongLong(i);
-  Py_DECREF(i);
-  if (x == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  return std::int64_t(x);
-}
-
 int normalize_axis(const std::string& op, std::int64_t a, std::int64_t ndim) {
   if (a < -ndim || a >= ndim)
     throw ValueError(message(op, "expected axis in [", -ndim, ", ", ndim, ") for an array of ",

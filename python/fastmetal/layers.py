@@ -165,6 +165,12 @@ def _positive_int(value, name, cls):
     return int(value)
 
 
+def _check_bool(value, name, cls):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"[fastmetal.nn.{cls}] expected {name} to be True or False, "
+                        f"got {value!r}")
+
+
 class Linear(Module):
     """``y = x @ weight.T + bias``, as ``torch.nn.Linear``: weight ``(out_features,
     in_features)`` and bias ``(out_features,)`` uniform in ``[-1/sqrt(in), 1/sqrt(in)]``
@@ -177,9 +183,7 @@ class Linear(Module):
                  device=None):
         self.in_features = _positive_int(in_features, "in_features", "Linear")
         self.out_features = _positive_int(out_features, "out_features", "Linear")
-        if not isinstance(bias, (bool, np.bool_)):
-            raise TypeError(f"[fastmetal.nn.Linear] expected bias to be True or False, "
-                            f"got {bias!r}")
+        _check_bool(bias, "bias", "Linear")
         rng = _rng_for("Linear", seed, rng)
         bound = 1.0 / math.sqrt(self.in_features)
         w = rng.uniform(-bound, bound, size=(self.out_features, self.in_features))

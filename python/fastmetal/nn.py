@@ -5,25 +5,16 @@ the gradient of the loss with respect to the layer's output and returns the grad
 respect to its input, storing the parameter gradients on the layer.
 """
 import math as _math
-import numbers as _numbers
 
 import numpy as _np
 
 from . import _core
 from .conv import conv2d as _conv2d
 from .conv import conv2d_backward as _conv2d_backward
+# The argument checks every layer shares (layers.py holds the other layers).
+from .layers import _check_bool, _check_forward_called, _positive_int, _rng_for
 
 __all__ = ["Conv2d"]
-
-
-def _positive_int(value, name):
-    if isinstance(value, (bool, _np.bool_)) or not isinstance(value, _numbers.Integral):
-        raise TypeError(f"[fastmetal.nn.Conv2d] expected {name} to be a positive int, "
-                        f"got {value!r}")
-    if value < 1:
-        raise ValueError(f"[fastmetal.nn.Conv2d] expected {name} to be a positive int, "
-                         f"got {value!r}")
-    return int(value)
 
 
 def _kernel_size(value):
@@ -31,8 +22,9 @@ def _kernel_size(value):
         if len(value) != 2:
             raise ValueError("[fastmetal.nn.Conv2d] expected kernel_size to be an int or a pair "
                              f"of 2 ints, got {len(value)} values: {value!r}")
-        return (_positive_int(value[0], "kernel_size"), _positive_int(value[1], "kernel_size"))
-    k = _positive_int(value, "kernel_size")
+        return (_positive_int(value[0], "kernel_size", "Conv2d"),
+                _positive_int(value[1], "kernel_size", "Conv2d"))
+    k = _positive_int(value, "kernel_size", "Conv2d")
     return (k, k)
 
 
@@ -60,8 +52,8 @@ class Conv2d:
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True, *, seed=None, rng=None, device=None):
-        self.in_channels = _positive_int(in_channels, "in_channels")
-        self.out_channels = _positive_int(out_channels, "out_channels")
+        self.in_channels = _positive_int(in_channels, "in_channels", "Conv2d")
+        self.out_channels = _positive_int(out_channels, "out_channels", "Conv2d")
         self.kernel_size = _kernel_size(kernel_size)
         # Same checks and normal form as the functional op (stride/padding/dilation/groups).
         self.stride, self.padding, self.dilation, self.groups = _core._conv2d_spec(
@@ -72,17 +64,8 @@ class Conv2d:
         if self.out_channels % self.groups:
             raise ValueError(f"[fastmetal.nn.Conv2d] expected out_channels "
                              f"({self.out_channels}) to be divisible by groups ({self.groups})")
-        if not isinstance(bias, (bool, _np.bool_)):
-            raise TypeError(f"[fastmetal.nn.Conv2d] expected bias to be True or False, "
-                            f"got {bias!r}")
-        if seed is not None and rng is not None:
-            raise ValueError("[fastmetal.nn.Conv2d] expected at most one of seed and rng, "
-                             "got both")
-        if rng is None:
-            rng = _np.random.default_rng(seed)
-        elif not isinstance(rng, _np.random.Generator):
-            raise TypeError("[fastmetal.nn.Conv2d] expected rng to be a numpy.random.Generator, "
-                            f"got {type(rng).__name__}")
+        _check_bool(bias, "bias", "Conv2d")
+        rng = _rng_for("Conv2d", seed, rng)
 
         kh, kw = self.kernel_size
         fan_in = self.in_channels // self.groups * kh * kw
@@ -112,9 +95,7 @@ class Conv2d:
     __call__ = forward
 
     def backward(self, grad_output):
-        if self._input is None:
-            raise ValueError("[fastmetal.nn.Conv2d] expected forward() to be called before "
-                             "backward(), got no saved input")
+        _check_forward_called(self._input, "Conv2d")
         needs = ("input", "weight", "bias") if self.bias is not None else ("input", "weight")
         gx, gw, gb = _conv2d_backward(grad_output, self._input, self.weight, needs=needs,
                                      **self._args())

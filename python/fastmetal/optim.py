@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 
 from . import _core
+from .layers import _check_bool, _positive_int
 
 __all__ = ["Optimizer", "SGD", "Adam", "Adadelta", "StepLR"]
 
@@ -101,9 +102,7 @@ class SGD(Optimizer):
         momentum = _number(momentum, "momentum", "SGD")
         weight_decay = _number(weight_decay, "weight_decay", "SGD")
         dampening = _number(dampening, "dampening", "SGD")
-        if not isinstance(nesterov, (bool, np.bool_)):
-            raise TypeError(f"[fastmetal.nn.optim.SGD] expected nesterov to be True or False, "
-                            f"got {nesterov!r}")
+        _check_bool(nesterov, "nesterov", "optim.SGD")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("[fastmetal.nn.optim.SGD] expected momentum > 0 and dampening 0 "
                              f"with nesterov, got momentum={momentum}, dampening={dampening}")
@@ -195,14 +194,8 @@ class StepLR:
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"[fastmetal.nn.optim.StepLR] expected a fastmetal.nn.optim "
                             f"optimizer, got {type(optimizer).__name__}")
-        if isinstance(step_size, (bool, np.bool_)) or not isinstance(step_size, numbers.Integral):
-            raise TypeError(f"[fastmetal.nn.optim.StepLR] expected step_size to be a positive "
-                            f"int, got {step_size!r}")
-        if step_size < 1:
-            raise ValueError(f"[fastmetal.nn.optim.StepLR] expected step_size to be a positive "
-                             f"int, got {step_size!r}")
+        self.step_size = _positive_int(step_size, "step_size", "optim.StepLR")
         self.optimizer = optimizer
-        self.step_size = int(step_size)
         self.gamma = _number(gamma, "gamma", "StepLR")
         self.base_lr = optimizer.param_groups[0]["lr"]
         self.last_epoch = 0

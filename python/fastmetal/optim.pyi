@@ -1,26 +1,32 @@
 # Type stubs of fastmetal.nn.optim (see optim.py for the documentation).
-from typing import Any
+from typing import Any, Union
+
+from .nn import Conv2d, Module, Parameters
+
+# What an optimizer takes: what parameters() of a layer returns, or the layer itself.
+_Params = Union[Parameters, Module, Conv2d]
 
 class Optimizer:
+    # Hyper-parameters by name (floats, and Adam's `betas` pair).
     param_groups: list[dict[str, Any]]
     state: list[dict[str, Any]]
-    def __init__(self, params: Any, defaults: dict[str, Any]) -> None: ...
+    def __init__(self, params: _Params, defaults: dict[str, Any]) -> None: ...
     @property
     def lr(self) -> float: ...
     def zero_grad(self) -> None: ...
     def step(self) -> None: ...
 
 class SGD(Optimizer):
-    def __init__(self, params: Any, lr: float = ..., momentum: float = ...,
+    def __init__(self, params: _Params, lr: float = ..., momentum: float = ...,
                  weight_decay: float = ..., *, dampening: float = ...,
                  nesterov: bool = ...) -> None: ...
 
 class Adam(Optimizer):
-    def __init__(self, params: Any, lr: float = ..., betas: tuple[float, float] = ...,
+    def __init__(self, params: _Params, lr: float = ..., betas: tuple[float, float] = ...,
                  eps: float = ..., weight_decay: float = ...) -> None: ...
 
 class Adadelta(Optimizer):
-    def __init__(self, params: Any, lr: float = ..., rho: float = ..., eps: float = ...,
+    def __init__(self, params: _Params, lr: float = ..., rho: float = ..., eps: float = ...,
                  weight_decay: float = ...) -> None: ...
 
 class StepLR:

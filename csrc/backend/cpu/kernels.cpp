@@ -8,26 +8,23 @@
 
 #include "cpu_kernel_abi.h"
 #include "../env_config.h"
+#include "kernel_stems.h"  // generated
 
-#define FM_CPU_STEM(stem) void register_##stem(KernelTable&);
 namespace fm::cpu {
 namespace base {
-#include "cpu_kernel_stems.inc"
+FM_GENERATED_KERNELS
 }
 #if defined(FM_CPU_HAVE_AVX2)
 namespace avx2 {
-#include "cpu_kernel_stems.inc"
+FM_GENERATED_KERNELS
 }
 #endif
 #if defined(FM_CPU_HAVE_AVX512)
 namespace avx512 {
-#include "cpu_kernel_stems.inc"
+FM_GENERATED_KERNELS
 }
 #endif
-}  // namespace fm::cpu
-#undef FM_CPU_STEM
 
-namespace fm::cpu {
 namespace {
 
 bool supported(const std::string& isa) {
@@ -76,30 +73,17 @@ const char* kernel_isa() { return chosen_isa().c_str(); }
 
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
-    KernelTable t;
     const std::string& isa = chosen_isa();
-    (void)isa;
-#define FM_CPU_STEM(stem) ISA_NS::register_##stem(t);
+    void (*fill)(KernelTable&) = &base::register_kernels;
 #if defined(FM_CPU_HAVE_AVX512)
-    if (isa == "avx512") {
-#define ISA_NS avx512
-#include "cpu_kernel_stems.inc"
-#undef ISA_NS
-      return t;
-    }
+    if (isa == "avx512") fill = &avx512::register_kernels;
 #endif
 #if defined(FM_CPU_HAVE_AVX2)
-    if (isa == "avx2") {
-#define ISA_NS avx2
-#include "cpu_kernel_stems.inc"
-#undef ISA_NS
-      return t;
-    }
+    if (isa == "avx2") fill = &avx2::register_kernels;
 #endif
-#define ISA_NS base
-#include "cpu_kernel_stems.inc"
-#undef ISA_NS
-#undef FM_CPU_STEM
+    (void)isa;
+    KernelTable t;
+    fill(t);
     return t;
   }();
   return table;

@@ -11,19 +11,18 @@
 #include "../launch.h"
 #include "cuda_kernel_abi.h"
 
-#define FM_CPU_STEM(stem) void register_##stem(::fm::cudak::KernelTable&);
+#include "kernel_stems.h"
+
 namespace fm::cuda_kernels {
-#include "cpu_kernel_stems.inc"
+using KernelTable = ::fm::cudak::KernelTable;
+FM_GENERATED_KERNELS
 }
-#undef FM_CPU_STEM
 
 namespace fm::cudak {
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
-#define FM_CPU_STEM(stem) ::fm::cuda_kernels::register_##stem(t);
-#include "cpu_kernel_stems.inc"
-#undef FM_CPU_STEM
+    cuda_kernels::register_kernels(t);
     return t;
   }();
   return table;

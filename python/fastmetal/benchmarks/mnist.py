@@ -1,6 +1,6 @@
 """One training epoch of PyTorch's MNIST example network, fastmetal against PyTorch.
 
-The network of examples/mnist.py (conv 1->32, conv 32->64, max-pool, dropout, linear
+The network of examples/mnist.py, ``fastmetal.models.mnist_cnn`` (conv 1->32, conv 32->64, max-pool, dropout, linear
 9216->128, linear 128->10, log-softmax; Adadelta lr 1.0; batch 64) trained for one epoch of
 ``--samples`` images (default 60,000, MNIST's training set) by fastmetal and by PyTorch with
 the same network and optimizer on the same device and the same number of CPU threads, in
@@ -23,23 +23,13 @@ import numpy as np
 
 import fastmetal as fm
 
+from ..models import mnist_cnn
 from ._timing import machine_summary, torch_or_none
 
 # The seed's reference numbers: PyTorch's MNIST example, seconds per epoch of 60,000 images.
 REFERENCE = (("PyTorch, M1 CPU (reference)", 33.4), ("PyTorch, M1 MPS (reference)", 19.6))
 BATCH = 64
 POOL_BATCHES = 32  # distinct batches cycled through (keeps memory small)
-
-
-def fastmetal_model(seed, device):
-    nn = fm.nn
-    rng = np.random.default_rng(seed)
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, rng=rng, device=device), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, rng=rng, device=device), nn.ReLU(),
-        nn.MaxPool2d(2), nn.Dropout(0.25, rng=rng), nn.Flatten(),
-        nn.Linear(9216, 128, rng=rng, device=device), nn.ReLU(), nn.Dropout(0.5, rng=rng),
-        nn.Linear(128, 10, rng=rng, device=device), nn.LogSoftmax(1))
 
 
 def torch_model(torch):
@@ -68,7 +58,7 @@ def make_batches(data_dir, seed):
 
 
 def fastmetal_step(device):
-    model = fastmetal_model(0, device)
+    model = mnist_cnn(0, device)
     loss_fn = fm.nn.CrossEntropyLoss()
     opt = fm.nn.optim.Adadelta(model.parameters(), lr=1.0)
 
