@@ -1,4 +1,8 @@
 // Which devices exist, which one ops use by default, and the backend-generic defaults.
+// The backends register themselves from their folders (registry.h); this file names none.
+#include "registry.h"
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
@@ -6,19 +10,40 @@
 #include <mutex>
 
 #include "../core/errors.h"
-#include "backend.h"
-#include "cpu/cpu_backend.h"
-#include "cpu/cpu_kernel_abi.h"
 #include "env_config.h"
-#if defined(FASTMETAL_HAVE_METAL)
-#include "metal/metal_backend.h"
-#endif
-#if defined(FASTMETAL_HAVE_CUDA)
-#include "cuda/cuda_backend.h"
-#endif
 
 namespace fm {
 namespace {
+
+// What a user is told about a backend this build does not contain (one line each; a
+// backend that is built says itself why its device is missing).
+#if defined(__APPLE__)
+constexpr bool kApple = true;
+#else
+constexpr bool kApple = false;
+#endif
+struct Unbuilt {
+  const char* name;
+  const char* how;
+};
+const Unbuilt kBuildHints[] = {
+    {"metal", kApple ? "this build was configured with FASTMETAL_METAL=OFF or without Apple's "
+                       "Metal compiler"
+                     : "Metal needs macOS and an Apple GPU"},
+    {"cuda", "build with FASTMETAL_CUDA=ON where nvcc and an NVIDIA GPU are present"},
+};
+
+struct Registration {
+  const char* name;
+  int rank;
+  BackendFactory make;
+};
+
+// Filled during static initialisation (before any registry() call), hence a function static.
+std::vector<Registration>& registrations() {
+  static auto* list = new std::vector<Registration>();  // leaked, as the registry
+  return *list;
+}
 
 struct Registry {
   std::mutex mu;  // guards env_error
@@ -42,33 +67,23 @@ std::string available_list(const Registry& r) {
 Registry& registry() {
   static Registry* r = [] {
     auto* r = new Registry;
-#if defined(FASTMETAL_HAVE_METAL)
-    if (auto b = metal::make_metal_backend()) {
-      r->order.push_back("metal");
-      r->backends["metal"] = std::move(b);
-    } else {
-      r->problems.push_back("metal: " + metal::metal_unavailable_reason());
+    std::vector<Registration> regs = registrations();
+    std::stable_sort(regs.begin(), regs.end(),
+                     [](const Registration& x, const Registration& y) { return x.rank < y.rank; });
+    for (const Registration& reg : regs) {
+      std::string why_not;
+      if (auto b = reg.make(why_not)) {
+        r->order.push_back(reg.name);
+        r->backends[reg.name] = std::move(b);
+      } else {
+        r->problems.push_back(reg.name + (": " + why_not));
+      }
     }
-#elif defined(__APPLE__)
-    r->problems.push_back("metal: not built (this build was configured with FASTMETAL_METAL=OFF "
-                          "or without Apple's Metal compiler)");
-#else
-    r->problems.push_back("metal: not built (Metal needs macOS and an Apple GPU)");
-#endif
-#if defined(FASTMETAL_HAVE_CUDA)
-    if (auto b = cuda::make_cuda_backend()) {
-      r->order.push_back("cuda");
-      r->backends["cuda"] = std::move(b);
-    } else {
-      r->problems.push_back("cuda: no usable NVIDIA GPU found (no device, no driver, or the "
-                            "driver is older than the CUDA runtime this was built with)");
-    }
-#else
-    r->problems.push_back("cuda: not built (build with FASTMETAL_CUDA=ON where nvcc and an "
-                          "NVIDIA GPU are present)");
-#endif
-    r->order.push_back("cpu");
-    r->backends["cpu"] = cpu::make_cpu_backend();
+    for (const Unbuilt& u : kBuildHints)
+      if (std::none_of(regs.begin(), regs.end(),
+                       [&](const Registration& reg) { return std::strcmp(reg.name, u.name) == 0; }))
+        r->problems.push_back(std::string(u.name) + ": not built (" + u.how + ")");
+    if (r->order.empty()) throw BackendError("[fastmetal] internal: no backend registered");
     r->default_backend = r->backends[r->order.front()].get();
     if (const char* env = std::getenv("FASTMETAL_DEVICE"); env && *env) {
       auto it = r->backends.find(env);
@@ -85,6 +100,11 @@ Registry& registry() {
 }
 
 }  // namespace
+
+bool register_backend(const char* name, int rank, BackendFactory make) {
+  registrations().push_back(Registration{name, rank, make});
+  return true;
+}
 
 std::vector<std::string> available_devices() { return registry().order; }
 
@@ -175,8 +195,7 @@ std::string cpu_isa(const std::vector<std::string>& known, bool (*usable)(const 
 
 std::vector<std::string> config_problems() {
   num_threads();
-  cpu::kernel_isa();
-  registry();
+  registry();  // constructs every backend: each reports what it did not understand
   std::vector<std::string> all;
   {
     std::lock_guard<std::mutex> lock(problems_mu);

@@ -1,5 +1,5 @@
-#include "cpu_backend.h"
-
+// The CPU backend: kernels from metal/*.metal compiled as C++ (generated entries), run
+// on a thread pool; memory is ordinary page-aligned host memory.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +11,7 @@
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
 #include "../launch.h"
+#include "../registry.h"
 #include "cpu_kernel_abi.h"
 #include "native_ops.h"
 #include "thread_pool.h"
@@ -138,9 +139,17 @@ class CpuBackend final : public Backend {
   CachingAllocator pool_;
 };
 
-}  // namespace
+// Always available, so ranked last: a GPU, where there is one, is the default device.
+// Choosing the kernels' instruction set here reports a FASTMETAL_CPU_ISA it does not
+// understand together with the other settings, when the registry is built.
+std::unique_ptr<Backend> make_cpu_backend(std::string&) {
+  kernel_isa();
+  return std::make_unique<CpuBackend>();
+}
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+FM_REGISTER_BACKEND("cpu", 100, &make_cpu_backend);
+
+}  // namespace
 
 }  // namespace fm::cpu
 

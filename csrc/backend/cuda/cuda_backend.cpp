@@ -9,6 +9,7 @@
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
 #include "../launch.h"
+#include "../registry.h"
 #include "cuda_kernel_abi.h"
 
 #include "kernel_stems.h"
@@ -191,5 +192,13 @@ std::unique_ptr<Backend> make_cuda_backend() {
     return nullptr;
   }
 }
+
+FM_REGISTER_BACKEND("cuda", 20, [](std::string& why_not) {
+  std::unique_ptr<Backend> b = make_cuda_backend();
+  if (!b)
+    why_not = "no usable NVIDIA GPU found (no device, no driver, or the driver is older than "
+              "the CUDA runtime this was built with)";
+  return b;
+});
 
 }  // namespace fm::cuda

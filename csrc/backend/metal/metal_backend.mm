@@ -36,6 +36,7 @@
 #include "command_tracker.h"
 #include "dispatch_math.h"
 #include "metal_backend.h"
+#include "../registry.h"
 
 #if !__has_feature(objc_arc)
 #error "metal_backend.mm must be compiled with -fobjc-arc"
@@ -473,5 +474,11 @@ std::unique_ptr<Backend> make_metal_backend() {
   }
   return backend;
 }
+
+FM_REGISTER_BACKEND("metal", 10, [](std::string& why_not) {
+  std::unique_ptr<Backend> b = make_metal_backend();
+  if (!b) why_not = metal_unavailable_reason();
+  return b;
+});
 
 }  // namespace fm::metal
