@@ -27,9 +27,6 @@ void launch_log_softmax_backward(const Array& grad_out, const Array& y, const Ro
 void launch_cross_entropy(const Array& logits, const StoragePtr& labels,
                           const CrossEntropyArgs& a, const Array& loss, const Array& grad);
 
-// grad_in = x <= 0 ? 0 : grad_out (all of x's size).
-void launch_relu_backward(const Array& grad_out, const Array& x, const Array& grad_in);
-
 // kind: "sgd" (state = momentum buffer), "adam" (exp_avg, exp_avg_sq), "adadelta"
 // (square_avg, acc_delta). param is updated in place; state2 unused for sgd.
 void launch_optimizer(const char* kind, const Array& param, const Array& grad,

@@ -26,24 +26,6 @@ void run_and_wait(Backend& be, Fn&& fn) {
   be.synchronize();
 }
 
-// A backward op's operands, contiguous float32 on their device: `saved`, the forward call's
-// input or output (`role`), and grad_output, which must have its shape.
-struct BackwardOperands {
-  Backend& be;
-  Array saved, grad;
-};
-
-BackwardOperands backward_operands(const std::string& op, py::handle grad_out, py::handle saved,
-                                   const char* arg, const char* role) {
-  Backend& be = pick_backend(op, {{"grad_output", grad_out}, {arg, saved}});
-  Array sa = to_contiguous_array(saved, be, op, arg, DType::float32);
-  Array ga = to_contiguous_array(grad_out, be, op, "grad_output", DType::float32);
-  if (ga.shape != sa.shape)
-    throw ValueError(message(op, "expected grad_output of the ", role, "'s shape ",
-                             shape_str(sa.shape), ", got ", shape_str(ga.shape)));
-  return {be, std::move(sa), std::move(ga)};
-}
-
 // (N, C, H, W) or (C, H, W) -> planes, H, W.
 PoolArgs pool_args(const std::string& op, const Shape& s, int kh, int kw, int sh, int sw,
                    int ph, int pw) {
@@ -154,10 +136,15 @@ py::object log_softmax(py::handle x, int axis) {
 
 py::object log_softmax_backward(py::handle grad_out, py::handle y, int axis) {
   const std::string op = "log_softmax_backward";
-  const BackwardOperands o = backward_operands(op, grad_out, y, "output", "output");
-  const RowArgs a = row_args(op, o.saved.shape, axis);
-  Array gi = Array::empty(o.be, o.saved.shape, DType::float32);
-  run_and_wait(o.be, [&] { launch_log_softmax_backward(o.grad, o.saved, a, gi); });
+  Backend& be = pick_backend(op, {{"grad_output", grad_out}, {"output", y}});
+  Array ya = to_contiguous_array(y, be, op, "output", DType::float32);
+  Array ga = to_contiguous_array(grad_out, be, op, "grad_output", DType::float32);
+  if (ga.shape != ya.shape)
+    throw ValueError(message(op, "expected grad_output of the output's shape ", shape_str(ya.shape),
+                             ", got ", shape_str(ga.shape)));
+  const RowArgs a = row_args(op, ya.shape, axis);
+  Array gi = Array::empty(be, ya.shape, DType::float32);
+  run_and_wait(be, [&] { launch_log_softmax_backward(ga, ya, a, gi); });
   return wrap_result(std::move(gi), any_array({grad_out, y}));
 }
 
@@ -191,16 +178,6 @@ py::tuple cross_entropy(py::handle logits,
   const bool fm_result = any_array({logits});
   return py::make_tuple(wrap_result(std::move(loss), fm_result),
                         wrap_result(std::move(grad), fm_result));
-}
-
-py::object relu_backward(py::handle grad_out, py::handle x) {
-  const std::string op = "relu_backward";
-  const BackwardOperands o = backward_operands(op, grad_out, x, "x", "input");
-  if (o.saved.size() > std::int64_t(std::numeric_limits<std::uint32_t>::max()))
-    throw ValueError(message(op, "expected fewer than 2**32 elements, got ", o.saved.size()));
-  Array gi = Array::empty(o.be, o.saved.shape, DType::float32);
-  run_and_wait(o.be, [&] { launch_relu_backward(o.grad, o.saved, gi); });
-  return wrap_result(std::move(gi), any_array({grad_out, x}));
 }
 
 // A contiguous Array seen with another shape of the same size, sharing its memory on its
@@ -314,8 +291,6 @@ void bind_training(py::module_& m) {
         py::arg("output"), py::arg("axis"), "Private: see training.py.");
   m.def("_cross_entropy", &cross_entropy, py::arg("logits"), py::arg("labels"),
         "Private: see training.py.");
-  m.def("_relu_backward", &relu_backward, py::arg("grad_output"), py::arg("x"),
-        "Private: see layers.py.");
   m.def("_reshaped_view", &reshaped_view, py::arg("x"), py::arg("shape"),
         "Private: a contiguous Array with another shape, sharing memory (see layers.py).");
   m.def("_optimizer_step", &optimizer_step, py::arg("kind"), py::arg("param"), py::arg("grad"),

@@ -26,6 +26,9 @@ from ._core import (
 # One function per line of metal/elementwise_ops.tbl (defined by name in _elementwise).
 from ._elementwise import *  # noqa: F401,F403
 from ._elementwise import __all__ as _elementwise_names
+# One function per FM_PYTHON_OP declaration in csrc/ops (defined by name in _ops).
+from ._ops import *  # noqa: F401,F403
+from ._ops import __all__ as _declared_op_names
 from . import _array  # Array operators, views and NumPy dispatch
 from ._array import expand_dims
 from .numerics import derivative, fourier_series, gradient
@@ -80,6 +83,8 @@ __all__ = [
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward",
     "nn",
+    # declared with their C++ code (FM_PYTHON_OP in csrc/ops)
+    *_declared_op_names,
 ]
 
 

@@ -1,0 +1,96 @@
+// Ops that reach Python without a bindings file. An op file declares each entry point once,
+// beside its definition, by its Python signature and docstring:
+//
+//   Array leaky_relu(const Array& x, double slope) { ... }
+//   FM_PYTHON_OP(leaky_relu, "leaky_relu(x: Array, slope: float)", "max(x, 0) + slope * min(x, 0).");
+//
+// Everything else follows from that line: python/op_bindings.cpp binds the op as
+// fastmetal._core.<name> (arguments by position or keyword, the op's device, the GIL
+// released around the call, NumPy in -> NumPy out, a fastmetal.Array in -> Array out),
+// python/fastmetal/_ops.py exports it as fastmetal.<name> (a name without a leading
+// underscore), and tools/gen_stubs.py writes its type stub from the same line.
+//
+// Parameter types (Python: C++): Array: const Array& (any array-like, converted to a
+// contiguous float32 Array on the op's device: that of its fastmetal.Array arguments,
+// else the default device); float: double; int: std::int64_t; bool: bool. The C++
+// signature must match the declared one (checked when the module loads). Returns: an Array,
+// or a std::vector<Array> (a tuple in Python). The op validates its arguments (ValueError /
+// TypeError worded "[fastmetal.<name>] expected ..., got ...") and enqueues its work; the
+// binding waits for it.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/array.h"
+
+namespace fm {
+
+using OpValue = std::variant<Array, double, std::int64_t, bool>;
+enum class OpType { array, number, integer, boolean };
+
+struct PythonOp {
+  const char* signature;      // "name(param: Type, ...)", as declared
+  const char* doc;
+  std::vector<OpType> types;  // of the C++ parameters
+  bool returns_tuple = false;
+  std::vector<Array> (*call)(std::vector<OpValue>& args) = nullptr;
+};
+
+// Every declared op, filled while the module loads.
+inline std::vector<PythonOp>& python_ops() {
+  static std::vector<PythonOp> ops;
+  return ops;
+}
+
+namespace python_op_detail {
+
+template <typename T>
+struct op_type;
+template <>
+struct op_type<Array> : std::integral_constant<OpType, OpType::array> {};
+template <>
+struct op_type<double> : std::integral_constant<OpType, OpType::number> {};
+template <>
+struct op_type<std::int64_t> : std::integral_constant<OpType, OpType::integer> {};
+template <>
+struct op_type<bool> : std::integral_constant<OpType, OpType::boolean> {};
+
+inline std::vector<Array> results(Array a) { return {std::move(a)}; }
+inline std::vector<Array> results(std::vector<Array> v) { return v; }
+
+template <auto Fn, typename... P, std::size_t... I>
+std::vector<Array> call(std::vector<OpValue>& v, std::index_sequence<I...>) {
+  return results(Fn(std::get<std::decay_t<P>>(v[I])...));
+}
+
+template <auto Fn, typename R, typename... P>
+PythonOp make(R (*)(P...), const char* signature, const char* doc) {
+  static_assert(std::is_same_v<R, Array> || std::is_same_v<R, std::vector<Array>>,
+                "an FM_PYTHON_OP returns an Array or a std::vector<Array>");
+  PythonOp op;
+  op.signature = signature;
+  op.doc = doc;
+  op.types = {op_type<std::decay_t<P>>::value...};
+  op.returns_tuple = std::is_same_v<R, std::vector<Array>>;
+  op.call = [](std::vector<OpValue>& v) {
+    return call<Fn, P...>(v, std::index_sequence_for<P...>{});
+  };
+  return op;
+}
+
+}  // namespace python_op_detail
+
+// Returns true, so that a declaration can initialise a static bool.
+template <auto Fn>
+bool register_python_op(const char* signature, const char* doc) {
+  python_ops().push_back(python_op_detail::make<Fn>(Fn, signature, doc));
+  return true;
+}
+
+}  // namespace fm
+
+#define FM_PYTHON_OP(fn, signature, doc) \
+  static const bool fm_python_op_##fn = ::fm::register_python_op<&fn>(signature, doc)
