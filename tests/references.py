@@ -89,6 +89,18 @@ def _tap(i, j, s, d, Ho, Wo):
             slice(j * d[1], j * d[1] + s[1] * (Wo - 1) + 1, s[1]))
 
 
+def _grouped(x, w, stride, padding, dilation, groups):
+    """The padded input as (N, G, C/G, Hp, Wp), the weight as (G, C_out/G, C/G, kH, kW), the
+    geometry (s, d, pads, Ho, Wo) of _geometry."""
+    N, C, H, W = x.shape
+    Co, Cg, kH, kW = w.shape
+    geometry = _geometry(x, w, stride, padding, dilation)
+    pt, pb, pl, pr = geometry[2]
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr))).reshape(N, groups, Cg, H + pt + pb,
+                                                                  W + pl + pr)
+    return xp, w.reshape(groups, Co // groups, Cg, kH, kW), geometry
+
+
 def ref_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     """float64 conv2d built from padded, strided views (one einsum per kernel tap)."""
     x = np.asarray(x, np.float64)
@@ -99,10 +111,7 @@ def ref_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     N, C, H, W = x.shape
     Co, Cg, kH, kW = w.shape
     G = groups
-    s, d, (pt, pb, pl, pr), Ho, Wo = _geometry(x, w, stride, padding, dilation)
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr))).reshape(N, G, Cg, H + pt + pb,
-                                                                  W + pl + pr)
-    wg = w.reshape(G, Co // G, Cg, kH, kW)
+    xp, wg, (s, d, (pt, pb, pl, pr), Ho, Wo) = _grouped(x, w, stride, padding, dilation, groups)
     out = np.zeros((N, G, Co // G, Ho, Wo))
     for i in range(kH):
         for j in range(kW):
@@ -125,10 +134,7 @@ def ref_conv2d_backward(gy, x, w, stride=1, padding=0, dilation=1, groups=1):
     N, C, H, W = x.shape
     Co, Cg, kH, kW = w.shape
     G = groups
-    s, d, (pt, pb, pl, pr), Ho, Wo = _geometry(x, w, stride, padding, dilation)
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr))).reshape(N, G, Cg, H + pt + pb,
-                                                                  W + pl + pr)
-    wg = w.reshape(G, Co // G, Cg, kH, kW)
+    xp, wg, (s, d, (pt, pb, pl, pr), Ho, Wo) = _grouped(x, w, stride, padding, dilation, groups)
     gyg = gy.reshape(N, G, Co // G, Ho, Wo)
     gxp = np.zeros_like(xp)
     gw = np.zeros_like(wg)
