@@ -1,10 +1,12 @@
 # Type stubs of fastmetal.nn.optim (see optim.py for the documentation).
-from typing import Any, Union
+from typing import Any, Protocol, Sequence, Union
 
-from .nn import Conv2d, Module, Parameters
+class _Layer(Protocol):
+    def parameters(self) -> Sequence[object]: ...
 
-# What an optimizer takes: what parameters() of a layer returns, or the layer itself.
-_Params = Union[Parameters, Module, Conv2d]
+# What an optimizer takes: what parameters() of a layer returns (nn.Parameters), or the
+# layer itself.
+_Params = Union[Sequence[object], _Layer]
 
 class Optimizer:
     # Hyper-parameters by name (floats, and Adam's `betas` pair).
