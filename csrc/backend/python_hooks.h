@@ -1,6 +1,7 @@
-// Private Python hooks of a backend (its tuning switches, introspection for tests and
-// benchmarks), added to fastmetal._core by the bindings without the bindings naming the
-// backend. A backend's folder registers its binder once, at load time:
+// Binders that add to fastmetal._core without module.cpp naming them: a backend's private
+// hooks (its tuning switches, introspection for tests and benchmarks), so that the bindings
+// name no backend, and the binding of the ops declared with FM_PYTHON_OP
+// (python/op_bindings.cpp). Each registers its binder once, at load time:
 //
 //   static const bool registered = fm::register_python_hooks(&bind_my_hooks);
 #pragma once

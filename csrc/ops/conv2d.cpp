@@ -134,7 +134,6 @@ void conv2d_check_spec(const std::string& op, const Conv2dSpec& s) {
 
 Conv2dArgs conv2d_resolve(const std::string& op, const Shape& input, const Shape& weight,
                           const Shape* bias, const Conv2dSpec& s) {
-  conv2d_check_spec(op, s);
   if (input.size() != 4 && input.size() != 3)
     throw ValueError(message(op,
                              "expected a 4-D input (N, C, H, W) or a 3-D unbatched input "

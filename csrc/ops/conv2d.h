@@ -35,7 +35,8 @@ void conv2d_check_spec(const std::string& op, const Conv2dSpec& spec);
 
 // Validates the shapes against each other and the spec (ranks, channels, groups, bias,
 // output size >= 1, sizes the kernels can index) and returns the argument block. An
-// unbatched (C, H, W) input resolves with N = 1. `bias` may be null.
+// unbatched (C, H, W) input resolves with N = 1. `bias` may be null. `spec` has passed
+// conv2d_check_spec (the bindings check it once, as they parse it).
 Conv2dArgs conv2d_resolve(const std::string& op, const Shape& input, const Shape& weight,
                           const Shape* bias, const Conv2dSpec& spec);
 // (N, C_out, H_out, W_out), or (C_out, H_out, W_out) when `batched` is false.
