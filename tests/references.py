@@ -346,18 +346,30 @@ def fourier_series_numpy32(x, a, b, period, chunk=2000):
 
 
 # ============================================================================ portable kernels
+def _portable_kernels(path, set_path, portable, group, set_group):
+    saved_path, saved_group = path(), group()
+    saved_seed = os.environ.get("FASTMETAL_EMULATOR_SEED")
+    set_path(portable)
+    yield
+    set_path(saved_path)
+    set_group(saved_group)
+    if saved_seed is None:
+        os.environ.pop("FASTMETAL_EMULATOR_SEED", None)
+    else:
+        os.environ["FASTMETAL_EMULATOR_SEED"] = saved_seed
+
+
 def msl_kernels_on_cpu():
     """Fixture body (``kernels = pytest.fixture(msl_kernels_on_cpu)``): the test runs the
     reductions' and matmul's MSL kernels on the CPU (under the fiber emulator, the oracle of
     the GPU kernels) instead of the CPU's own algorithms, and may set the threadgroup size
     and FASTMETAL_EMULATOR_SEED; all three are restored afterwards."""
-    saved_native, saved_group = _core._native_cpu(), _core._kernel_group_size()
-    saved_seed = os.environ.get("FASTMETAL_EMULATOR_SEED")
-    _core._set_native_cpu(False)
-    yield
-    _core._set_native_cpu(saved_native)
-    _core._set_kernel_group_size(saved_group)
-    if saved_seed is None:
-        os.environ.pop("FASTMETAL_EMULATOR_SEED", None)
-    else:
-        os.environ["FASTMETAL_EMULATOR_SEED"] = saved_seed
+    yield from _portable_kernels(_core._native_cpu, _core._set_native_cpu, False,
+                                 _core._kernel_group_size, _core._set_kernel_group_size)
+
+
+def msl_conv_kernels_on_cpu():
+    """The same for conv2d: its MSL kernels instead of the CPU conv engine, the conv
+    threadgroup size and the emulator seed restored afterwards."""
+    yield from _portable_kernels(_core._cpu_conv_path, _core._set_cpu_conv_path, "kernels",
+                                 _core._conv_group_size, _core._set_conv_group_size)

@@ -14,23 +14,11 @@ import pytest
 import fastmetal as fm
 from fastmetal import _core
 
-from references import make_problem, check_forward, check_backward
+from references import make_problem, check_forward, check_backward, msl_conv_kernels_on_cpu
 from thread_harness import threaded_mismatches
 
 
-@pytest.fixture
-def kernel_path():
-    """Run conv2d through the MSL kernels (emulated on the CPU) inside the test."""
-    saved_path, saved_group = _core._cpu_conv_path(), _core._conv_group_size()
-    saved_seed = os.environ.get("FASTMETAL_EMULATOR_SEED")
-    _core._set_cpu_conv_path("kernels")
-    yield
-    _core._set_cpu_conv_path(saved_path)
-    _core._set_conv_group_size(saved_group)
-    if saved_seed is None:
-        os.environ.pop("FASTMETAL_EMULATOR_SEED", None)
-    else:
-        os.environ["FASTMETAL_EMULATOR_SEED"] = saved_seed
+kernel_path = pytest.fixture(msl_conv_kernels_on_cpu)
 
 
 # ----------------------------------------------------------------------------- MSL kernels
