@@ -68,23 +68,59 @@ void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out) {
   be.launch("dropout_apply", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});
 }
 
-void launch_log_softmax(const Array& x, const RowArgs& a, const Array& out) {
-  if (out.size() == 0) return;
+namespace {
+
+// The rows along `axis` (already normalised by training.py): outer x n x inner, each
+// below 2**31 (the kernels index with 32-bit ints).
+RowArgs row_args(const char* op, const Shape& s, std::int64_t axis) {
+  const std::int64_t nd = std::int64_t(s.size());
+  if (axis < 0 || axis >= nd)
+    throw ValueError(message(op, "expected an axis in [0, ", nd, "), got ", axis));
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t d = 0; d < axis; ++d) outer *= s[d];
+  for (std::int64_t d = axis + 1; d < nd; ++d) inner *= s[d];
+  constexpr std::int64_t kMaxI32 = std::numeric_limits<std::int32_t>::max();
+  if (outer > kMaxI32 || inner > kMaxI32 || s[axis] > kMaxI32)
+    throw ValueError(message(op, "expected fewer than 2**31 rows, got shape ", shape_str(s)));
+  RowArgs a{};
+  a.outer = std::int32_t(outer);
+  a.n = std::int32_t(s[axis]);
+  a.inner = std::int32_t(inner);
+  return a;
+}
+
+}  // namespace
+
+Array log_softmax(const Array& x, std::int64_t axis) {
+  const RowArgs a = row_args("log_softmax", x.shape, axis);
+  Array out = Array::empty(x.backend(), x.shape, DType::float32);
+  if (out.size() == 0) return out;
   Backend& be = out.backend();
   Dispatch d = grid(be, "log_softmax_forward", std::uint32_t(a.inner), std::uint32_t(a.outer));
   d.cost = std::uint64_t(a.n) * 4;
   be.launch("log_softmax_forward", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});
+  return out;
 }
+FM_PYTHON_OP(log_softmax, "_log_softmax(x: Array, axis: int)", "Private: see training.py.");
 
-void launch_log_softmax_backward(const Array& grad_out, const Array& y, const RowArgs& a,
-                                 const Array& grad_in) {
-  if (grad_in.size() == 0) return;
+Array log_softmax_backward(const Array& grad_output, const Array& output, std::int64_t axis) {
+  const char* op = "log_softmax_backward";
+  if (grad_output.shape != output.shape)
+    throw ValueError(message(op, "expected grad_output of the output's shape ",
+                             shape_str(output.shape), ", got ", shape_str(grad_output.shape)));
+  const RowArgs a = row_args(op, output.shape, axis);
+  Array grad_in = Array::empty(output.backend(), output.shape, DType::float32);
+  if (grad_in.size() == 0) return grad_in;
   Backend& be = grad_in.backend();
   Dispatch d = grid(be, "log_softmax_backward", std::uint32_t(a.inner), std::uint32_t(a.outer));
   d.cost = std::uint64_t(a.n) * 3;
   be.launch("log_softmax_backward", d,
-            {buf(grad_out), buf(y), buf(grad_in), KernelArg::inline_bytes(&a, sizeof(a))});
+            {buf(grad_output), buf(output), buf(grad_in), KernelArg::inline_bytes(&a, sizeof(a))});
+  return grad_in;
 }
+FM_PYTHON_OP(log_softmax_backward,
+             "_log_softmax_backward(grad_output: Array, output: Array, axis: int)",
+             "Private: see training.py.");
 
 void launch_cross_entropy(const Array& logits, const StoragePtr& labels,
                           const CrossEntropyArgs& a, const Array& loss, const Array& grad) {

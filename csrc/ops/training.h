@@ -1,7 +1,8 @@
 // Launches of the training kernels (metal/training.metal) on fm::Arrays: max pooling,
-// dropout, log-softmax, cross-entropy and optimizer updates. Arguments are validated before
-// these are called (python/fastmetal/training.py and csrc/python/training_py.cpp); every
-// Array here is float32 and contiguous.
+// dropout, cross-entropy and optimizer updates. Arguments are validated before these are
+// called (python/fastmetal/training.py and csrc/python/training_py.cpp); every Array here
+// is float32 and contiguous. Log-softmax and the ReLU backward are ops of their own in
+// training.cpp, declared to Python there (FM_PYTHON_OP).
 #pragma once
 #include <cstdint>
 
@@ -17,11 +18,6 @@ void launch_max_pool2d_backward(const Array& grad_out, const Array& x, const Poo
 
 // out = x * scale where kept, else 0 (also the backward, applied to the gradient).
 void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out);
-
-// Rows of length a.n at stride a.inner.
-void launch_log_softmax(const Array& x, const RowArgs& a, const Array& out);
-void launch_log_softmax_backward(const Array& grad_out, const Array& y, const RowArgs& a,
-                                 const Array& grad_in);
 
 // labels: a.rows int32 values in [0, classes) in a storage of their own.
 void launch_cross_entropy(const Array& logits, const StoragePtr& labels,

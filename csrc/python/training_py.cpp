@@ -108,46 +108,6 @@ py::object dropout(py::handle x, std::uint32_t threshold, float scale, std::uint
   return wrap_result(std::move(out), any_array({x}));
 }
 
-RowArgs row_args(const std::string& op, const Shape& s, int axis) {
-  const int nd = int(s.size());
-  if (axis < 0 || axis >= nd)
-    throw ValueError(message(op, "expected an axis in [0, ", nd, "), got ", axis));
-  std::int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= s[d];
-  for (int d = axis + 1; d < nd; ++d) inner *= s[d];
-  if (outer > kMaxI32 || inner > kMaxI32 || s[axis] > kMaxI32)
-    throw ValueError(message(op, "expected fewer than 2**31 rows, got shape ", shape_str(s)));
-  RowArgs a{};
-  a.outer = std::int32_t(outer);
-  a.n = std::int32_t(s[axis]);
-  a.inner = std::int32_t(inner);
-  return a;
-}
-
-py::object log_softmax(py::handle x, int axis) {
-  const std::string op = "log_softmax";
-  Backend& be = pick_backend(op, {{"x", x}});
-  Array xa = to_contiguous_array(x, be, op, "x", DType::float32);
-  const RowArgs a = row_args(op, xa.shape, axis);
-  Array out = Array::empty(be, xa.shape, DType::float32);
-  run_and_wait(be, [&] { launch_log_softmax(xa, a, out); });
-  return wrap_result(std::move(out), any_array({x}));
-}
-
-py::object log_softmax_backward(py::handle grad_out, py::handle y, int axis) {
-  const std::string op = "log_softmax_backward";
-  Backend& be = pick_backend(op, {{"grad_output", grad_out}, {"output", y}});
-  Array ya = to_contiguous_array(y, be, op, "output", DType::float32);
-  Array ga = to_contiguous_array(grad_out, be, op, "grad_output", DType::float32);
-  if (ga.shape != ya.shape)
-    throw ValueError(message(op, "expected grad_output of the output's shape ", shape_str(ya.shape),
-                             ", got ", shape_str(ga.shape)));
-  const RowArgs a = row_args(op, ya.shape, axis);
-  Array gi = Array::empty(be, ya.shape, DType::float32);
-  run_and_wait(be, [&] { launch_log_softmax_backward(ga, ya, a, gi); });
-  return wrap_result(std::move(gi), any_array({grad_out, y}));
-}
-
 py::tuple cross_entropy(py::handle logits,
                         py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> labels) {
   const std::string op = "cross_entropy";
@@ -286,9 +246,6 @@ void bind_training(py::module_& m) {
         "Private: see training.py.");
   m.def("_dropout", &dropout, py::arg("x"), py::arg("threshold"), py::arg("scale"),
         py::arg("key0"), py::arg("key1"), "Private: see training.py.");
-  m.def("_log_softmax", &log_softmax, py::arg("x"), py::arg("axis"), "Private: see training.py.");
-  m.def("_log_softmax_backward", &log_softmax_backward, py::arg("grad_output"),
-        py::arg("output"), py::arg("axis"), "Private: see training.py.");
   m.def("_cross_entropy", &cross_entropy, py::arg("logits"), py::arg("labels"),
         "Private: see training.py.");
   m.def("_reshaped_view", &reshaped_view, py::arg("x"), py::arg("shape"),
