@@ -2,9 +2,11 @@
 // metallib embedded in this binary (metallib_embed.S), pipelines found by host name.
 //
 // Execution model: launch() encodes into the current command buffer (one serial compute
-// encoder, so each dispatch sees the writes of the one before); synchronize() commits and
-// waits for every command buffer committed before it began, by any thread
-// (command_tracker.h). Every buffer a launch names is kept (StoragePtr) until its command
+// encoder, so each dispatch sees the writes of the one before) and returns; ops do not wait
+// (end_op() waits only for ops that used memory shared with the caller, backend.h
+// invariant 0). synchronize() and wait_for_host() commit and wait for every command buffer
+// committed before they began, by any thread (command_tracker.h); each commit also retires
+// the command buffers that have completed, so their blocks return to the pool. Every buffer a launch names is kept (StoragePtr) until its command
 // buffer has completed, and only then dropped, on a caller's thread: pooled memory cannot be reused and Python owners
 // cannot be freed while the GPU may still touch them, and no Metal thread ever runs
 // Python code (keep_alive takes the GIL itself; callers release it around launch/sync).
@@ -179,6 +181,7 @@ class MetalBackend final : public Backend {
           s->host = ptr;
           s->nbytes = nbytes;
           s->handle = retain_handle(buffer);
+          s->shared_with_host = true;
           // The MTLBuffer goes first, then the memory it wraps.
           s->release = [handle = s->handle, owner = std::move(owner)]() mutable {
             release_handle(handle);
@@ -199,9 +202,23 @@ class MetalBackend final : public Backend {
     pooled([&] { launch_impl(kernel, d, args); });
   }
 
+  // The op's launches on this thread used the caller's memory: it is the caller's again
+  // once the op returns, so wait for them (other ops return at once).
+  void end_op() override {
+    if (!launched_on_host_memory_) return;
+    launched_on_host_memory_ = false;
+    synchronize();
+  }
+
+  // Shared memory: the host may touch a storage once no queued command buffer uses it.
+  void wait_for_host(const Storage&) override {
+    if (pending()) synchronize();
+  }
+
   // Returns once every command buffer committed before the call (by any thread) completed;
   // what completed goes back to the pool and its Python owners are released.
   void synchronize() override {
+    count_host_wait();
     pooled([&] {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -324,13 +341,15 @@ class MetalBackend final : public Backend {
     }
     const MTLSize group = group_size(d, p);
 
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     id<MTLComputeCommandEncoder> encoder = encoder_locked();
     [encoder setComputePipelineState:p.state];
     for (std::size_t i = 0; i < args.size(); ++i) {
       const KernelArg& a = args[i];
       if (a.storage) {
         [encoder setBuffer:buffer_of(*a.storage) offset:offsets[i] atIndex:NSUInteger(i)];
+        if (a.storage->shared_with_host || a.storage->copied_from != nullptr)
+          launched_on_host_memory_ = true;
         keep_.push_back(a.storage);
       } else if (fits_set_bytes(a.size)) {
         [encoder setBytes:a.bytes length:NSUInteger(a.size) atIndex:NSUInteger(i)];
@@ -347,7 +366,11 @@ class MetalBackend final : public Backend {
     }
     [encoder dispatchThreads:MTLSizeMake(d.grid[0], d.grid[1], d.grid[2])
         threadsPerThreadgroup:group];
-    if (++dispatches_ >= kMaxDispatchesPerCommandBuffer) flush_locked();
+    if (++dispatches_ >= kMaxDispatchesPerCommandBuffer) {
+      flush_locked();
+      lock.unlock();
+      reap_completed();
+    }
   }
 
   // The open compute encoder, creating the command buffer and encoder as needed.
@@ -382,6 +405,20 @@ class MetalBackend final : public Backend {
     dispatches_ = 0;
   }
 
+  // Retires the command buffers that have completed (their storages go back to the pool,
+  // Python owners take the GIL to let go): never under mu_, which a thread holding the GIL
+  // may be waiting for.
+  void reap_completed() {
+    submitted_.reap(
+        [](id<MTLCommandBuffer> cb) {
+          return cb.status == MTLCommandBufferStatusCompleted ||
+                 cb.status == MTLCommandBufferStatusError;
+        },
+        [](id<MTLCommandBuffer> cb) {
+          return cb.status == MTLCommandBufferStatusError ? describe(cb.error) : std::string();
+        });
+  }
+
   bool pending() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -400,6 +437,9 @@ class MetalBackend final : public Backend {
   std::mutex pipelines_mu_;
   std::unordered_map<std::string, Pipeline> pipelines_;
 
+  // This thread's launches since its last end_op() bound memory shared with the caller.
+  static thread_local bool launched_on_host_memory_;
+
   std::mutex mu_;  // guards cb_, encoder_, keep_, dispatches_
   id<MTLCommandBuffer> cb_;
   id<MTLComputeCommandEncoder> encoder_;
@@ -410,6 +450,8 @@ class MetalBackend final : public Backend {
 
   CachingAllocator pool_;  // last: its cached buffers go before the device does
 };
+
+thread_local bool MetalBackend::launched_on_host_memory_ = false;
 
 }  // namespace
 
