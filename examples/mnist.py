@@ -110,7 +110,7 @@ def train_epoch(model: Any, loss_fn: Any, optimizer: Any, x: npt.NDArray[np.floa
     start = time.perf_counter()
     pending = None  # the last step's (loss, output, labels), read after the next is queued
 
-    def report(loss, out, yb):
+    def report(loss: Any, out: Any, yb: npt.NDArray[Any]) -> None:
         nonlocal seen, correct
         loss_value = float(np.asarray(loss))  # the host reads: waits for the device here
         history.losses.append(loss_value)

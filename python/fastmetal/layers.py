@@ -50,11 +50,17 @@ def _slots(layer):
     return out
 
 
+_TAKES_INPUT_GRAD = {}  # backward function -> whether it accepts input_grad=
+
+
 def _takes_input_grad(layer):
-    try:
-        return "input_grad" in inspect.signature(layer.backward).parameters
-    except (TypeError, ValueError):
-        return False
+    fn = getattr(type(layer), "backward", None)
+    if fn not in _TAKES_INPUT_GRAD:
+        try:
+            _TAKES_INPUT_GRAD[fn] = "input_grad" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            _TAKES_INPUT_GRAD[fn] = False
+    return _TAKES_INPUT_GRAD[fn]
 
 
 def _to_numpy(a):
