@@ -62,3 +62,16 @@ def test_conv2d_backward_without_the_input_gradient(device):
     assert np.asarray(gx).shape == (2, 1, 8, 8)
     np.testing.assert_array_equal(np.asarray(conv.weight_grad), gw)
     np.testing.assert_array_equal(np.asarray(conv.bias_grad), gb)
+
+
+def test_bench_mnist_runs_a_short_epoch(device, capsys):
+    from fastmetal.benchmarks import mnist
+    args = ["--samples", "64", "--no-torch", "--device", device]
+    if device != "cpu":  # the host-vs-device line and the per-layer profile (fast on a GPU)
+        args.append("--profile")
+    results = mnist.main(args)
+    out = capsys.readouterr().out
+    assert results[0][0] == f"fastmetal, {device}" and results[0][2] == 64
+    assert f"fastmetal, {device}" in out
+    if device != "cpu":
+        assert "the host queues a step in" in out and "Conv2d bwd" in out

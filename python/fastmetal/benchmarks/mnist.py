@@ -148,6 +148,22 @@ def profile_fastmetal(device, batches, repeats=10):
     return {k: 1e3 * statistics.median(v) for k, v in rows.items()}
 
 
+def host_vs_device(step, batches, steps=100):
+    """(ms a step to queue, ms a step until the device finished): equal when the host is the
+    bottleneck, queueing shorter when the device is."""
+    for x, y in batches[:3]:
+        step(x, y)
+    fm.synchronize()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        x, y = batches[i % len(batches)]
+        step(x, y)
+    t1 = time.perf_counter()
+    fm.synchronize()
+    t2 = time.perf_counter()
+    return 1e3 * (t1 - t0) / steps, 1e3 * (t2 - t0) / steps
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m fastmetal bench mnist", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -205,7 +221,11 @@ def main(argv=None):
         print(f"(measured on {ns.samples:,} samples, scaled to 60,000)")
 
     if ns.profile:
-        prof = profile_fastmetal(device, batches)
+        if device != "cpu":
+            queued, finished = host_vs_device(fastmetal_step(device)[0], fbatches)
+            print(f"\nfastmetal on {device}: the host queues a step in {queued:.2f} ms, the "
+                  f"device finishes one every {finished:.2f} ms (100 steps)")
+        prof = profile_fastmetal(device, fbatches)
         total = sum(prof.values())
         print(f"\nfastmetal step on {device}, per layer (median of 10 batches; "
               f"sum {total:.1f} ms):")
