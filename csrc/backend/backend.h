@@ -68,6 +68,12 @@ struct Storage {
   // Memory the caller owns (wrap_host shared it instead of copying): an op whose launches
   // use it waits in end_op() before returning (invariant 0).
   bool shared_with_host = false;
+  // Pending state for backends that queue work on host-visible memory (metal): the sequence
+  // number of the last command batch that names this storage, stamped at launch (0: none),
+  // so that wait_for_host / host copies wait only when queued work still uses it. A fresh
+  // Storage over a reused pooled block starts at 0: its block went back to the pool only
+  // after the work that used it completed (invariant 1).
+  std::atomic<std::uint64_t> last_use{0};
   // Bytes actually allocated (the pool's size class), for returning the block.
   std::size_t capacity = 0;
   // Keeps wrapped user memory alive as long as this storage (owners of Python memory

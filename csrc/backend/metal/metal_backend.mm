@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -210,9 +211,11 @@ class MetalBackend final : public Backend {
     synchronize();
   }
 
-  // Shared memory: the host may touch a storage once no queued command buffer uses it.
-  void wait_for_host(const Storage&) override {
-    if (pending()) synchronize();
+  // Shared memory: the host may touch a storage once no queued command buffer uses it
+  // (Storage::last_use against the command buffers known to have completed).
+  void wait_for_host(const Storage& storage) override {
+    if (storage.last_use.load(std::memory_order_acquire) > completed_through_.load(std::memory_order_acquire))
+      synchronize();
   }
 
   // Returns once every command buffer committed before the call (by any thread) completed;
@@ -220,9 +223,11 @@ class MetalBackend final : public Backend {
   void synchronize() override {
     count_host_wait();
     pooled([&] {
+      std::uint64_t committed_through = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
         flush_locked();
+        committed_through = open_seq_ - 1;
       }
       const std::string error = submitted_.wait_committed(
           [](id<MTLCommandBuffer> cb) { [cb waitUntilCompleted]; },
@@ -233,6 +238,12 @@ class MetalBackend final : public Backend {
           [](id<MTLCommandBuffer> cb) {
             return cb.status == MTLCommandBufferStatusError ? describe(cb.error) : std::string();
           });
+      // Every command buffer up to committed_through has completed (or failed).
+      std::uint64_t seen = completed_through_.load(std::memory_order_relaxed);
+      while (seen < committed_through &&
+             !completed_through_.compare_exchange_weak(seen, committed_through,
+                                                       std::memory_order_release)) {
+      }
       if (!error.empty())
         throw BackendError("[fastmetal] Metal command buffer failed: " + error);
     });
@@ -254,14 +265,14 @@ class MetalBackend final : public Backend {
     return function_names_.count(kernel) != 0;
   }
 
-  // Host-visible memory: a memcpy, after any queued work that may still use it (pending()
-  // stays true until every committed command buffer has completed and been retired).
+  // Host-visible memory: a memcpy, after any queued work that may still use the storage (a
+  // fresh allocation, e.g. a scalar operand or labels, needs no wait).
   void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) override {
-    if (pending()) synchronize();
+    wait_for_host(src);
     std::memcpy(dst, static_cast<const char*>(src.host) + offset, n);
   }
   void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
-    if (pending()) synchronize();
+    wait_for_host(dst);
     std::memcpy(static_cast<char*>(dst.host) + offset, src, n);
   }
 
@@ -348,6 +359,7 @@ class MetalBackend final : public Backend {
       const KernelArg& a = args[i];
       if (a.storage) {
         [encoder setBuffer:buffer_of(*a.storage) offset:offsets[i] atIndex:NSUInteger(i)];
+        a.storage->last_use.store(open_seq_, std::memory_order_release);
         if (a.storage->shared_with_host || a.storage->copied_from != nullptr)
           launched_on_host_memory_ = true;
         keep_.push_back(a.storage);
@@ -401,6 +413,7 @@ class MetalBackend final : public Backend {
       keep.swap(keep_);
       submitted_.committed(cb_, std::move(keep));
       cb_ = nil;
+      ++open_seq_;
     }
     dispatches_ = 0;
   }
@@ -419,14 +432,6 @@ class MetalBackend final : public Backend {
         });
   }
 
-  bool pending() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cb_ != nil) return true;
-    }
-    return !submitted_.empty();
-  }
-
   id<MTLDevice> device_;
   id<MTLCommandQueue> queue_;
   id<MTLLibrary> library_;
@@ -440,11 +445,15 @@ class MetalBackend final : public Backend {
   // This thread's launches since its last end_op() bound memory shared with the caller.
   static thread_local bool launched_on_host_memory_;
 
-  std::mutex mu_;  // guards cb_, encoder_, keep_, dispatches_
+  std::mutex mu_;  // guards cb_, encoder_, keep_, dispatches_, open_seq_
   id<MTLCommandBuffer> cb_;
   id<MTLComputeCommandEncoder> encoder_;
   std::vector<StoragePtr> keep_;  // storages named by the open command buffer
   int dispatches_ = 0;
+  // Sequence number of the open (or next) command buffer; those before it are committed.
+  std::uint64_t open_seq_ = 1;
+  // Every command buffer up to this sequence number has completed (set by synchronize()).
+  std::atomic<std::uint64_t> completed_through_{0};
   // Committed command buffers and their storages (its own lock, taken after mu_).
   CommandTracker<id<MTLCommandBuffer>, StoragePtr> submitted_;
 
