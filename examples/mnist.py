@@ -100,20 +100,31 @@ def train_epoch(model: nn.Sequential, loss_fn: nn.CrossEntropyLoss,
     progress = Progress(len(y), desc, quiet)
     seen = correct = 0
     start = time.perf_counter()
+    pending = None  # the last step's (loss, output, labels), read after the next is queued
+
+    def report(loss: Any, out: Any, yb: npt.NDArray[Any]) -> None:
+        nonlocal seen, correct
+        loss_value = float(np.asarray(loss))  # the host reads: waits for the device here
+        history.losses.append(loss_value)
+        seen += len(yb)
+        correct += int(np.count_nonzero(np.asarray(out).argmax(1) == yb))
+        progress.update(len(yb), loss_value, correct / seen,
+                        seen / max(time.perf_counter() - start, 1e-9))
+
     for i in range(0, len(y), batch):
         idx = order[i:i + batch]
         xb, yb = x[idx], y[idx]
         out = model(xb)
         loss, grad = loss_fn(out, yb)
         optimizer.zero_grad()
-        model.backward(grad)
+        model.backward(grad, input_grad=False)  # nobody reads the images' gradient
         optimizer.step()
-        loss_value = float(np.asarray(loss))  # the host reads: waits for the device here
-        history.losses.append(loss_value)
-        seen += len(idx)
-        correct += int(np.count_nonzero(np.asarray(out).argmax(1) == yb))
-        progress.update(len(idx), loss_value, correct / seen,
-                        seen / max(time.perf_counter() - start, 1e-9))
+        # On a GPU this step runs while the host reads the previous one.
+        if pending is not None:
+            report(*pending)
+        pending = (loss, out, yb)
+    if pending is not None:
+        report(*pending)
     seconds = time.perf_counter() - start
     progress.close()
     return seconds

@@ -272,6 +272,23 @@ int main() {
     for (auto& th : threads) th.join();
     assert(bad == 0);
   }
+  // reap() (at each commit) releases completed buffers without waiting on running ones,
+  // and a failure it retires is reported by the next synchronize.
+  {
+    Tracker t;
+    auto running = std::make_shared<FakeCB>(), done = std::make_shared<FakeCB>();
+    auto keep_r = std::make_shared<int>(3), keep_d = std::make_shared<int>(4);
+    std::weak_ptr<int> wr = keep_r, wd = keep_d;
+    t.committed(running, {std::move(keep_r)});
+    t.committed(done, {std::move(keep_d)});
+    done->complete(true);
+    t.reap([](const CB& cb) { return cb->finished(); },
+           [](const CB& cb) { return cb->failed ? std::string("boom") : std::string(); });
+    assert(wd.expired() && !wr.expired() && !t.empty());
+    running->complete();
+    assert(sync(t) == "boom");
+    assert(wr.expired() && t.empty());
+  }
   std::puts("command_tracker ok");
   return 0;
 }

@@ -144,10 +144,11 @@ def cuda_entries(stem: str, instances: list[Instance]) -> str:
         args = []
         for i, p in enumerate(inst.kernel.params):
             if p.buffer is not None:
-                args.append(f"::fm::cudak::arg<F, {i}>(a.ptr[{p.buffer}])")
+                args.append(f"::fm::cudak::arg<F, {i}>(::fm::cudak::arg_ptr(a, {p.buffer}))")
             else:
                 args.append(f"::fm::cudak::builtin<F, {i}>(t.{BUILTINS[p.builtin]})")
-        out.append(f"__global__ void k_{inst.host_name}(::fm::cudak::Args a, ::fm::cudak::Dims d) {{")
+        out.append(f"__global__ void k_{inst.host_name}(const __grid_constant__ ::fm::cudak::Args a, "
+                   "::fm::cudak::Dims d) {")
         out.append(f"  using F = decltype(&{inst.call});")
         out.append("  const ::fm::cudak::ThreadIds t = ::fm::cudak::thread_ids(d);")
         if inst.mode != "emulated" and not inst.kernel.synchronizes:

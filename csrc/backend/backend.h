@@ -5,29 +5,44 @@
 // kernels found by host name (the names FM_INSTANTIATE gives in metal/*.metal).
 //
 // Invariants every backend keeps. Any number of Python threads call ops at once (the GIL
-// is released around launch + synchronize), all on one Backend object; each is checked on
-// every device by tests/test_backend_invariants.py.
-//  1. Pooled blocks. A block goes back to the pool only when its Storage dies, and a
-//     Storage named by a launch stays alive (the backend holds it) until that launch has
-//     finished on the device. So whichever thread acquires a block next, no queued or
-//     running kernel still reads or writes it: a thread never sees another thread's data,
-//     and its writes never land in a block another thread now owns.
+// is released around launch and around every wait), all on one Backend object; each is
+// checked on every device by tests/test_backend_invariants.py.
+//  0. Asynchrony. An op launches its kernels and calls end_op(); it does not wait for the
+//     device. The host waits only where it touches memory: copy_to_host, wait_for_host
+//     (buffer protocol, NumPy views, DLPack / __cuda_array_interface__ exports), and
+//     synchronize(). end_op() waits only when the op's launches on this thread used memory
+//     shared with the host (wrap_host shared it, or Storage::copied_from must be written
+//     back): the caller owns that memory again when the op returns, so NumPy in -> NumPy
+//     out is complete on return. host_waits() counts the waits (a debug counter for tests:
+//     a chain of ops on device Arrays adds none). Synchronous backends (cpu) do all of this
+//     trivially.
+//  1. Pooled blocks. A block goes back to the pool only when its Storage dies, and no work
+//     queued before that can touch it once someone else acquires it: either the backend
+//     keeps a Storage named by a launch alive until that launch has finished (metal: until
+//     its command buffer completed, then released on a caller's thread, never a driver
+//     thread), or every later use of the block is ordered after every earlier one (cuda:
+//     one stream carries all kernels and copies, and a block is given back to the driver
+//     only after that stream drained). So whichever thread acquires a block next, no queued
+//     or running kernel still reads or writes it: a thread never sees another thread's
+//     data, and its writes never land in a block another thread now owns.
 //  2. synchronize() returns only after every launch and copy queued before the call, by any
 //     thread, has finished; it may run concurrently with launches from other threads (work
 //     queued after it began may or may not be waited for). Afterwards the kept-alive
-//     Storages of the finished work are released.
-//  3. Host visibility. copy_to_host / copy_from_host are synchronous and ordered after all
-//     work queued before them: copy_to_host sees the results of every kernel launched
-//     earlier (by any thread), and data given to copy_from_host / wrap_host is on the device
-//     before any later kernel reads it, whatever queue or DMA engine the copy uses; the host
-//     buffer may be reused as soon as the call returns. On host-visible backends kernel
-//     results are visible at Storage::host after synchronize().
+//     Storages of the finished work are released. A failure of queued work (a kernel fault,
+//     a failed command buffer) surfaces as BackendError (RuntimeError) from the next wait
+//     or launch.
+//  3. Host visibility. copy_to_host is synchronous and ordered after all work queued before
+//     it (by any thread); copy_from_host is ordered after queued work and before later
+//     kernels, and the host buffer may be reused as soon as it returns (it may return before
+//     the data reached the device). On host-visible backends kernel results are visible at
+//     Storage::host after wait_for_host(storage) or synchronize().
 //  4. Wrapped host memory. wrap_host either shares the memory, then `owner` keeps it alive
 //     for as long as the Storage (and so every Array and queued launch using it) lives, or
 //     copies it before returning and never touches `ptr` again except through
 //     copy_to_host into Storage::copied_from (an out= that could not be shared), which the
 //     op does while it still holds the user's array.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -50,6 +65,15 @@ struct Storage {
   // Where wrap_host had to copy instead of sharing memory: the user's memory, so that
   // results written here can be copied back (see Backend::wrap_host).
   void* copied_from = nullptr;
+  // Memory the caller owns (wrap_host shared it instead of copying): an op whose launches
+  // use it waits in end_op() before returning (invariant 0).
+  bool shared_with_host = false;
+  // Pending state for backends that queue work on host-visible memory (metal): the sequence
+  // number of the last command batch that names this storage, stamped at launch (0: none),
+  // so that wait_for_host / host copies wait only when queued work still uses it. A fresh
+  // Storage over a reused pooled block starts at 0: its block went back to the pool only
+  // after the work that used it completed (invariant 1).
+  std::atomic<std::uint64_t> last_use{0};
   // Bytes actually allocated (the pool's size class), for returning the block.
   std::size_t capacity = 0;
   // Keeps wrapped user memory alive as long as this storage (owners of Python memory
@@ -128,6 +152,17 @@ class Backend {
                       const std::vector<KernelArg>& args) = 0;
   // Wait for all queued work of every thread (invariant 2). Called without the GIL.
   virtual void synchronize() = 0;
+  // Called by an op after its launches (invariant 0): returns at once unless this thread's
+  // launches since its last end_op() used host-shared memory, then waits for them.
+  virtual void end_op() {}
+  // The host is about to read or write `storage` directly (invariant 3): wait until no
+  // queued work uses it. Called without the GIL.
+  virtual void wait_for_host(const Storage& storage) {
+    (void)storage;
+    synchronize();
+  }
+  // Times the host has waited for this device (synchronize, copy_to_host, wait_for_host).
+  std::uint64_t host_waits() const { return host_waits_.load(std::memory_order_relaxed); }
 
   // Threads per group that suit a 1-D elementwise kernel on this device.
   virtual std::uint32_t preferred_group_size(const std::string& kernel) = 0;
@@ -140,9 +175,15 @@ class Backend {
   virtual const NativeOp* native_op(const char* /*name*/) const { return nullptr; }
 
   // Copies between host memory and a storage (for backends without host-visible memory;
-  // host-visible backends do a memcpy). Synchronous, ordered after queued work (invariant 3).
+  // host-visible backends do a memcpy). Ordered after queued work (invariant 3).
   virtual void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n);
   virtual void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n);
+
+ protected:
+  void count_host_wait() { host_waits_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> host_waits_{0};
 };
 
 // ---- the device registry (backend/registry.cpp) ----

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "backend/native_ops.h"
 #include "core/errors.h"
 #include "kernel_group.h"
 #include "matmul_args.h"
+#include "reduce.h"
 
 namespace fm {
 namespace {
@@ -158,7 +160,43 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
              KernelArg::buffer(out.storage, out.byte_offset()), KernelArg::inline_bytes(&p, sizeof p)});
 }
 
+namespace {
+
+// A 2-D product with few output tiles and a long K (linear 9216 -> 128 at batch 64: two
+// 64x64 tiles, each looping over 9216 terms) keeps a GPU nearly idle. Split K into S slices,
+// run them as one batched product of views (batch stride K/S along K, no copy) and sum the
+// S partial products. Only for the MSL GEMM: a backend's own GEMM parallelises by itself.
+std::optional<Array> split_k_product(const std::string& op, const Array& a, const Array& b) {
+  Backend& be = a.backend();
+  if (be.native_op("matmul") != nullptr || a.ndim() != 2 || b.ndim() != 2) return std::nullopt;
+  const i64 M = a.shape[0], K = a.shape[1], N = b.shape[1];
+  const i64 tiles = i64(ceil_div(M, M <= 32 ? 32 : 64)) * ceil_div(N, 64);
+  constexpr i64 kMinSlice = 128, kTargetGroups = 256;
+  if (K < 16 * kMinSlice || tiles * 4 > kTargetGroups || M == 0 || N == 0) return std::nullopt;
+  i64 S = 1;
+  for (i64 s = std::min(K / kMinSlice, kTargetGroups / tiles); s >= 2; --s)
+    if (K % s == 0) {
+      S = s;
+      break;
+    }
+  if (S < 4) return std::nullopt;
+  const i64 slice = K / S;
+  Array av = a, bv = b;
+  av.shape = {S, M, slice};
+  av.strides = {slice * a.strides[1], a.strides[0], a.strides[1]};
+  bv.shape = {S, slice, N};
+  bv.strides = {slice * b.strides[0], b.strides[0], b.strides[1]};
+  Array partial = Array::empty(be, {S, M, N}, DType::float32);
+  matmul_into(op, av, bv, partial);
+  return reduce(ReduceOp::sum, partial, {0}, 0);
+}
+
+}  // namespace
+
 Array matmul(const std::string& op, const Array& a, const Array& b) {
+  if (a.dtype == DType::float32 && b.dtype == DType::float32 && a.ndim() == 2 && b.ndim() == 2 &&
+      a.shape[1] == b.shape[0])
+    if (std::optional<Array> r = split_k_product(op, a, b)) return *r;
   Array out = Array::empty(a.backend(), matmul_shape(op, a.shape, b.shape), DType::float32);
   matmul_into(op, a, b, out);
   return out;

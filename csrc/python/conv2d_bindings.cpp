@@ -122,7 +122,7 @@ py::object conv2d_py(py::handle input, py::handle weight, py::handle bias, py::h
   {
     py::gil_scoped_release nogil;
     conv2d_forward(a, x, w, bb ? &*bb : nullptr, y);
-    b.synchronize();
+    b.end_op();
   }
   return wrap_result(std::move(y), fm_result);
 }
@@ -195,7 +195,7 @@ py::tuple conv2d_backward_py(py::handle grad_output, py::handle input, py::handl
     if (want_x) conv2d_backward_input(a, gy, *w, *gx);
     if (want_w) conv2d_backward_weight(a, gy, *x, *gw);
     if (want_b) conv2d_backward_bias(a, gy, *gb);
-    b.synchronize();
+    b.end_op();
   }
   auto result = [&](std::optional<Array>& r) -> py::object {
     if (!r) return py::none();

@@ -131,7 +131,7 @@ py::object unary(const std::string& op, py::handle x, py::handle out) {
   Output o = place_output(op, out, backend, xa.shape, xa.dtype, {{xa, xa.shape}});
   run_maybe_without_gil(o.target.size(), [&] {
     launch_unary(op, xa, o.target);
-    backend.synchronize();
+    backend.end_op();
   });
   return finish(o, fm_result);
 }
@@ -173,7 +173,7 @@ py::object binary(const std::string& op, py::handle x, py::handle y, py::handle 
   Output o = place_output(op, out, backend, shape, dtype, {{xa, xa.shape}, {ya, ya.shape}});
   run_maybe_without_gil(o.target.size(), [&] {
     launch_binary(op, xa, ya, o.target);
-    backend.synchronize();
+    backend.end_op();
   });
   return finish(o, fm_result);
 }

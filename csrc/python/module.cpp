@@ -146,6 +146,7 @@ PYBIND11_MODULE(_core, m) {
         if (!a.backend().host_visible())
           throw py::buffer_error("fastmetal.Array on '" + a.backend().name() +
                                  "' is not host-visible; use .numpy() to copy it");
+        wait_for_host(a);  // the exporter reads or writes the memory as soon as we return
         std::vector<py::ssize_t> strides;
         for (auto s : a.strides) strides.push_back(s * py::ssize_t(itemsize(a.dtype)));
         return py::buffer_info(a.host_data(), py::ssize_t(itemsize(a.dtype)),
@@ -190,6 +191,8 @@ PYBIND11_MODULE(_core, m) {
             // Device memory that is not host-visible is CUDA's (the one such backend).
             if (a.backend().host_visible())
               throw py::attribute_error("__cuda_array_interface__ exists on cuda arrays only");
+            // No "stream" key (None): the data is complete when the consumer gets it.
+            wait_for_host(a);
             py::list strides;
             for (auto s : a.strides) strides.append(s * std::int64_t(itemsize(a.dtype)));
             py::dict d;
@@ -292,6 +295,22 @@ PYBIND11_MODULE(_core, m) {
   m.def("_device_problems", &fm::device_problems,
         "Why each backend that is not in devices() is missing (not built, no usable GPU), "
         "one line each, starting with the backend's name.");
+  m.def(
+      "_host_waits", [](const std::string& device) { return get_backend(device).host_waits(); },
+      py::arg("device"),
+      "How many times the host has waited for `device` (synchronize, copies to the host, "
+      "reads of device memory): a debug counter; ops on device Arrays add none.");
+  m.def(
+      "_launch_kernel_named",
+      [](const std::string& device, const std::string& kernel) {
+        Backend& b = get_backend(device);
+        py::gil_scoped_release nogil;
+        b.launch(kernel, Dispatch{}, {});
+        b.end_op();
+      },
+      py::arg("device"), py::arg("kernel"),
+      "Launches `kernel` on one thread with no arguments: for tests of how launch errors "
+      "surface (an unknown name raises RuntimeError).");
   m.def("_has_kernel", [](const std::string& device, const std::string& name) {
     return get_backend(device).has_kernel(name);
   });

@@ -47,7 +47,7 @@ py::object stencil(const std::string& op, py::handle f, int axis, f32_array weig
   {
     py::gil_scoped_release nogil;
     launch_stencil(fa, axis, t, out);
-    backend.synchronize();
+    backend.end_op();
   }
   return wrap_result(std::move(out), fm_result);
 }
@@ -72,7 +72,7 @@ py::object fourier(py::handle x, f32_array coef, double c0, double period) {
   {
     py::gil_scoped_release nogil;
     launch_fourier(xa, cf, p, out);
-    backend.synchronize();
+    backend.end_op();
   }
   return wrap_result(std::move(out), fm_result);
 }

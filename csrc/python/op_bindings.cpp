@@ -124,7 +124,7 @@ py::object call(const PythonOp& op, const Signature& sig, py::args args, py::kwa
   {
     py::gil_scoped_release nogil;
     out = op.call(values);
-    be.synchronize();
+    be.end_op();  // waits only where the caller's own memory was used
   }
   const bool fm_result = any_array(array_objects);
   if (!op.returns_tuple) return wrap_result(std::move(out.at(0)), fm_result);

@@ -212,6 +212,12 @@ py::dtype numpy_dtype(DType t) {
   return t == DType::float32 ? *f32 : *f16;
 }
 
+void wait_for_host(const Array& a) {
+  if (a.size() == 0) return;
+  py::gil_scoped_release nogil;
+  a.backend().wait_for_host(*a.storage);
+}
+
 py::array numpy_view(const Array& a, py::handle owner) {
   const std::size_t item = itemsize(a.dtype);
   std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
@@ -219,9 +225,12 @@ py::array numpy_view(const Array& a, py::handle owner) {
     py::array out(numpy_dtype(a.dtype), shape);
     if (a.size() == 0) return out;  // nothing to copy, whatever its strides
     if (!a.contiguous()) throw BackendError("[fastmetal] host copy of a strided device array");
-    a.backend().copy_to_host(*a.storage, a.byte_offset(), out.mutable_data(), a.nbytes());
+    void* dst = out.mutable_data();
+    py::gil_scoped_release nogil;  // the copy waits for the queued work that writes `a`
+    a.backend().copy_to_host(*a.storage, a.byte_offset(), dst, a.nbytes());
     return out;
   }
+  wait_for_host(a);
   std::vector<py::ssize_t> strides(a.strides.size());
   for (std::size_t d = 0; d < strides.size(); ++d) strides[d] = a.strides[d] * py::ssize_t(item);
   py::object base = owner ? py::reinterpret_borrow<py::object>(owner)

@@ -55,8 +55,12 @@ Array to_contiguous_array(py::handle obj, Backend& backend, const std::string& o
 py::array to_native_numpy(py::handle obj, const std::string& op, const char* arg,
                           std::optional<DType> want = std::nullopt);
 
+// Blocks (without the GIL) until no queued work uses a's memory, so the host may read or
+// write it (backend.h, invariant 0). Every path that hands device memory to the host goes
+// through this or copy_to_host.
+void wait_for_host(const Array& a);
 // A NumPy array viewing a host-visible Array (copy for other devices); its base keeps
-// the storage alive.
+// the storage alive. Complete on return: it waits for queued work on `a`.
 py::array numpy_view(const Array& a, py::handle owner = py::handle());
 py::object wrap_result(Array result, bool as_fastmetal_array);
 

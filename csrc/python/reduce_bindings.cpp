@@ -96,7 +96,7 @@ py::object reduce_py(const std::string& name, py::handle x, py::handle axis, boo
   {
     py::gil_scoped_release nogil;
     out = reduce(op, a, axes, ddof);
-    b.synchronize();
+    b.end_op();
   }
   if (keepdims) {
     out.shape = keepdims_shape(a.shape, axes);
@@ -155,7 +155,7 @@ py::object linear_py(py::handle x, py::handle w, py::handle bias) {
     py::gil_scoped_release nogil;
     y = matmul(op, xa, transposed(wa));
     if (ba) launch_binary("add", y, *ba, y);
-    b.synchronize();
+    b.end_op();
   }
   return wrap_result(std::move(y), as_array);
 }
@@ -198,7 +198,7 @@ py::tuple linear_backward_py(py::handle gy, py::handle x, py::handle w, py::hand
     const Array g2 = as_rows(ga), x2 = as_rows(xa);
     if (want_w) gw = matmul(op, transposed(g2), x2);
     if (want_b) gb = reduce(ReduceOp::sum, g2, {0}, 0);
-    b.synchronize();
+    b.end_op();
   }
   auto out = [&](std::optional<Array>& a) -> py::object {
     if (!a) return py::none();
@@ -228,7 +228,7 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
     {
       py::gil_scoped_release nogil;
       matmul_into(op, aa, ba, o);
-      be.synchronize();
+      be.end_op();
     }
     return py::reinterpret_borrow<py::object>(out);
   }
@@ -236,7 +236,7 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
   {
     py::gil_scoped_release nogil;
     r = matmul(op, aa, ba);
-    be.synchronize();
+    be.end_op();
   }
   if (as_array) return py::cast(std::move(r));
   return numpy_result(numpy_view(r));

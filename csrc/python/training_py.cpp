@@ -20,10 +20,10 @@ namespace {
 constexpr std::int64_t kMaxI32 = std::numeric_limits<std::int32_t>::max();
 
 template <typename Fn>
-void run_and_wait(Backend& be, Fn&& fn) {
+void run_op(Backend& be, Fn&& fn) {
   py::gil_scoped_release nogil;
   fn();
-  be.synchronize();
+  be.end_op();
 }
 
 // (N, C, H, W) or (C, H, W) -> planes, H, W.
@@ -71,7 +71,7 @@ py::object max_pool2d(py::handle x, int kh, int kw, int sh, int sw, int ph, int 
   Array xa = to_contiguous_array(x, be, op, "x", DType::float32);
   const PoolArgs a = pool_args(op, xa.shape, kh, kw, sh, sw, ph, pw);
   Array out = Array::empty(be, pooled_shape(xa.shape, a), DType::float32);
-  run_and_wait(be, [&] { launch_max_pool2d(xa, a, out); });
+  run_op(be, [&] { launch_max_pool2d(xa, a, out); });
   return wrap_result(std::move(out), any_array({x}));
 }
 
@@ -86,7 +86,7 @@ py::object max_pool2d_backward(py::handle grad_out, py::handle x, int kh, int kw
     throw ValueError(message(op, "expected grad_output of shape ", shape_str(pooled_shape(xa.shape, a)),
                              " (the output of max_pool2d), got ", shape_str(ga.shape)));
   Array gi = Array::empty(be, xa.shape, DType::float32);
-  run_and_wait(be, [&] { launch_max_pool2d_backward(ga, xa, a, gi); });
+  run_op(be, [&] { launch_max_pool2d_backward(ga, xa, a, gi); });
   return wrap_result(std::move(gi), any_array({grad_out, x}));
 }
 
@@ -104,7 +104,7 @@ py::object dropout(py::handle x, std::uint32_t threshold, float scale, std::uint
   a.scale = scale;
   a.n = std::uint32_t(xa.size());
   Array out = Array::empty(be, xa.shape, DType::float32);
-  run_and_wait(be, [&] { launch_dropout(xa, a, out); });
+  run_op(be, [&] { launch_dropout(xa, a, out); });
   return wrap_result(std::move(out), any_array({x}));
 }
 
@@ -134,7 +134,7 @@ py::tuple cross_entropy(py::handle logits,
   a.inv_rows = float(1.0 / double(rows));
   Array loss = Array::empty(be, Shape{}, DType::float32);
   Array grad = Array::empty(be, la.shape, DType::float32);
-  run_and_wait(be, [&] { launch_cross_entropy(la, lab, a, loss, grad); });
+  run_op(be, [&] { launch_cross_entropy(la, lab, a, loss, grad); });
   const bool fm_result = any_array({logits});
   return py::make_tuple(wrap_result(std::move(loss), fm_result),
                         wrap_result(std::move(grad), fm_result));
@@ -228,7 +228,7 @@ void optimizer_step(const std::string& kind, py::handle param, py::handle grad, 
   args.step_size = float(get("step_size"));
   args.sqrt_bias2 = float(get("sqrt_bias2"));
   args.rho = float(get("rho"));
-  run_and_wait(be, [&] {
+  run_op(be, [&] {
     launch_optimizer(kind.c_str(), p.array, g, a.array, two ? &b.array : nullptr, args);
   });
   copy_back(p);

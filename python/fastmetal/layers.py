@@ -9,6 +9,7 @@ accumulated). ``parameters()`` returns a :class:`Parameters` list, which the opt
 """
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import sys
@@ -47,6 +48,19 @@ def _slots(layer):
         if getattr(layer, name, None) is not None:
             out.append((layer, name))
     return out
+
+
+_TAKES_INPUT_GRAD = {}  # backward function -> whether it accepts input_grad=
+
+
+def _takes_input_grad(layer):
+    fn = getattr(type(layer), "backward", None)
+    if fn not in _TAKES_INPUT_GRAD:
+        try:
+            _TAKES_INPUT_GRAD[fn] = "input_grad" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            _TAKES_INPUT_GRAD[fn] = False
+    return _TAKES_INPUT_GRAD[fn]
 
 
 def _to_numpy(a):
@@ -203,9 +217,11 @@ class Linear(Module):
         self._input = x
         return y
 
-    def backward(self, grad_output):
+    def backward(self, grad_output, *, input_grad=True):
+        """``input_grad=False`` skips the gradient with respect to the input (returns None)."""
         _check_forward_called(self._input, "Linear")
-        needs = ("input", "weight", "bias") if self.bias is not None else ("input", "weight")
+        needs = ("input",) if input_grad else ()
+        needs += ("weight", "bias") if self.bias is not None else ("weight",)
         gx, gw, gb = _fm().linear_backward(grad_output, self._input, self.weight, needs=needs)
         self.weight_grad, self.bias_grad = gw, gb
         return gx
@@ -384,8 +400,26 @@ class Sequential(Module):
             x = layer(x)
         return x
 
-    def backward(self, grad_output):
-        for layer in reversed(self.layers):
+    def backward(self, grad_output, *, input_grad=True):
+        """Gradients of every layer, in reverse; returns the gradient with respect to the
+        input. ``input_grad=False`` (a training step, where nobody reads it) skips it, as
+        PyTorch does for inputs that do not require grad: layers before the first one with
+        parameters are not run backward, and that one computes only its parameters'
+        gradients. Returns None then."""
+        first = 0
+        if not input_grad:
+            with_params = [i for i, layer in enumerate(self.layers) if _slots(layer)]
+            if not with_params:
+                return None
+            first = with_params[0]
+        for i in range(len(self.layers) - 1, first - 1, -1):
+            layer = self.layers[i]
+            if i == first and not input_grad:
+                if _takes_input_grad(layer):
+                    layer.backward(grad_output, input_grad=False)
+                else:  # a layer without the keyword computes it anyway
+                    layer.backward(grad_output)
+                return None
             grad_output = layer.backward(grad_output)
         return grad_output
 

@@ -94,9 +94,12 @@ class Conv2d:
 
     __call__ = forward
 
-    def backward(self, grad_output):
+    def backward(self, grad_output, *, input_grad=True):
+        """The gradient with respect to the input (None with ``input_grad=False``, which
+        skips computing it); sets ``weight_grad`` and ``bias_grad``."""
         _check_forward_called(self._input, "Conv2d")
-        needs = ("input", "weight", "bias") if self.bias is not None else ("input", "weight")
+        needs = ("input",) if input_grad else ()
+        needs += ("weight", "bias") if self.bias is not None else ("weight",)
         gx, gw, gb = _conv2d_backward(grad_output, self._input, self.weight, needs=needs,
                                      **self._args())
         self.weight_grad = gw

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -41,6 +42,12 @@ void check(cudaError_t err, const char* what) {
 
 constexpr unsigned kMaxBlocksYZ = 65535;
 
+// Execution model (backend.h, invariants 0-3): every kernel and copy goes onto one
+// non-blocking stream, in the order the host issued them (under mu_). Nothing is kept alive
+// for queued work: a Storage that dies while a kernel still uses it returns its block to the
+// pool, and whoever acquires that block next can only use it through work queued later on
+// the same stream. Blocks go back to the driver (cudaFree) only after the stream drained.
+// The host waits in copy_to_host, wait_for_host and synchronize, without the GIL.
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device)
@@ -56,8 +63,11 @@ class CudaBackend final : public Backend {
               b.size = n;
               return b;
             },
-            [device](const CachingAllocator::Block& b) {
+            [this, device](const CachingAllocator::Block& b) {
               cudaSetDevice(device);
+              // Queued kernels may still use the block: let them finish before the driver
+              // takes it back (and perhaps hands it to another allocation).
+              if (stream_ != nullptr) cudaStreamSynchronize(stream_);
               cudaFree(b.handle);
             },
             std::size_t(4) << 30) {
@@ -88,30 +98,48 @@ class CudaBackend final : public Backend {
               const std::vector<KernelArg>& args) override {
     const cudak::KernelInfo* info = &checked_kernel(cudak::kernel_table().find(kernel), "CUDA",
                                                     kernel, args.size(), cudak::kMaxArgs);
-    std::lock_guard<std::mutex> lock(mu_);
-    check(cudaSetDevice(device_), "cudaSetDevice");
-    cudak::Args a{};
+    const GroupCounts counts = group_counts(d);
+    if (counts.num_groups[0] == 0 || counts.num_groups[1] == 0 || counts.num_groups[2] == 0)
+      return;
+    cudak::Args a;
+    std::size_t used = 0;
+    std::vector<StoragePtr> blocks;  // argument blocks too large to travel inline
     for (std::size_t i = 0; i < args.size(); ++i) {
+      a.inline_at[i] = 0;
       if (args[i].storage) {
         a.ptr[i] = buffer_address(args[i], args[i].storage->handle);
+        continue;
+      }
+      a.ptr[i] = nullptr;
+      const std::size_t at = (used + 15) / 16 * 16;
+      if (at + args[i].size <= sizeof a.bytes) {
+        std::memcpy(a.bytes + at, args[i].bytes, args[i].size);
+        a.inline_at[i] = static_cast<unsigned short>(at + 1);
+        used = at + args[i].size;
       } else {
-        // Argument blocks live in device memory until the stream has run the kernel.
-        StoragePtr block = allocate(args[i].size);
-        check(cudaMemcpyAsync(block->handle, args[i].bytes, args[i].size, cudaMemcpyHostToDevice,
-                              stream_),
-              "cudaMemcpyAsync");
-        a.ptr[i] = block->handle;
-        pending_.push_back(std::move(block));
+        blocks.push_back(allocate(args[i].size));
       }
     }
-    for (const auto& arg : args)
-      if (arg.storage) pending_.push_back(arg.storage);
-    const GroupCounts counts = group_counts(d);
+    for (std::size_t i = args.size(); i < std::size_t(cudak::kMaxArgs); ++i) {
+      a.ptr[i] = nullptr;
+      a.inline_at[i] = 0;
+    }
     const dim3 block(counts.group[0], counts.group[1], counts.group[2]);
     cudak::Dims dims;
     dims.grid = cudak::u3{d.grid[0], d.grid[1], d.grid[2]};
     dims.num_groups = cudak::u3{counts.num_groups[0], counts.num_groups[1], counts.num_groups[2]};
-    if (dims.num_groups.x == 0 || dims.num_groups.y == 0 || dims.num_groups.z == 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    for (std::size_t i = 0, next = 0; i < args.size(); ++i) {
+      if (args[i].storage || a.inline_at[i] != 0) continue;
+      // Pageable source: staged by the driver before the call returns, copied in stream
+      // order. The block may die right after the launch (stream order protects it).
+      StoragePtr& blk = blocks[next++];
+      check(cudaMemcpyAsync(blk->handle, args[i].bytes, args[i].size, cudaMemcpyHostToDevice,
+                            stream_),
+            "cudaMemcpyAsync");
+      a.ptr[i] = blk->handle;
+    }
     // CUDA caps blocks along y and z at 65535: launch such grids in slabs.
     for (unsigned z0 = 0; z0 < dims.num_groups.z; z0 += kMaxBlocksYZ)
       for (unsigned y0 = 0; y0 < dims.num_groups.y; y0 += kMaxBlocksYZ) {
@@ -124,10 +152,11 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize() override {
-    std::vector<StoragePtr> done;
+    count_host_wait();
     std::lock_guard<std::mutex> lock(mu_);
-    finish_locked(done);
+    drain_locked();
   }
+  void wait_for_host(const Storage&) override { synchronize(); }
 
   std::uint32_t preferred_group_size(const std::string&) override { return 256; }
   std::uint32_t max_group_size(const std::string&) override { return 1024; }
@@ -136,46 +165,39 @@ class CudaBackend final : public Backend {
   }
 
   // Copies go through stream_, behind the kernels already queued there: a plain cudaMemcpy
-  // runs on the legacy default stream, which a non-blocking stream does not wait for, and
-  // from pageable memory it returns before the data has reached the device, so a kernel
-  // queued next on stream_ could read the block's previous contents.
+  // runs on the legacy default stream, which a non-blocking stream does not wait for.
   void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) override {
     if (n == 0) return;
-    std::vector<StoragePtr> done;
+    count_host_wait();
     std::lock_guard<std::mutex> lock(mu_);
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaMemcpyAsync(dst, static_cast<const char*>(src.handle) + offset, n,
                           cudaMemcpyDeviceToHost, stream_),
           "cudaMemcpyAsync to host");
-    finish_locked(done);
+    drain_locked();
   }
+  // From pageable memory the driver stages `src` before returning (so the caller may reuse
+  // it at once); the copy itself runs in stream order, before any kernel queued later.
   void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
     if (n == 0) return;
-    std::vector<StoragePtr> done;
     std::lock_guard<std::mutex> lock(mu_);
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaMemcpyAsync(static_cast<char*>(dst.handle) + offset, src, n,
                           cudaMemcpyHostToDevice, stream_),
           "cudaMemcpyAsync from host");
-    // Synchronous for the caller: `src` may be freed or reused as soon as this returns.
-    finish_locked(done);
   }
 
  private:
-  // Waits for everything queued on stream_ (by any thread) and hands the storages those
-  // launches kept alive to `done`, which the caller destroys after releasing mu_ (their
-  // release returns blocks to the pool, which takes its own lock).
-  void finish_locked(std::vector<StoragePtr>& done) {
+  // Waits for everything queued on stream_ (by any thread); a kernel's fault surfaces here.
+  void drain_locked() {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaStreamSynchronize(stream_), "synchronize");
-    done.swap(pending_);
   }
 
   int device_;
+  cudaStream_t stream_ = nullptr;  // before pool_: the pool's free waits on it
   CachingAllocator pool_;
-  cudaStream_t stream_ = nullptr;
-  std::mutex mu_;
-  std::vector<StoragePtr> pending_;  // kept alive until the stream has used them
+  std::mutex mu_;  // orders launches and copies of all threads on stream_
 };
 
 }  // namespace

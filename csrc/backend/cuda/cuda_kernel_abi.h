@@ -13,11 +13,25 @@ struct u3 {
 };
 
 constexpr int kMaxArgs = 16;
-// Kernel arguments by value: device pointers, one per [[buffer(i)]] (argument blocks are
-// copied to device memory by the backend first).
+constexpr int kInlineBytes = 1024;
+// Kernel arguments by value (a __grid_constant__ parameter): one per [[buffer(i)]], either a
+// device pointer or a small argument block carried inside the launch's own parameters
+// (inline_at[i] = 1 + its byte offset in `bytes`), so a launch needs no copy to device
+// memory and no allocation. Blocks too large for `bytes` are copied to device memory.
 struct Args {
   void* ptr[kMaxArgs];
+  unsigned short inline_at[kMaxArgs];
+  alignas(16) unsigned char bytes[kInlineBytes];
 };
+
+#ifdef __CUDACC__
+// The address of argument i inside the kernel: generic pointers into a __grid_constant__
+// parameter are valid (sm_70 and later); argument blocks are only read.
+__device__ __forceinline__ void* arg_ptr(const Args& a, int i) {
+  return a.inline_at[i] != 0 ? const_cast<unsigned char*>(a.bytes + (a.inline_at[i] - 1))
+                             : a.ptr[i];
+}
+#endif
 // The Metal-style dispatch: grid in threads; block_offset shifts blockIdx when a grid has
 // more blocks along y or z than one CUDA launch allows.
 struct Dims {

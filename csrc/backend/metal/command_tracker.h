@@ -32,6 +32,27 @@ class CommandTracker {
     return entries_.empty();
   }
 
+  // Releases (outside the lock) what has completed, without waiting: called at each commit
+  // so that a loop that never waits still returns its blocks to the pool. A failure found
+  // here is reported by the next wait_committed().
+  template <typename Finished, typename Failure>
+  void reap(Finished finished, Failure failure) {
+    std::vector<Entry> done;  // destroyed after the lock is released
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::vector<Entry> running;
+      for (Entry& e : entries_) {
+        if (!finished(e.cb)) {
+          running.push_back(std::move(e));
+          continue;
+        }
+        if (unreported_error_.empty()) unreported_error_ = failure(e.cb);
+        done.push_back(std::move(e));
+      }
+      entries_.swap(running);
+    }
+  }
+
   // Blocks until everything committed before this call completed, then releases what has
   // completed (outside the lock). wait(cb) blocks until cb completed; finished(cb) says
   // whether it has; failure(cb) is its error ("" if none). Returns the first failure of

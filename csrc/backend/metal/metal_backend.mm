@@ -2,9 +2,11 @@
 // metallib embedded in this binary (metallib_embed.S), pipelines found by host name.
 //
 // Execution model: launch() encodes into the current command buffer (one serial compute
-// encoder, so each dispatch sees the writes of the one before); synchronize() commits and
-// waits for every command buffer committed before it began, by any thread
-// (command_tracker.h). Every buffer a launch names is kept (StoragePtr) until its command
+// encoder, so each dispatch sees the writes of the one before) and returns; ops do not wait
+// (end_op() waits only for ops that used memory shared with the caller, backend.h
+// invariant 0). synchronize() and wait_for_host() commit and wait for every command buffer
+// committed before they began, by any thread (command_tracker.h); each commit also retires
+// the command buffers that have completed, so their blocks return to the pool. Every buffer a launch names is kept (StoragePtr) until its command
 // buffer has completed, and only then dropped, on a caller's thread: pooled memory cannot be reused and Python owners
 // cannot be freed while the GPU may still touch them, and no Metal thread ever runs
 // Python code (keep_alive takes the GIL itself; callers release it around launch/sync).
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -180,6 +183,7 @@ class MetalBackend final : public Backend {
           s->host = ptr;
           s->nbytes = nbytes;
           s->handle = retain_handle(buffer);
+          s->shared_with_host = true;
           // The MTLBuffer goes first, then the memory it wraps.
           s->release = [handle = s->handle, owner = std::move(owner)]() mutable {
             release_handle(handle);
@@ -200,13 +204,31 @@ class MetalBackend final : public Backend {
     pooled([&] { launch_impl(kernel, d, args); });
   }
 
+  // The op's launches on this thread used the caller's memory: it is the caller's again
+  // once the op returns, so wait for them (other ops return at once).
+  void end_op() override {
+    if (!launched_on_host_memory_) return;
+    launched_on_host_memory_ = false;
+    synchronize();
+  }
+
+  // Shared memory: the host may touch a storage once no queued command buffer uses it
+  // (Storage::last_use against the command buffers known to have completed).
+  void wait_for_host(const Storage& storage) override {
+    if (storage.last_use.load(std::memory_order_acquire) > completed_through_.load(std::memory_order_acquire))
+      synchronize();
+  }
+
   // Returns once every command buffer committed before the call (by any thread) completed;
   // what completed goes back to the pool and its Python owners are released.
   void synchronize() override {
+    count_host_wait();
     pooled([&] {
+      std::uint64_t committed_through = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
         flush_locked();
+        committed_through = open_seq_ - 1;
       }
       const std::string error = submitted_.wait_committed(
           [](id<MTLCommandBuffer> cb) { [cb waitUntilCompleted]; },
@@ -217,6 +239,12 @@ class MetalBackend final : public Backend {
           [](id<MTLCommandBuffer> cb) {
             return cb.status == MTLCommandBufferStatusError ? describe(cb.error) : std::string();
           });
+      // Every command buffer up to committed_through has completed (or failed).
+      std::uint64_t seen = completed_through_.load(std::memory_order_relaxed);
+      while (seen < committed_through &&
+             !completed_through_.compare_exchange_weak(seen, committed_through,
+                                                       std::memory_order_release)) {
+      }
       if (!error.empty())
         throw BackendError("[fastmetal] Metal command buffer failed: " + error);
     });
@@ -238,14 +266,14 @@ class MetalBackend final : public Backend {
     return function_names_.count(kernel) != 0;
   }
 
-  // Host-visible memory: a memcpy, after any queued work that may still use it (pending()
-  // stays true until every committed command buffer has completed and been retired).
+  // Host-visible memory: a memcpy, after any queued work that may still use the storage (a
+  // fresh allocation, e.g. a scalar operand or labels, needs no wait).
   void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) override {
-    if (pending()) synchronize();
+    wait_for_host(src);
     std::memcpy(dst, static_cast<const char*>(src.host) + offset, n);
   }
   void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
-    if (pending()) synchronize();
+    wait_for_host(dst);
     std::memcpy(static_cast<char*>(dst.host) + offset, src, n);
   }
 
@@ -325,13 +353,16 @@ class MetalBackend final : public Backend {
     }
     const MTLSize group = group_size(d, p);
 
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     id<MTLComputeCommandEncoder> encoder = encoder_locked();
     [encoder setComputePipelineState:p.state];
     for (std::size_t i = 0; i < args.size(); ++i) {
       const KernelArg& a = args[i];
       if (a.storage) {
         [encoder setBuffer:buffer_of(*a.storage) offset:offsets[i] atIndex:NSUInteger(i)];
+        a.storage->last_use.store(open_seq_, std::memory_order_release);
+        if (a.storage->shared_with_host || a.storage->copied_from != nullptr)
+          launched_on_host_memory_ = true;
         keep_.push_back(a.storage);
       } else if (fits_set_bytes(a.size)) {
         [encoder setBytes:a.bytes length:NSUInteger(a.size) atIndex:NSUInteger(i)];
@@ -348,7 +379,11 @@ class MetalBackend final : public Backend {
     }
     [encoder dispatchThreads:MTLSizeMake(d.grid[0], d.grid[1], d.grid[2])
         threadsPerThreadgroup:group];
-    if (++dispatches_ >= kMaxDispatchesPerCommandBuffer) flush_locked();
+    if (++dispatches_ >= kMaxDispatchesPerCommandBuffer) {
+      flush_locked();
+      lock.unlock();
+      reap_completed();
+    }
   }
 
   // The open compute encoder, creating the command buffer and encoder as needed.
@@ -379,16 +414,23 @@ class MetalBackend final : public Backend {
       keep.swap(keep_);
       submitted_.committed(cb_, std::move(keep));
       cb_ = nil;
+      ++open_seq_;
     }
     dispatches_ = 0;
   }
 
-  bool pending() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cb_ != nil) return true;
-    }
-    return !submitted_.empty();
+  // Retires the command buffers that have completed (their storages go back to the pool,
+  // Python owners take the GIL to let go): never under mu_, which a thread holding the GIL
+  // may be waiting for.
+  void reap_completed() {
+    submitted_.reap(
+        [](id<MTLCommandBuffer> cb) {
+          return cb.status == MTLCommandBufferStatusCompleted ||
+                 cb.status == MTLCommandBufferStatusError;
+        },
+        [](id<MTLCommandBuffer> cb) {
+          return cb.status == MTLCommandBufferStatusError ? describe(cb.error) : std::string();
+        });
   }
 
   id<MTLDevice> device_;
@@ -401,16 +443,25 @@ class MetalBackend final : public Backend {
   std::mutex pipelines_mu_;
   std::unordered_map<std::string, Pipeline> pipelines_;
 
-  std::mutex mu_;  // guards cb_, encoder_, keep_, dispatches_
+  // This thread's launches since its last end_op() bound memory shared with the caller.
+  static thread_local bool launched_on_host_memory_;
+
+  std::mutex mu_;  // guards cb_, encoder_, keep_, dispatches_, open_seq_
   id<MTLCommandBuffer> cb_;
   id<MTLComputeCommandEncoder> encoder_;
   std::vector<StoragePtr> keep_;  // storages named by the open command buffer
   int dispatches_ = 0;
+  // Sequence number of the open (or next) command buffer; those before it are committed.
+  std::uint64_t open_seq_ = 1;
+  // Every command buffer up to this sequence number has completed (set by synchronize()).
+  std::atomic<std::uint64_t> completed_through_{0};
   // Committed command buffers and their storages (its own lock, taken after mu_).
   CommandTracker<id<MTLCommandBuffer>, StoragePtr> submitted_;
 
   CachingAllocator pool_;  // last: its cached buffers go before the device does
 };
+
+thread_local bool MetalBackend::launched_on_host_memory_ = false;
 
 }  // namespace
 

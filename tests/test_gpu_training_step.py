@@ -1,0 +1,77 @@
+"""What keeps a training step on a GPU short, checked for correctness on every device: the
+long-K products of a Linear layer (run as split-K on the MSL GEMM) and a backward pass that
+skips the gradient nobody needs (the network's input)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastmetal as fm
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 9216, 128), (7, 4096, 10), (33, 3000, 64),
+                                   (64, 2047, 128), (1, 8192, 1)])
+def test_linear_with_a_long_reduction_matches_float64(device, m, k, n):
+    rng = np.random.default_rng(m + k + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    got = np.asarray(fm.linear(fm.asarray(x, device=device), fm.asarray(w, device=device),
+                               fm.asarray(b, device=device)))
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    # matmul of a transposed view goes the same way
+    got = np.asarray(fm.matmul(fm.asarray(x, device=device), fm.asarray(w, device=device).T))
+    want = x.astype(np.float64) @ w.T.astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+
+
+def _net(device):
+    nn = fm.nn
+    rng = np.random.default_rng(5)
+    return nn.Sequential(nn.Flatten(), nn.Linear(36, 8, rng=rng, device=device), nn.ReLU(),
+                         nn.Linear(8, 3, rng=rng, device=device))
+
+
+def test_sequential_backward_without_the_input_gradient(device):
+    x = np.random.default_rng(6).standard_normal((4, 6, 6)).astype(np.float32)
+    grad = np.random.default_rng(7).standard_normal((4, 3)).astype(np.float32)
+    full, skip = _net(device), _net(device)
+    full(fm.asarray(x, device=device))
+    gx = full.backward(fm.asarray(grad, device=device))
+    skip(fm.asarray(x, device=device))
+    assert skip.backward(fm.asarray(grad, device=device), input_grad=False) is None
+    assert np.asarray(gx).shape == (4, 6, 6)
+    for layer_a, layer_b in zip(full, skip):
+        for name in ("weight_grad", "bias_grad"):
+            ga, gb = getattr(layer_a, name, None), getattr(layer_b, name, None)
+            assert (ga is None) == (gb is None)
+            if ga is not None:
+                np.testing.assert_array_equal(np.asarray(ga), np.asarray(gb))
+
+
+def test_conv2d_backward_without_the_input_gradient(device):
+    rng = np.random.default_rng(8)
+    conv = fm.nn.Conv2d(1, 4, 3, rng=rng, device=device)
+    x = fm.asarray(rng.standard_normal((2, 1, 8, 8)).astype(np.float32), device=device)
+    g = fm.asarray(rng.standard_normal((2, 4, 6, 6)).astype(np.float32), device=device)
+    conv(x)
+    gx = conv.backward(g)
+    gw, gb = np.asarray(conv.weight_grad), np.asarray(conv.bias_grad)
+    assert conv.backward(g, input_grad=False) is None
+    assert np.asarray(gx).shape == (2, 1, 8, 8)
+    np.testing.assert_array_equal(np.asarray(conv.weight_grad), gw)
+    np.testing.assert_array_equal(np.asarray(conv.bias_grad), gb)
+
+
+def test_bench_mnist_runs_a_short_epoch(device, capsys):
+    from fastmetal.benchmarks import mnist
+    args = ["--samples", "64", "--no-torch", "--device", device]
+    if device != "cpu":  # the host-vs-device line and the per-layer profile (fast on a GPU)
+        args.append("--profile")
+    results = mnist.main(args)
+    out = capsys.readouterr().out
+    assert results[0][0] == f"fastmetal, {device}" and results[0][2] == 64
+    assert f"fastmetal, {device}" in out
+    if device != "cpu":
+        assert "the host queues a step in" in out and "Conv2d bwd" in out
