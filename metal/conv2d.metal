@@ -41,11 +41,14 @@ using namespace metal;
 // which index of each operand is contiguous in memory (so tile loads can be coalesced).
 //
 // Every address splits into a part that depends on the row / column alone and a part that
-// depends on k alone: A[m][k] = asrc[a_row(m) + a_k(k)] (inside the GEMM's bounds), and B
-// is a gather whose k part k_tap(k) and column part col_tap(c) ({offset, row, column})
-// load_b combines, checking the image bounds. The kernel tabulates the k parts once per K
-// slice in threadgroup memory and keeps the column parts in registers, so the integer
-// divisions that decompose k and c are paid per table entry, not per loaded element.
+// depends on k alone. k is a mixed-radix number (q, u, v), v < r2, u < r1 (input channel
+// and tap for the forward, output channel and tap for the input gradient, image and
+// output pixel for the weight gradient); k_parts(q, u, v) gives its part of both operands'
+// addresses {A offset, B offset, B row, B column}. A[m][k] = asrc[a_row(m) + A offset]
+// inside the GEMM's bounds; B is a gather that load_b assembles from the k parts and the
+// column parts col_tap(c) ({offset, row, column}), zero outside the image. The kernel keeps
+// the k parts of two slices in threadgroup memory, advancing (q, u, v) by one slice with
+// additions (no division per slice), and the column parts of its loads in registers.
 // C[m][c] goes to out[out_row(m) + out_col(c)].
 
 struct Tap {
@@ -60,155 +63,186 @@ FM_FUNC Tap make_tap(int32_t base, int32_t h, int32_t w) {
   return t;
 }
 
-// x(ih, iw) of one channel plane at `base`, zero outside the image.
-FM_FUNC float load_padded(constant Conv2dArgs& a, device const float* x, int32_t base,
-                          int32_t ih, int32_t iw) {
+// x(ih, iw) of the channel plane at `base` where `in` and the point is inside the image,
+// else 0. Branch-free: the load always reads a valid address (element 0 when out of range),
+// so a thread's loads issue back to back.
+FM_FUNC float load_padded(thread const Conv2dArgs& a, device const float* x, bool in,
+                          int32_t base, int32_t ih, int32_t iw) {
   // One unsigned compare per axis: negative coordinates wrap to huge values.
-  if (uint32_t(ih) >= uint32_t(a.H) || uint32_t(iw) >= uint32_t(a.W)) return 0.0f;
-  return x[base + ih * a.W + iw];
+  const bool inside = in && uint32_t(ih) < uint32_t(a.H) && uint32_t(iw) < uint32_t(a.W);
+  const float v = x[inside ? base + ih * a.W + iw : 0];
+  return inside ? v : 0.0f;
 }
 
 struct ConvForward {
-  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
-  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
-  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
+  static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out / a.groups; }
+  static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return false; }
+  // k = (ci, kh, kw).
+  static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return a.kH; }
+  static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return a.kW; }
   // A = weight rows of group g: row co holds its C_in/groups * kH * kW taps contiguously.
-  static FM_FUNC int32_t a_row(constant Conv2dArgs& a, int32_t g, int32_t m) {
+  // B[ci, kh, kw][n, oh, ow] = x[n][g*C_in/groups + ci][oh*s - p + kh*d][ow*s - p + kw*d].
+  static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t g, int32_t m) {
     return (g * rows(a) + m) * depth(a);
   }
-  static FM_FUNC int32_t a_k(constant Conv2dArgs& a, int32_t g, int32_t k) { return k; }
-  // B[ci, kh, kw][n, oh, ow] = x[n][g*C_in/groups + ci][oh*s - p + kh*d][ow*s - p + kw*d].
-  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
-    const int32_t khw = a.kH * a.kW;
-    const int32_t ci = k / khw, r = k - ci * khw;
-    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
-    return make_tap(ci * a.H * a.W, kh * a.dil_h, kw * a.dil_w);
+  static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t g, int32_t q, int32_t u,
+                              int32_t v) {
+    return int4((q * a.kH + u) * a.kW + v, q * a.H * a.W, u * a.dil_h, v * a.dil_w);
   }
-  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+  static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t g, int32_t c) {
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = c / hw, p = c - n * hw;
     const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
     return make_tap((n * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
                     oh * a.stride_h - a.pad_h, ow * a.stride_w - a.pad_w);
   }
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, Tap kt, Tap ct) {
-    return load_padded(a, x, ct.base + kt.base, ct.h + kt.h, ct.w + kt.w);
+  static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* x, bool in,
+                              int4 kp, Tap ct) {
+    return load_padded(a, x, in, ct.base + kp.y, ct.h + kp.z, ct.w + kp.w);
   }
-  static FM_FUNC int32_t out_row(constant Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
+  static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
     return (g * rows(a) + m) * a.H_out * a.W_out;
   }
-  static FM_FUNC int32_t out_col(constant Conv2dArgs& a, int32_t c) {
+  static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) {
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = c / hw;
     return n * a.C_out * hw + (c - n * hw);
   }
-  static FM_FUNC float bias_of(constant Conv2dArgs& a, device const float* bias, uint32_t flags,
-                               int32_t g, int32_t m) {
+  static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
+                               uint32_t flags, int32_t g, int32_t m) {
     return (flags & 1u) != 0 ? bias[g * rows(a) + m] : 0.0f;
   }
 };
 
 struct ConvBackwardInput {
-  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_in / a.groups; }
-  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return a.N * a.H * a.W; }
-  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return (a.C_out / a.groups) * a.kH * a.kW; }
+  static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_in / a.groups; }
+  static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.N * a.H * a.W; }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return (a.C_out / a.groups) * a.kH * a.kW; }
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return false; }
+  // k = (co, kh, kw).
+  static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return a.kH; }
+  static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return a.kW; }
   // A[ci][co, kh, kw] = w[g*C_out/groups + co][ci][kh][kw] (the transposed weight).
-  static FM_FUNC int32_t a_row(constant Conv2dArgs& a, int32_t g, int32_t m) {
-    return m * a.kH * a.kW;
-  }
-  static FM_FUNC int32_t a_k(constant Conv2dArgs& a, int32_t g, int32_t k) {
-    const int32_t khw = a.kH * a.kW;
-    const int32_t co = k / khw, r = k - co * khw;
-    return (g * (a.C_out / a.groups) + co) * rows(a) * khw + r;
-  }
   // B[co, kh, kw][n, ih, iw] = gy at the output pixel whose tap (kh, kw) read (ih, iw):
   // oh = (ih + p - kh*d) / s where that division is exact and oh is in range.
-  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
-    const int32_t khw = a.kH * a.kW;
-    const int32_t co = k / khw, r = k - co * khw;
-    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
-    return make_tap(co * a.H_out * a.W_out, kh * a.dil_h, kw * a.dil_w);
+  static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t g, int32_t m) {
+    return m * a.kH * a.kW;
   }
-  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+  static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t g, int32_t q, int32_t u,
+                              int32_t v) {
+    const int32_t khw = a.kH * a.kW;
+    return int4((g * (a.C_out / a.groups) + q) * rows(a) * khw + u * a.kW + v,
+                q * a.H_out * a.W_out, u * a.dil_h, v * a.dil_w);
+  }
+  static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t g, int32_t c) {
     const int32_t hw = a.H * a.W;
     const int32_t n = c / hw, p = c - n * hw;
     const int32_t ih = p / a.W, iw = p - ih * a.W;
     return make_tap((n * a.C_out + g * (a.C_out / a.groups)) * a.H_out * a.W_out,
                     ih + a.pad_h, iw + a.pad_w);
   }
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* gy, Tap kt, Tap ct) {
-    const int32_t th = ct.h - kt.h, tw = ct.w - kt.w;
-    if (a.stride_h == 1 && a.stride_w == 1) {  // uniform: no division for the common case
-      if (uint32_t(th) >= uint32_t(a.H_out) || uint32_t(tw) >= uint32_t(a.W_out)) return 0.0f;
-      return gy[ct.base + kt.base + th * a.W_out + tw];
+  static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* gy, bool in,
+                              int4 kp, Tap ct) {
+    int32_t oh = ct.h - kp.z, ow = ct.w - kp.w;
+    if (a.stride_h != 1 || a.stride_w != 1) {  // uniform: no division for stride 1
+      const int32_t th = oh, tw = ow;
+      oh = th / a.stride_h;
+      ow = tw / a.stride_w;
+      in = in && th >= 0 && tw >= 0 && oh * a.stride_h == th && ow * a.stride_w == tw;
     }
-    if (th < 0 || tw < 0) return 0.0f;
-    const int32_t oh = th / a.stride_h, ow = tw / a.stride_w;
-    if (oh * a.stride_h != th || ow * a.stride_w != tw || oh >= a.H_out || ow >= a.W_out)
-      return 0.0f;
-    return gy[ct.base + kt.base + oh * a.W_out + ow];
+    const bool inside = in && uint32_t(oh) < uint32_t(a.H_out) && uint32_t(ow) < uint32_t(a.W_out);
+    const float v = gy[inside ? ct.base + kp.y + oh * a.W_out + ow : 0];
+    return inside ? v : 0.0f;
   }
-  static FM_FUNC int32_t out_row(constant Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
+  static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
     return (g * rows(a) + m) * a.H * a.W;
   }
-  static FM_FUNC int32_t out_col(constant Conv2dArgs& a, int32_t c) {
+  static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) {
     const int32_t hw = a.H * a.W;
     const int32_t n = c / hw;
     return n * a.C_in * hw + (c - n * hw);
   }
-  static FM_FUNC float bias_of(constant Conv2dArgs& a, device const float* bias, uint32_t flags,
-                               int32_t g, int32_t m) {
+  static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
+                               uint32_t flags, int32_t g, int32_t m) {
     return 0.0f;
   }
 };
 
 struct ConvBackwardWeight {
-  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
-  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
-  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
+  static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out / a.groups; }
+  static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return true; }
-  // A[co][n, oh, ow] = gy.
-  static FM_FUNC int32_t a_row(constant Conv2dArgs& a, int32_t g, int32_t m) {
+  // k = (n, oh, ow).
+  static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return a.H_out; }
+  static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return a.W_out; }
+  // A[co][n, oh, ow] = gy. B[n, oh, ow][ci, kh, kw] = the input value tap (kh, kw) of
+  // output pixel (oh, ow) read: the forward's gather with the roles of k and c swapped.
+  static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t g, int32_t m) {
     return (g * rows(a) + m) * a.H_out * a.W_out;
   }
-  static FM_FUNC int32_t a_k(constant Conv2dArgs& a, int32_t g, int32_t k) {
-    const int32_t hw = a.H_out * a.W_out;
-    const int32_t n = k / hw;
-    return n * a.C_out * hw + (k - n * hw);
+  static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t g, int32_t q, int32_t u,
+                              int32_t v) {
+    return int4((q * a.C_out * a.H_out + u) * a.W_out + v,
+                (q * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
+                u * a.stride_h - a.pad_h, v * a.stride_w - a.pad_w);
   }
-  // B[n, oh, ow][ci, kh, kw] = the input value tap (kh, kw) of output pixel (oh, ow) read:
-  // the forward's gather with the roles of k and c swapped.
-  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
-    const int32_t hw = a.H_out * a.W_out;
-    const int32_t n = k / hw, p = k - n * hw;
-    const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
-    return make_tap((n * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
-                    oh * a.stride_h - a.pad_h, ow * a.stride_w - a.pad_w);
-  }
-  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+  static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t g, int32_t c) {
     const int32_t khw = a.kH * a.kW;
     const int32_t ci = c / khw, r = c - ci * khw;
     const int32_t kh = r / a.kW, kw = r - kh * a.kW;
     return make_tap(ci * a.H * a.W, kh * a.dil_h, kw * a.dil_w);
   }
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, Tap kt, Tap ct) {
-    return load_padded(a, x, kt.base + ct.base, kt.h + ct.h, kt.w + ct.w);
+  static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* x, bool in,
+                              int4 kp, Tap ct) {
+    return load_padded(a, x, in, kp.y + ct.base, kp.z + ct.h, kp.w + ct.w);
   }
   // Split s writes the s-th weight-sized slice of the output (the workspace when s > 1).
-  static FM_FUNC int32_t out_row(constant Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
+  static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
     return split * a.C_out * cols(a) + (g * rows(a) + m) * cols(a);
   }
-  static FM_FUNC int32_t out_col(constant Conv2dArgs& a, int32_t c) { return c; }
-  static FM_FUNC float bias_of(constant Conv2dArgs& a, device const float* bias, uint32_t flags,
-                               int32_t g, int32_t m) {
+  static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) { return c; }
+  static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
+                               uint32_t flags, int32_t g, int32_t m) {
     return 0.0f;
   }
 };
+
+// k = (q, u, v) as a mixed-radix counter; step() adds a fixed amount with one carry per
+// digit (each digit of the step is below its radix).
+struct KCounter {
+  int32_t q, u, v;
+};
+
+FM_FUNC KCounter k_split(int32_t k, int32_t r1, int32_t r2) {
+  KCounter c;
+  const int32_t r12 = r1 * r2;
+  c.q = k / r12;
+  const int32_t rest = k - c.q * r12;
+  c.u = rest / r2;
+  c.v = rest - c.u * r2;
+  return c;
+}
+
+FM_FUNC KCounter k_step(KCounter c, KCounter d, int32_t r1, int32_t r2) {
+  c.v += d.v;
+  c.u += d.u;
+  if (c.v >= r2) {
+    c.v -= r2;
+    c.u += 1;
+  }
+  c.q += d.q;
+  if (c.u >= r1) {
+    c.u -= r1;
+    c.q += 1;
+  }
+  return c;
+}
 
 // ---------------------------------------------------------------- tiled implicit GEMM
 // conv2d_gemm<P, BM, BN, BK, TM, TN>: one threadgroup computes a BM x BN tile of C,
@@ -277,20 +311,21 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BM % TM == 0 && BN % TN == 0, "tile shape");
   static_assert(LA * V == BM * BK && LB * V == BN * BK, "loads divide evenly");
 
-  // Two buffers of each operand tile, and the k parts of two slices' addresses.
+  // Two buffers of each operand tile, the column parts of B's addresses, and the k parts
+  // {A offset, B offset, B row, B column} of two slices.
   threadgroup float4 As[2 * BK * BM / 4 + 2 * BK];  // 2 buffers of BK rows of AW
   threadgroup float4 Bs[2 * BK * BN / 4 + 2 * BK];  // 2 buffers of BK rows of BW
   threadgroup int32_t col_base[BN];
   threadgroup int32_t col_h[BN];
   threadgroup int32_t col_w[BN];
-  threadgroup int32_t k_a[2][BK];
-  threadgroup int32_t k_base[2][BK];
-  threadgroup int32_t k_h[2][BK];
-  threadgroup int32_t k_w[2][BK];
+  threadgroup int4 k_tab[2 * BK];
 
+  // The argument block in registers: read in the inner loops, so not from memory there.
+  const Conv2dArgs a = args;
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
-  const int32_t M = P::rows(args), NC = P::cols(args), K = P::depth(args);
-  const int32_t splits = int32_t(tg_count.z) / args.groups;
+  const int32_t M = P::rows(a), NC = P::cols(a), K = P::depth(a);
+  const int32_t R1 = P::r1(a), R2 = P::r2(a);
+  const int32_t splits = int32_t(tg_count.z) / a.groups;
   const int32_t g = int32_t(tg_pos.z) / splits;
   const int32_t split = int32_t(tg_pos.z) - g * splits;
   const int32_t row0 = int32_t(tg_pos.y) * BM, col0 = int32_t(tg_pos.x) * BN;
@@ -299,25 +334,20 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
   const int32_t per_split = (slices + splits - 1) / splits;
   const int32_t k_begin = split * per_split * BK;
   const int32_t k_end = min(K, k_begin + per_split * BK);
+  const KCounter slice_step = k_split(BK, R1, R2);
 
-  // Column parts of B's addresses (columns past the end read as zero via `kk` bounds below).
+  // Column parts of B's addresses (columns past the end are never loaded).
   for (uint32_t c = tid; c < uint32_t(BN); c += T) {
     const int32_t gc = col0 + int32_t(c);
-    const Tap t = gc < NC ? P::col_tap(args, g, gc) : make_tap(0, 0, 0);
+    const Tap t = gc < NC ? P::col_tap(a, g, gc) : make_tap(0, 0, 0);
     col_base[c] = t.base;
     col_h[c] = t.h;
     col_w[c] = t.w;
   }
-  // The first two slices' k tables.
+  // The first two slices' k parts.
   for (uint32_t e = tid; e < uint32_t(2 * BK); e += T) {
-    const int32_t s = int32_t(e) / BK, kk = int32_t(e) - s * BK;
-    const int32_t gk = k_begin + s * BK + kk;
-    const bool in = gk < k_end;
-    const Tap t = in ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
-    k_a[s][kk] = in ? P::a_k(args, g, gk) : 0;
-    k_base[s][kk] = t.base;
-    k_h[s][kk] = t.h;
-    k_w[s][kk] = t.w;
+    const KCounter kc = k_split(k_begin + int32_t(e), R1, R2);
+    k_tab[e] = P::k_parts(a, g, kc.q, kc.u, kc.v);
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -328,28 +358,28 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
     for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
     // This thread's loads: fixed rows / columns, their address parts in registers.
     int32_t a_m[LA], a_kk[LA], a_off[LA], b_c[LB], b_kk[LB];
+    bool b_in[LB];
     Tap b_tap[LB];
     for (int j = 0; j < LA; ++j) {
       a_coords<P, BM, BK>(int32_t(tid) + j * V, a_m[j], a_kk[j]);
-      a_off[j] = row0 + a_m[j] < M ? P::a_row(args, g, row0 + a_m[j]) : -1;
+      a_off[j] = row0 + a_m[j] < M ? P::a_row(a, g, row0 + a_m[j]) : -1;
     }
     for (int j = 0; j < LB; ++j) {
       b_coords<P, BN, BK>(int32_t(tid) + j * V, b_c[j], b_kk[j]);
       b_tap[j] = make_tap(col_base[b_c[j]], col_h[b_c[j]], col_w[b_c[j]]);
-      if (col0 + b_c[j] >= NC) b_tap[j].base = -1;
+      b_in[j] = col0 + b_c[j] < NC;
     }
+    // The k parts of slice k0 + 2 * BK + tid, kept by the first BK threads.
+    KCounter kc_next = k_split(k_begin + 2 * BK + int32_t(tid), R1, R2);
     float ra[LA], rb[LB];
-    // Loads slice `k0` (k table `t`) into ra / rb.
-    int32_t t = 0;
     int32_t k0 = k_begin;
-    for (int j = 0; j < LA; ++j)
-      ra[j] = (a_off[j] >= 0 && k0 + a_kk[j] < k_end) ? asrc[a_off[j] + k_a[t][a_kk[j]]] : 0.0f;
+    for (int j = 0; j < LA; ++j) {
+      const bool in = a_off[j] >= 0 && k0 + a_kk[j] < k_end;
+      const float v = asrc[in ? a_off[j] + k_tab[a_kk[j]].x : 0];
+      ra[j] = in ? v : 0.0f;
+    }
     for (int j = 0; j < LB; ++j)
-      rb[j] = (b_tap[j].base >= 0 && k0 + b_kk[j] < k_end)
-                  ? P::load_b(args, bsrc,
-                              make_tap(k_base[t][b_kk[j]], k_h[t][b_kk[j]], k_w[t][b_kk[j]]),
-                              b_tap[j])
-                  : 0.0f;
+      rb[j] = P::load_b(a, bsrc, b_in[j] && k0 + b_kk[j] < k_end, k_tab[b_kk[j]], b_tap[j]);
     for (int j = 0; j < LA; ++j) As[a_kk[j] * AW + (a_m[j] >> 2)][a_m[j] & 3] = ra[j];
     for (int j = 0; j < LB; ++j) Bs[b_kk[j] * BW + (b_c[j] >> 2)][b_c[j] & 3] = rb[j];
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -357,20 +387,18 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
     int32_t cur = 0;
     for (; k0 < k_end; k0 += BK) {
       const bool more = k0 + BK < k_end;
-      const int32_t nk = k0 + BK, nt = 1 - cur;  // the next slice and its k table
+      const int32_t nk = k0 + BK, nt = 1 - cur;  // the next slice and its k parts
       if (more) {
-        for (int j = 0; j < LA; ++j)
-          ra[j] = (a_off[j] >= 0 && nk + a_kk[j] < k_end) ? asrc[a_off[j] + k_a[nt][a_kk[j]]]
-                                                          : 0.0f;
+        for (int j = 0; j < LA; ++j) {
+          const bool in = a_off[j] >= 0 && nk + a_kk[j] < k_end;
+          const float v = asrc[in ? a_off[j] + k_tab[nt * BK + a_kk[j]].x : 0];
+          ra[j] = in ? v : 0.0f;
+        }
         for (int j = 0; j < LB; ++j)
-          rb[j] = (b_tap[j].base >= 0 && nk + b_kk[j] < k_end)
-                      ? P::load_b(args, bsrc,
-                                  make_tap(k_base[nt][b_kk[j]], k_h[nt][b_kk[j]],
-                                           k_w[nt][b_kk[j]]),
-                                  b_tap[j])
-                      : 0.0f;
+          rb[j] = P::load_b(a, bsrc, b_in[j] && nk + b_kk[j] < k_end, k_tab[nt * BK + b_kk[j]],
+                            b_tap[j]);
       }
-      for (int kk = 0; kk < BK; ++kk) {  // acc += A[k][rows] * B[k][columns], staged slice `cur`
+      for (int kk = 0; kk < BK; ++kk) {  // acc += A[k][rows] * B[k][columns], slice `cur`
         float4 av[TM / 4], bv[TN / 4];
         for (int i = 0; i < TM / 4; ++i) av[i] = As[(cur * BK + kk) * AW + i * MT + tr];
         for (int j = 0; j < TN / 4; ++j) bv[j] = Bs[(cur * BK + kk) * BW + j * NT + tc];
@@ -383,15 +411,10 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
           As[(nt * BK + a_kk[j]) * AW + (a_m[j] >> 2)][a_m[j] & 3] = ra[j];
         for (int j = 0; j < LB; ++j)
           Bs[(nt * BK + b_kk[j]) * BW + (b_c[j] >> 2)][b_c[j] & 3] = rb[j];
-        // Slice k0 + 2*BK's k table replaces slice k0's (read before the last barrier).
-        for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
-          const int32_t gk = k0 + 2 * BK + int32_t(kk);
-          const bool in = gk < k_end;
-          const Tap tp = in ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
-          k_a[cur][kk] = in ? P::a_k(args, g, gk) : 0;
-          k_base[cur][kk] = tp.base;
-          k_h[cur][kk] = tp.h;
-          k_w[cur][kk] = tp.w;
+        // Slice k0 + 2*BK's k parts replace slice k0's (read before the last barrier).
+        if (tid < uint32_t(BK)) {
+          k_tab[cur * BK + int32_t(tid)] = P::k_parts(a, g, kc_next.q, kc_next.u, kc_next.v);
+          kc_next = k_step(kc_next, slice_step, R1, R2);
         }
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -401,13 +424,13 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
     int32_t ocol[TN];
     for (int j = 0; j < TN; ++j) {
       const int32_t gc = col0 + ((j / 4) * NT + tc) * 4 + j % 4;
-      ocol[j] = gc < NC ? P::out_col(args, gc) : -1;
+      ocol[j] = gc < NC ? P::out_col(a, gc) : -1;
     }
     for (int i = 0; i < TM; ++i) {
       const int32_t gm = row0 + ((i / 4) * MT + tr) * 4 + i % 4;
       if (gm >= M) continue;
-      const int32_t orow = P::out_row(args, g, split, gm);
-      const float b = P::bias_of(args, bias, flags, g, gm);
+      const int32_t orow = P::out_row(a, g, split, gm);
+      const float b = P::bias_of(a, bias, flags, g, gm);
       for (int j = 0; j < TN; ++j)
         if (ocol[j] >= 0) out[orow + ocol[j]] = acc[i * TN + j] + b;
     }
@@ -419,15 +442,10 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
     const int32_t tr = int32_t(v) / NT, tc = int32_t(v) - tr * NT;
     for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
     if (pass > 0) {
-      // The previous pass left other slices' k tables: rebuild the first one.
+      // The previous pass left other slices' k parts: rebuild the first slice's.
       for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
-        const int32_t gk = k_begin + int32_t(kk);
-        const bool in = gk < k_end;
-        const Tap tp = in ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
-        k_a[0][kk] = in ? P::a_k(args, g, gk) : 0;
-        k_base[0][kk] = tp.base;
-        k_h[0][kk] = tp.h;
-        k_w[0][kk] = tp.w;
+        const KCounter kc = k_split(k_begin + int32_t(kk), R1, R2);
+        k_tab[kk] = P::k_parts(a, g, kc.q, kc.u, kc.v);
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
     }
@@ -439,30 +457,23 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
         a_coords<P, BM, BK>(int32_t(e), m, kk);
         const int32_t gm = row0 + m, gk = k0 + kk;
         As[(cur * BK + kk) * AW + (m >> 2)][m & 3] =
-            (gm < M && gk < k_end) ? asrc[P::a_row(args, g, gm) + k_a[cur][kk]] : 0.0f;
+            (gm < M && gk < k_end) ? asrc[P::a_row(a, g, gm) + k_tab[cur * BK + kk].x] : 0.0f;
       }
       for (uint32_t e = tid; e < uint32_t(BN * BK); e += T) {
         int32_t c, kk;
         b_coords<P, BN, BK>(int32_t(e), c, kk);
-        float value = 0.0f;
-        if (col0 + c < NC && k0 + kk < k_end)
-          value = P::load_b(args, bsrc, make_tap(k_base[cur][kk], k_h[cur][kk], k_w[cur][kk]),
-                            make_tap(col_base[c], col_h[c], col_w[c]));
-        Bs[(cur * BK + kk) * BW + (c >> 2)][c & 3] = value;
+        Bs[(cur * BK + kk) * BW + (c >> 2)][c & 3] =
+            P::load_b(a, bsrc, col0 + c < NC && k0 + kk < k_end, k_tab[cur * BK + kk],
+                      make_tap(col_base[c], col_h[c], col_w[c]));
       }
-      // The next slice's k table, into the other half.
+      // The next slice's k parts, into the other half.
       for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
-        const int32_t gk = k0 + BK + int32_t(kk);
-        const bool in = gk < k_end;
-        const Tap tp = in ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
-        k_a[1 - cur][kk] = in ? P::a_k(args, g, gk) : 0;
-        k_base[1 - cur][kk] = tp.base;
-        k_h[1 - cur][kk] = tp.h;
-        k_w[1 - cur][kk] = tp.w;
+        const KCounter kc = k_split(k0 + BK + int32_t(kk), R1, R2);
+        k_tab[(1 - cur) * BK + int32_t(kk)] = P::k_parts(a, g, kc.q, kc.u, kc.v);
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
       if (active) {
-        for (int kk = 0; kk < BK; ++kk) {  // acc += A[k][rows] * B[k][columns], staged slice `cur`
+        for (int kk = 0; kk < BK; ++kk) {  // as in the fast path
           float4 av[TM / 4], bv[TN / 4];
           for (int i = 0; i < TM / 4; ++i) av[i] = As[(cur * BK + kk) * AW + i * MT + tr];
           for (int j = 0; j < TN / 4; ++j) bv[j] = Bs[(cur * BK + kk) * BW + j * NT + tc];
@@ -479,11 +490,11 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
       for (int i = 0; i < TM; ++i) {
         const int32_t gm = row0 + ((i / 4) * MT + tr) * 4 + i % 4;
         if (gm >= M) continue;
-        const int32_t orow = P::out_row(args, g, split, gm);
-        const float b = P::bias_of(args, bias, flags, g, gm);
+        const int32_t orow = P::out_row(a, g, split, gm);
+        const float b = P::bias_of(a, bias, flags, g, gm);
         for (int j = 0; j < TN; ++j) {
           const int32_t gc = col0 + ((j / 4) * NT + tc) * 4 + j % 4;
-          if (gc < NC) out[orow + P::out_col(args, gc)] = acc[i * TN + j] + b;
+          if (gc < NC) out[orow + P::out_col(a, gc)] = acc[i * TN + j] + b;
         }
       }
     }
