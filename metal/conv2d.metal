@@ -74,6 +74,29 @@ FM_FUNC float load_padded(thread const Conv2dArgs& a, device const float* x, boo
   return inside ? v : 0.0f;
 }
 
+// A thread copy of the argument block (Metal copies out of the constant address space field
+// by field: its implicit copy constructor takes a thread reference).
+FM_FUNC Conv2dArgs thread_copy(constant Conv2dArgs& s) {
+  Conv2dArgs a;
+  a.N = s.N;
+  a.C_in = s.C_in;
+  a.H = s.H;
+  a.W = s.W;
+  a.C_out = s.C_out;
+  a.kH = s.kH;
+  a.kW = s.kW;
+  a.groups = s.groups;
+  a.H_out = s.H_out;
+  a.W_out = s.W_out;
+  a.stride_h = s.stride_h;
+  a.stride_w = s.stride_w;
+  a.pad_h = s.pad_h;
+  a.pad_w = s.pad_w;
+  a.dil_h = s.dil_h;
+  a.dil_w = s.dil_w;
+  return a;
+}
+
 struct ConvForward {
   static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out / a.groups; }
   static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
@@ -321,7 +344,7 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
   threadgroup int4 k_tab[2 * BK];
 
   // The argument block in registers: read in the inner loops, so not from memory there.
-  const Conv2dArgs a = args;
+  const Conv2dArgs a = thread_copy(args);
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
   const int32_t M = P::rows(a), NC = P::cols(a), K = P::depth(a);
   const int32_t R1 = P::r1(a), R2 = P::r2(a);

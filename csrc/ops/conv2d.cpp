@@ -94,17 +94,17 @@ int forced_tile() {
 }
 
 // Apple GPUs (metal): MLX's shapes, 64x64 (32x64 for at most 32 rows), 128 threads. Other
-// GPUs: the largest tile that still gives about kFillGroups groups.
+// GPUs (measured on an H100, BENCHMARKS.md): 128x128 where the product has more than 64
+// rows and that still gives a quarter of kFillGroups groups, else 64x128; 32x64 for at
+// most 32 rows.
 const GemmTile& choose_tile(Backend& b, std::int64_t rows, std::int64_t cols, std::int64_t groups) {
   const int forced = forced_tile();
   if (forced >= 0) return kTiles[forced];
   if (rows <= 32) return kTiles[kTile32x64];
   if (b.name() == "metal") return kTiles[kTile64x64];
-  if (rows > 64 && tile_count(kTiles[kTile128x128], rows, cols, groups) >= kFillGroups)
+  if (rows > 64 && tile_count(kTiles[kTile128x128], rows, cols, groups) >= kFillGroups / 4)
     return kTiles[kTile128x128];
-  if (tile_count(kTiles[kTile64x128], rows, cols, groups) >= kFillGroups / 2)
-    return kTiles[kTile64x128];
-  return kTiles[kTile64x64];
+  return kTiles[kTile64x128];
 }
 
 // Threads per group for the GEMM: the test override, else the tile's virtual threads.

@@ -211,7 +211,7 @@ def conv_rows(device, peers, rows, layers):
 
 
 def conv_sweep(device, peers, layers, tiles=("128x128", "64x128", "64x64", "32x64"),
-               splits=("", "1", "4", "16", "64")):
+               splits=()):
     """Tuning: every GEMM tile (and weight-gradient split count) on every layer and pass,
     through the host's FASTMETAL_CONV_TILE / FASTMETAL_CONV_SPLITS hooks."""
     import os  # noqa: PLC0415
@@ -231,14 +231,15 @@ def conv_sweep(device, peers, layers, tiles=("128x128", "64x128", "64x64", "32x6
             cells.append("" if tt is None else f"{L.flops / tt / 1e12:.1f}")
             print(f"| {L.name} | {part} | " + " | ".join(cells) + " |", flush=True)
         cells = []
-        for tile in ("", "64x128", "64x64"):
+        for tile in ("", "128x128", "64x128") if splits else ():
             for sp in splits:
                 os.environ["FASTMETAL_CONV_TILE"] = tile
                 os.environ["FASTMETAL_CONV_SPLITS"] = sp
                 t = gpu_time(L.ours["wgrad"], fsync, budget_s=0.1)
                 cells.append(f"{tile or 'auto'}/{sp or 'auto'}: {L.flops / t / 1e12:.1f}")
         os.environ["FASTMETAL_CONV_TILE"] = os.environ["FASTMETAL_CONV_SPLITS"] = ""
-        print(f"  wgrad splits, {L.name}: " + ", ".join(cells), flush=True)
+        if cells:
+            print(f"  wgrad splits, {L.name}: " + ", ".join(cells), flush=True)
         del L
         fm.synchronize(device)
 
