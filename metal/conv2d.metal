@@ -12,11 +12,10 @@
 //   weight grad   C[co][ci,kh,kw] = sum_{n,oh,ow}   gy[n,co][oh,ow]  * x(n, ci, oh*s-p+kh*d, ...)
 //
 // conv2d_gemm<Problem, BM, BN, BK, TM, TN> computes a BM x BN tile of C per threadgroup,
-// stepping through K in BK-deep slices staged in threadgroup memory. The tile is covered
-// by (BM/TM) * (BN/TN) "virtual threads" of TM x TN outputs each; a threadgroup of T
-// threads runs them in ceil(V/T) passes, and loads the staged slices with a stride of T,
-// so the result is the same for ANY threadgroup size (T == V is the fast case). All
-// barriers sit in loops whose trip counts are uniform across the group.
+// stepping through K in BK-deep slices staged in threadgroup memory, each thread holding
+// TM x TN outputs in registers; with the (BM/TM) * (BN/TN) threads the host asks for it
+// double-buffers the slices, and any other threadgroup size gives the same result through
+// passes of "virtual threads" (see the kernel). Tile shapes and why: docs/gpu_kernels.md.
 //
 // The weight gradient has a long K (N*H_out*W_out) and a small output: it is split over
 // K ("split-K"): threadgroups_per_grid.z = groups * splits, each split writes its partial
@@ -24,7 +23,7 @@
 // (deterministic: no atomics).
 //
 // Where the GEMM has only a few rows (depthwise convolutions: one channel per group) most
-// of a tile would idle, so the host (csrc/conv2d.cpp) uses direct kernels instead:
+// of a tile would idle, so the host (csrc/ops/conv2d.cpp) uses direct kernels instead:
 // conv2d_forward_direct when C_out/groups <= 4 and conv2d_backward_input_direct when
 // C_in/groups <= 4 (one thread per output element, no barriers), and
 // conv2d_reduce<WeightDot> (one threadgroup per weight element) when
@@ -528,9 +527,8 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
 // Tile shapes (rows x columns of C, threads = (BM/TM) * (BN/TN)); the host picks one per
 // device and problem (csrc/ops/conv2d.cpp, docs/gpu_kernels.md says why):
 //   128x128, 8x8 per thread, 256 threads, BK 8: large problems on NVIDIA-class GPUs
-//   64x128,  8x8 per thread, 128 threads, BK 8: 64-row products, or to make more groups
-//   64x64,   4x8 per thread, 128 threads, BK 16: Apple GPUs (MLX's 64x64x16 shape), and
-//            small products elsewhere
+//   64x128,  8x8 per thread, 128 threads, BK 8: 64-row products, or too few 128x128 tiles
+//   64x64,   4x8 per thread, 128 threads, BK 16: Apple GPUs (MLX's 64x64x16 shape)
 //   32x64,   4x4 per thread, 128 threads, BK 16: at most 32 rows
 FM_INSTANTIATE("conv2d_forward_128x128", conv2d_gemm, ConvForward, 128, 128, 8, 8, 8);
 FM_INSTANTIATE("conv2d_forward_64x128", conv2d_gemm, ConvForward, 64, 128, 8, 8, 8);

@@ -93,15 +93,17 @@ int forced_tile() {
   return -1;
 }
 
-// Apple GPUs (metal): MLX's shapes, 64x64 (32x64 for at most 32 rows), 128 threads. Other
-// GPUs (measured on an H100, BENCHMARKS.md): 128x128 where the product has more than 64
-// rows and that still gives a quarter of kFillGroups groups, else 64x128; 32x64 for at
-// most 32 rows.
+// Two families, told apart without naming a backend: devices whose memory the host sees
+// (Apple's unified-memory GPUs; also the CPU, which runs these kernels only in tests) get
+// MLX's Apple shapes, 64x64 (32x64 for at most 32 rows), 128 threads. Discrete GPUs
+// (measured on an H100, BENCHMARKS.md) get 128x128 where the product has more than 64 rows
+// and that still gives a quarter of kFillGroups groups, else 64x128; 32x64 for at most 32
+// rows. docs/gpu_kernels.md says why.
 const GemmTile& choose_tile(Backend& b, std::int64_t rows, std::int64_t cols, std::int64_t groups) {
   const int forced = forced_tile();
   if (forced >= 0) return kTiles[forced];
   if (rows <= 32) return kTiles[kTile32x64];
-  if (b.name() == "metal") return kTiles[kTile64x64];
+  if (b.host_visible()) return kTiles[kTile64x64];
   if (rows > 64 && tile_count(kTiles[kTile128x128], rows, cols, groups) >= kFillGroups / 4)
     return kTiles[kTile128x128];
   return kTiles[kTile64x128];
