@@ -370,7 +370,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   std::int64_t splits = std::min<std::int64_t>({(kFillGroups + tiles - 1) / tiles, slices / 8,
                                                 128, kMaxIndex / gw.size()});
   if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
-    splits = std::atoll(env);  // tuning hook
+    splits = std::min<std::int64_t>(std::atoll(env), kMaxIndex / gw.size());  // tuning hook
   splits = std::max<std::int64_t>(splits, 1);
   // Every split must own at least one slice (the kernel rounds slices per split up).
   const std::int64_t per_split = (slices + splits - 1) / splits;

@@ -1,7 +1,8 @@
 """GPU benchmark: fastmetal's kernels on the GPU device against PyTorch (and CuPy where
 installed) on the same device, in one process.
 
-    python -m fastmetal bench gpu [--quick] [--json PATH]
+    python -m fastmetal bench gpu [--quick] [--only PART] [--json PATH]
+    python -m fastmetal bench gpu --conv-sweep     (tuning: every conv2d GEMM tile, forced)
     python benchmarks/gpu.py ...
 
 Runs on whichever GPU device fastmetal has (cuda, else metal) and exits with a message when
