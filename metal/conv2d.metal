@@ -12,11 +12,10 @@
 //   weight grad   C[co][ci,kh,kw] = sum_{n,oh,ow}   gy[n,co][oh,ow]  * x(n, ci, oh*s-p+kh*d, ...)
 //
 // conv2d_gemm<Problem, BM, BN, BK, TM, TN> computes a BM x BN tile of C per threadgroup,
-// stepping through K in BK-deep slices staged in threadgroup memory. The tile is covered
-// by (BM/TM) * (BN/TN) "virtual threads" of TM x TN outputs each; a threadgroup of T
-// threads runs them in ceil(V/T) passes, and loads the staged slices with a stride of T,
-// so the result is the same for ANY threadgroup size (T == V is the fast case). All
-// barriers sit in loops whose trip counts are uniform across the group.
+// stepping through K in BK-deep slices staged in threadgroup memory, each thread holding
+// TM x TN outputs in registers; with the (BM/TM) * (BN/TN) threads the host asks for it
+// double-buffers the slices, and any other threadgroup size gives the same result through
+// passes of "virtual threads" (see the kernel). Tile shapes and why: docs/gpu_kernels.md.
 //
 // The weight gradient has a long K (N*H_out*W_out) and a small output: it is split over
 // K ("split-K"): threadgroups_per_grid.z = groups * splits, each split writes its partial
@@ -24,7 +23,7 @@
 // (deterministic: no atomics).
 //
 // Where the GEMM has only a few rows (depthwise convolutions: one channel per group) most
-// of a tile would idle, so the host (csrc/conv2d.cpp) uses direct kernels instead:
+// of a tile would idle, so the host (csrc/ops/conv2d.cpp) uses direct kernels instead:
 // conv2d_forward_direct when C_out/groups <= 4 and conv2d_backward_input_direct when
 // C_in/groups <= 4 (one thread per output element, no barriers), and
 // conv2d_reduce<WeightDot> (one threadgroup per weight element) when
@@ -40,11 +39,16 @@ using namespace metal;
 // outside the tensors: padding, or taps that a stride skips), where C[m][c] goes, and
 // which index of each operand is contiguous in memory (so tile loads can be coalesced).
 //
-// B is a gather whose address splits into a part that depends on k only and a part that
-// depends on c only: k_tap(k) and col_tap(c) return those parts ({offset, row, column}),
-// and load_b combines them. The kernel tabulates col_tap once per tile and k_tap once per
-// K slice in threadgroup memory, so the integer divisions that decompose k and c are paid
-// per table entry rather than per loaded element.
+// Every address splits into a part that depends on the row / column alone and a part that
+// depends on k alone. k is a mixed-radix number (q, u, v), v < r2, u < r1 (input channel
+// and tap for the forward, output channel and tap for the input gradient, image and
+// output pixel for the weight gradient); k_parts(q, u, v) gives its part of both operands'
+// addresses {A offset, B offset, B row, B column}. A[m][k] = asrc[a_row(m) + A offset]
+// inside the GEMM's bounds; B is a gather that load_b assembles from the k parts and the
+// column parts col_tap(c) ({offset, row, column}), zero outside the image. The kernel keeps
+// the k parts of two slices in threadgroup memory, advancing (q, u, v) by one slice with
+// additions (no division per slice), and the column parts of its loads in registers.
+// C[m][c] goes to out[out_row(m) + out_col(c)].
 
 struct Tap {
   int32_t base, h, w;
@@ -58,137 +62,259 @@ FM_FUNC Tap make_tap(int32_t base, int32_t h, int32_t w) {
   return t;
 }
 
+// x(ih, iw) of the channel plane at `base` where `in` and the point is inside the image,
+// else 0. Branch-free: the load always reads a valid address (element 0 when out of range),
+// so a thread's loads issue back to back.
+FM_FUNC float load_padded(thread const Conv2dArgs& a, device const float* x, bool in,
+                          int32_t base, int32_t ih, int32_t iw) {
+  // One unsigned compare per axis: negative coordinates wrap to huge values.
+  const bool inside = in && uint32_t(ih) < uint32_t(a.H) && uint32_t(iw) < uint32_t(a.W);
+  const float v = x[inside ? base + ih * a.W + iw : 0];
+  return inside ? v : 0.0f;
+}
+
+// A thread copy of the argument block (Metal copies out of the constant address space field
+// by field: its implicit copy constructor takes a thread reference).
+FM_FUNC Conv2dArgs thread_copy(constant Conv2dArgs& s) {
+  Conv2dArgs a;
+  a.N = s.N;
+  a.C_in = s.C_in;
+  a.H = s.H;
+  a.W = s.W;
+  a.C_out = s.C_out;
+  a.kH = s.kH;
+  a.kW = s.kW;
+  a.groups = s.groups;
+  a.H_out = s.H_out;
+  a.W_out = s.W_out;
+  a.stride_h = s.stride_h;
+  a.stride_w = s.stride_w;
+  a.pad_h = s.pad_h;
+  a.pad_w = s.pad_w;
+  a.dil_h = s.dil_h;
+  a.dil_w = s.dil_w;
+  return a;
+}
+
 struct ConvForward {
-  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
-  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
-  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
+  static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out / a.groups; }
+  static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return false; }
+  // k = (ci, kh, kw).
+  static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return a.kH; }
+  static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return a.kW; }
   // A = weight rows of group g: row co holds its C_in/groups * kH * kW taps contiguously.
-  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g,
-                              int32_t m, int32_t k) {
-    return w[(g * rows(a) + m) * depth(a) + k];
-  }
   // B[ci, kh, kw][n, oh, ow] = x[n][g*C_in/groups + ci][oh*s - p + kh*d][ow*s - p + kw*d].
-  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
-    const int32_t khw = a.kH * a.kW;
-    const int32_t ci = k / khw, r = k - ci * khw;
-    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
-    return make_tap(ci * a.H * a.W, kh * a.dil_h, kw * a.dil_w);
+  static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t g, int32_t m) {
+    return (g * rows(a) + m) * depth(a);
   }
-  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+  static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t g, int32_t q, int32_t u,
+                              int32_t v) {
+    return int4((q * a.kH + u) * a.kW + v, q * a.H * a.W, u * a.dil_h, v * a.dil_w);
+  }
+  static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t g, int32_t c) {
     const int32_t hw = a.H_out * a.W_out;
     const int32_t n = c / hw, p = c - n * hw;
     const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
     return make_tap((n * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
                     oh * a.stride_h - a.pad_h, ow * a.stride_w - a.pad_w);
   }
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, Tap kt, Tap ct) {
-    const int32_t ih = ct.h + kt.h, iw = ct.w + kt.w;
-    if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) return 0.0f;
-    return x[ct.base + kt.base + ih * a.W + iw];
+  static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* x, bool in,
+                              int4 kp, Tap ct) {
+    return load_padded(a, x, in, ct.base + kp.y, ct.h + kp.z, ct.w + kp.w);
   }
-  static FM_FUNC void store(constant Conv2dArgs& a, device float* y, device const float* bias,
-                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
-                            float v) {
-    const int32_t co = g * rows(a) + m;
+  static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
+    return (g * rows(a) + m) * a.H_out * a.W_out;
+  }
+  static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) {
     const int32_t hw = a.H_out * a.W_out;
-    const int32_t n = c / hw, p = c - n * hw;
-    y[(n * a.C_out + co) * hw + p] = (flags & 1u) != 0 ? v + bias[co] : v;
+    const int32_t n = c / hw;
+    return n * a.C_out * hw + (c - n * hw);
+  }
+  static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
+                               uint32_t flags, int32_t g, int32_t m) {
+    return (flags & 1u) != 0 ? bias[g * rows(a) + m] : 0.0f;
   }
 };
 
 struct ConvBackwardInput {
-  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_in / a.groups; }
-  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return a.N * a.H * a.W; }
-  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return (a.C_out / a.groups) * a.kH * a.kW; }
+  static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_in / a.groups; }
+  static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.N * a.H * a.W; }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return (a.C_out / a.groups) * a.kH * a.kW; }
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return false; }
+  // k = (co, kh, kw).
+  static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return a.kH; }
+  static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return a.kW; }
   // A[ci][co, kh, kw] = w[g*C_out/groups + co][ci][kh][kw] (the transposed weight).
-  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* w, int32_t g,
-                              int32_t m, int32_t k) {
-    const int32_t khw = a.kH * a.kW;
-    const int32_t co = k / khw, r = k - co * khw;
-    return w[((g * (a.C_out / a.groups) + co) * rows(a) + m) * khw + r];
-  }
   // B[co, kh, kw][n, ih, iw] = gy at the output pixel whose tap (kh, kw) read (ih, iw):
   // oh = (ih + p - kh*d) / s where that division is exact and oh is in range.
-  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
-    const int32_t khw = a.kH * a.kW;
-    const int32_t co = k / khw, r = k - co * khw;
-    const int32_t kh = r / a.kW, kw = r - kh * a.kW;
-    return make_tap(co * a.H_out * a.W_out, kh * a.dil_h, kw * a.dil_w);
+  static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t g, int32_t m) {
+    return m * a.kH * a.kW;
   }
-  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+  static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t g, int32_t q, int32_t u,
+                              int32_t v) {
+    const int32_t khw = a.kH * a.kW;
+    return int4((g * (a.C_out / a.groups) + q) * rows(a) * khw + u * a.kW + v,
+                q * a.H_out * a.W_out, u * a.dil_h, v * a.dil_w);
+  }
+  static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t g, int32_t c) {
     const int32_t hw = a.H * a.W;
     const int32_t n = c / hw, p = c - n * hw;
     const int32_t ih = p / a.W, iw = p - ih * a.W;
     return make_tap((n * a.C_out + g * (a.C_out / a.groups)) * a.H_out * a.W_out,
                     ih + a.pad_h, iw + a.pad_w);
   }
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* gy, Tap kt, Tap ct) {
-    const int32_t th = ct.h - kt.h, tw = ct.w - kt.w;
-    if (th < 0 || tw < 0) return 0.0f;
-    const int32_t oh = th / a.stride_h, ow = tw / a.stride_w;
-    if (oh * a.stride_h != th || ow * a.stride_w != tw || oh >= a.H_out || ow >= a.W_out)
-      return 0.0f;
-    return gy[ct.base + kt.base + oh * a.W_out + ow];
+  static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* gy, bool in,
+                              int4 kp, Tap ct) {
+    int32_t oh = ct.h - kp.z, ow = ct.w - kp.w;
+    if (a.stride_h != 1 || a.stride_w != 1) {  // uniform: no division for stride 1
+      const int32_t th = oh, tw = ow;
+      oh = th / a.stride_h;
+      ow = tw / a.stride_w;
+      in = in && th >= 0 && tw >= 0 && oh * a.stride_h == th && ow * a.stride_w == tw;
+    }
+    const bool inside = in && uint32_t(oh) < uint32_t(a.H_out) && uint32_t(ow) < uint32_t(a.W_out);
+    const float v = gy[inside ? ct.base + kp.y + oh * a.W_out + ow : 0];
+    return inside ? v : 0.0f;
   }
-  static FM_FUNC void store(constant Conv2dArgs& a, device float* gx, device const float* unused,
-                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
-                            float v) {
+  static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
+    return (g * rows(a) + m) * a.H * a.W;
+  }
+  static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) {
     const int32_t hw = a.H * a.W;
-    const int32_t n = c / hw, p = c - n * hw;
-    gx[(n * a.C_in + g * rows(a) + m) * hw + p] = v;
+    const int32_t n = c / hw;
+    return n * a.C_in * hw + (c - n * hw);
+  }
+  static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
+                               uint32_t flags, int32_t g, int32_t m) {
+    return 0.0f;
   }
 };
 
 struct ConvBackwardWeight {
-  static FM_FUNC int32_t rows(constant Conv2dArgs& a) { return a.C_out / a.groups; }
-  static FM_FUNC int32_t cols(constant Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
-  static FM_FUNC int32_t depth(constant Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
+  static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out / a.groups; }
+  static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return true; }
-  // A[co][n, oh, ow] = gy.
-  static FM_FUNC float load_a(constant Conv2dArgs& a, device const float* gy, int32_t g,
-                              int32_t m, int32_t k) {
-    const int32_t hw = a.H_out * a.W_out;
-    const int32_t n = k / hw, p = k - n * hw;
-    return gy[(n * a.C_out + g * rows(a) + m) * hw + p];
+  // k = (n, oh, ow).
+  static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return a.H_out; }
+  static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return a.W_out; }
+  // A[co][n, oh, ow] = gy. B[n, oh, ow][ci, kh, kw] = the input value tap (kh, kw) of
+  // output pixel (oh, ow) read: the forward's gather with the roles of k and c swapped.
+  static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t g, int32_t m) {
+    return (g * rows(a) + m) * a.H_out * a.W_out;
   }
-  // B[n, oh, ow][ci, kh, kw] = the input value tap (kh, kw) of output pixel (oh, ow) read:
-  // the forward's gather with the roles of k and c swapped.
-  static FM_FUNC Tap k_tap(constant Conv2dArgs& a, int32_t g, int32_t k) {
-    const int32_t hw = a.H_out * a.W_out;
-    const int32_t n = k / hw, p = k - n * hw;
-    const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
-    return make_tap((n * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
-                    oh * a.stride_h - a.pad_h, ow * a.stride_w - a.pad_w);
+  static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t g, int32_t q, int32_t u,
+                              int32_t v) {
+    return int4((q * a.C_out * a.H_out + u) * a.W_out + v,
+                (q * a.C_in + g * (a.C_in / a.groups)) * a.H * a.W,
+                u * a.stride_h - a.pad_h, v * a.stride_w - a.pad_w);
   }
-  static FM_FUNC Tap col_tap(constant Conv2dArgs& a, int32_t g, int32_t c) {
+  static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t g, int32_t c) {
     const int32_t khw = a.kH * a.kW;
     const int32_t ci = c / khw, r = c - ci * khw;
     const int32_t kh = r / a.kW, kw = r - kh * a.kW;
     return make_tap(ci * a.H * a.W, kh * a.dil_h, kw * a.dil_w);
   }
-  static FM_FUNC float load_b(constant Conv2dArgs& a, device const float* x, Tap kt, Tap ct) {
-    const int32_t ih = kt.h + ct.h, iw = kt.w + ct.w;
-    if (ih < 0 || ih >= a.H || iw < 0 || iw >= a.W) return 0.0f;
-    return x[kt.base + ct.base + ih * a.W + iw];
+  static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* x, bool in,
+                              int4 kp, Tap ct) {
+    return load_padded(a, x, in, kp.y + ct.base, kp.z + ct.h, kp.w + ct.w);
   }
   // Split s writes the s-th weight-sized slice of the output (the workspace when s > 1).
-  static FM_FUNC void store(constant Conv2dArgs& a, device float* gw, device const float* unused,
-                            uint32_t flags, int32_t g, int32_t split, int32_t m, int32_t c,
-                            float v) {
-    const int32_t per_split = a.C_out * cols(a);
-    gw[split * per_split + (g * rows(a) + m) * cols(a) + c] = v;
+  static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
+    return split * a.C_out * cols(a) + (g * rows(a) + m) * cols(a);
+  }
+  static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) { return c; }
+  static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
+                               uint32_t flags, int32_t g, int32_t m) {
+    return 0.0f;
   }
 };
 
+// k = (q, u, v) as a mixed-radix counter; step() adds a fixed amount with one carry per
+// digit (each digit of the step is below its radix).
+struct KCounter {
+  int32_t q, u, v;
+};
+
+FM_FUNC KCounter k_split(int32_t k, int32_t r1, int32_t r2) {
+  KCounter c;
+  const int32_t r12 = r1 * r2;
+  c.q = k / r12;
+  const int32_t rest = k - c.q * r12;
+  c.u = rest / r2;
+  c.v = rest - c.u * r2;
+  return c;
+}
+
+FM_FUNC KCounter k_step(KCounter c, KCounter d, int32_t r1, int32_t r2) {
+  c.v += d.v;
+  c.u += d.u;
+  if (c.v >= r2) {
+    c.v -= r2;
+    c.u += 1;
+  }
+  c.q += d.q;
+  if (c.u >= r1) {
+    c.u -= r1;
+    c.q += 1;
+  }
+  return c;
+}
+
 // ---------------------------------------------------------------- tiled implicit GEMM
-// Grid (in threadgroups): x = column tiles, y = row tiles, z = groups * splits.
+// conv2d_gemm<P, BM, BN, BK, TM, TN>: one threadgroup computes a BM x BN tile of C,
+// stepping through K in BK-deep slices staged in threadgroup memory as float4 rows
+// (As[k][m], Bs[k][c]: one 16-byte read gives 4 consecutive rows or columns; one float4 of
+// padding per row keeps the transposing stores of A free of bank conflicts).
+//
+// Register blocking: V = (BM/TM) * (BN/TN) virtual threads, each accumulating TM x TN
+// outputs: rows (i4 * BM/TM + tr) * 4 + {0..3} for i4 < TM/4, columns likewise, so each
+// k step costs TM/4 + TN/4 float4 reads of threadgroup memory for TM * TN fmas.
+//
+// Two ways through K, the same arithmetic in the same order (results identical):
+//  * T == V (the host's choice): one pass, double buffered. While the fmas of slice s run
+//    on one pair of buffers, the loads of slice s+1 are in flight into registers; they go
+//    to the other pair afterwards, so there is one barrier per slice.
+//  * any other threadgroup size T: ceil(V / T) passes over K, each thread playing virtual
+//    thread pass + tid, the tiles loaded by all T threads with a stride of T. Correct for
+//    any T (tests run T = 1, 37, 300, ...); not the fast path.
+// All barriers sit in loops whose trip counts are uniform across the group.
+//
+// Grid (in threadgroups): x = column tiles, y = row tiles, z = groups * splits; the splits
+// of the K range ("split-K") write separate slices of the output, added by
+// conv2d_sum_splits (deterministic: no atomics).
 // buffer(0) = A source, buffer(1) = B source, buffer(2) = bias (read only where flags & 1),
 // buffer(3) = output, buffer(4) = Conv2dArgs, buffer(5) = flags.
+
+// Element e of a slice's A tile: row m and depth kk (k-major or m-major, whichever reads
+// memory contiguously along a SIMD group).
+template <typename P, int BM, int BK>
+FM_FUNC void a_coords(int32_t e, thread int32_t& m, thread int32_t& kk) {
+  if (P::a_k_fast()) {
+    m = e / BK;
+    kk = e - m * BK;
+  } else {
+    kk = e / BM;
+    m = e - kk * BM;
+  }
+}
+
+template <typename P, int BN, int BK>
+FM_FUNC void b_coords(int32_t e, thread int32_t& c, thread int32_t& kk) {
+  if (P::b_k_fast()) {
+    c = e / BK;
+    kk = e - c * BK;
+  } else {
+    kk = e / BN;
+    c = e - kk * BN;
+  }
+}
+
 template <typename P, int BM, int BN, int BK, int TM, int TN>
 kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
                         device const float* bsrc [[buffer(1)]],
@@ -200,21 +326,28 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
                         uint3 tg_count [[threadgroups_per_grid]],
                         uint32_t tid [[thread_index_in_threadgroup]],
                         uint3 tg_size [[threads_per_threadgroup]]) {
-  // +1: rows written column-wise by the loaders do not all hit one memory bank.
-  threadgroup float As[BK][BM + 1];
-  threadgroup float Bs[BK][BN + 1];
-  // B's address parts: per column of the tile, and per k of a slice (two slices: the next
-  // slice's table is written while the current one is in use).
+  constexpr int MT = BM / TM, NT = BN / TN;  // virtual threads along rows / columns
+  constexpr int V = MT * NT;
+  constexpr int LA = BM * BK / V, LB = BN * BK / V;  // tile elements per virtual thread
+  constexpr int AW = BM / 4 + 1, BW = BN / 4 + 1;    // float4 per staged row
+  static_assert(TM % 4 == 0 && TN % 4 == 0 && BM % TM == 0 && BN % TN == 0, "tile shape");
+  static_assert(LA * V == BM * BK && LB * V == BN * BK, "loads divide evenly");
+
+  // Two buffers of each operand tile, the column parts of B's addresses, and the k parts
+  // {A offset, B offset, B row, B column} of two slices.
+  threadgroup float4 As[2 * BK * BM / 4 + 2 * BK];  // 2 buffers of BK rows of AW
+  threadgroup float4 Bs[2 * BK * BN / 4 + 2 * BK];  // 2 buffers of BK rows of BW
   threadgroup int32_t col_base[BN];
   threadgroup int32_t col_h[BN];
   threadgroup int32_t col_w[BN];
-  threadgroup int32_t k_base[2][BK];
-  threadgroup int32_t k_h[2][BK];
-  threadgroup int32_t k_w[2][BK];
+  threadgroup int4 k_tab[2 * BK];
 
+  // The argument block in registers: read in the inner loops, so not from memory there.
+  const Conv2dArgs a = thread_copy(args);
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
-  const int32_t M = P::rows(args), NC = P::cols(args), K = P::depth(args);
-  const int32_t splits = int32_t(tg_count.z) / args.groups;
+  const int32_t M = P::rows(a), NC = P::cols(a), K = P::depth(a);
+  const int32_t R1 = P::r1(a), R2 = P::r2(a);
+  const int32_t splits = int32_t(tg_count.z) / a.groups;
   const int32_t g = int32_t(tg_pos.z) / splits;
   const int32_t split = int32_t(tg_pos.z) - g * splits;
   const int32_t row0 = int32_t(tg_pos.y) * BM, col0 = int32_t(tg_pos.x) * BN;
@@ -223,106 +356,192 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
   const int32_t per_split = (slices + splits - 1) / splits;
   const int32_t k_begin = split * per_split * BK;
   const int32_t k_end = min(K, k_begin + per_split * BK);
+  const KCounter slice_step = k_split(BK, R1, R2);
 
+  // Column parts of B's addresses (columns past the end are never loaded).
   for (uint32_t c = tid; c < uint32_t(BN); c += T) {
     const int32_t gc = col0 + int32_t(c);
-    const Tap t = gc < NC ? P::col_tap(args, g, gc) : make_tap(0, 0, 0);
+    const Tap t = gc < NC ? P::col_tap(a, g, gc) : make_tap(0, 0, 0);
     col_base[c] = t.base;
     col_h[c] = t.h;
     col_w[c] = t.w;
   }
+  // The first two slices' k parts.
+  for (uint32_t e = tid; e < uint32_t(2 * BK); e += T) {
+    const KCounter kc = k_split(k_begin + int32_t(e), R1, R2);
+    k_tab[e] = P::k_parts(a, g, kc.q, kc.u, kc.v);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  const uint32_t MT = BM / TM, NT = BN / TN;  // virtual threads along rows / columns
-  const uint32_t V = MT * NT;
-  for (uint32_t pass = 0; pass < V; pass += T) {
-    const uint32_t v = pass + tid;
-    const bool active = v < V;
-    const int32_t tr = int32_t(v / NT), tc = int32_t(v % NT);
-    float acc[TM][TN];
-    for (int i = 0; i < TM; ++i)
-      for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
-
-    // The first slice's k table (the previous pass has finished reading both tables).
-    for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
-      const int32_t gk = k_begin + int32_t(kk);
-      const Tap t = gk < k_end ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
-      k_base[0][kk] = t.base;
-      k_h[0][kk] = t.h;
-      k_w[0][kk] = t.w;
+  float acc[TM * TN];
+  if (T == uint32_t(V)) {
+    // ---- fast path: one virtual thread per thread, double buffered
+    const int32_t tr = int32_t(tid) / NT, tc = int32_t(tid) - tr * NT;
+    for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
+    // This thread's loads: fixed rows / columns, their address parts in registers.
+    int32_t a_m[LA], a_kk[LA], a_off[LA], b_c[LB], b_kk[LB];
+    bool b_in[LB];
+    Tap b_tap[LB];
+    for (int j = 0; j < LA; ++j) {
+      a_coords<P, BM, BK>(int32_t(tid) + j * V, a_m[j], a_kk[j]);
+      a_off[j] = row0 + a_m[j] < M ? P::a_row(a, g, row0 + a_m[j]) : -1;
     }
+    for (int j = 0; j < LB; ++j) {
+      b_coords<P, BN, BK>(int32_t(tid) + j * V, b_c[j], b_kk[j]);
+      b_tap[j] = make_tap(col_base[b_c[j]], col_h[b_c[j]], col_w[b_c[j]]);
+      b_in[j] = col0 + b_c[j] < NC;
+    }
+    // The k parts of slice k0 + 2 * BK + tid, kept by the first BK threads.
+    KCounter kc_next = k_split(k_begin + 2 * BK + int32_t(tid), R1, R2);
+    float ra[LA], rb[LB];
+    int32_t k0 = k_begin;
+    for (int j = 0; j < LA; ++j) {
+      const bool in = a_off[j] >= 0 && k0 + a_kk[j] < k_end;
+      const float v = asrc[in ? a_off[j] + k_tab[a_kk[j]].x : 0];
+      ra[j] = in ? v : 0.0f;
+    }
+    for (int j = 0; j < LB; ++j)
+      rb[j] = P::load_b(a, bsrc, b_in[j] && k0 + b_kk[j] < k_end, k_tab[b_kk[j]], b_tap[j]);
+    for (int j = 0; j < LA; ++j) As[a_kk[j] * AW + (a_m[j] >> 2)][a_m[j] & 3] = ra[j];
+    for (int j = 0; j < LB; ++j) Bs[b_kk[j] * BW + (b_c[j] >> 2)][b_c[j] & 3] = rb[j];
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     int32_t cur = 0;
+    for (; k0 < k_end; k0 += BK) {
+      const bool more = k0 + BK < k_end;
+      const int32_t nk = k0 + BK, nt = 1 - cur;  // the next slice and its k parts
+      if (more) {
+        for (int j = 0; j < LA; ++j) {
+          const bool in = a_off[j] >= 0 && nk + a_kk[j] < k_end;
+          const float v = asrc[in ? a_off[j] + k_tab[nt * BK + a_kk[j]].x : 0];
+          ra[j] = in ? v : 0.0f;
+        }
+        for (int j = 0; j < LB; ++j)
+          rb[j] = P::load_b(a, bsrc, b_in[j] && nk + b_kk[j] < k_end, k_tab[nt * BK + b_kk[j]],
+                            b_tap[j]);
+      }
+      for (int kk = 0; kk < BK; ++kk) {  // acc += A[k][rows] * B[k][columns], slice `cur`
+        float4 av[TM / 4], bv[TN / 4];
+        for (int i = 0; i < TM / 4; ++i) av[i] = As[(cur * BK + kk) * AW + i * MT + tr];
+        for (int j = 0; j < TN / 4; ++j) bv[j] = Bs[(cur * BK + kk) * BW + j * NT + tc];
+        for (int i = 0; i < TM; ++i)
+          for (int j = 0; j < TN; ++j)
+            acc[i * TN + j] = fma(av[i / 4][i % 4], bv[j / 4][j % 4], acc[i * TN + j]);
+      }
+      if (more) {
+        for (int j = 0; j < LA; ++j)
+          As[(nt * BK + a_kk[j]) * AW + (a_m[j] >> 2)][a_m[j] & 3] = ra[j];
+        for (int j = 0; j < LB; ++j)
+          Bs[(nt * BK + b_kk[j]) * BW + (b_c[j] >> 2)][b_c[j] & 3] = rb[j];
+        // Slice k0 + 2*BK's k parts replace slice k0's (read before the last barrier).
+        if (tid < uint32_t(BK)) {
+          k_tab[cur * BK + int32_t(tid)] = P::k_parts(a, g, kc_next.q, kc_next.u, kc_next.v);
+          kc_next = k_step(kc_next, slice_step, R1, R2);
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      cur = nt;
+    }
+    // ---- epilogue: out[out_row(m) + out_col(c)]
+    int32_t ocol[TN];
+    for (int j = 0; j < TN; ++j) {
+      const int32_t gc = col0 + ((j / 4) * NT + tc) * 4 + j % 4;
+      ocol[j] = gc < NC ? P::out_col(a, gc) : -1;
+    }
+    for (int i = 0; i < TM; ++i) {
+      const int32_t gm = row0 + ((i / 4) * MT + tr) * 4 + i % 4;
+      if (gm >= M) continue;
+      const int32_t orow = P::out_row(a, g, split, gm);
+      const float b = P::bias_of(a, bias, flags, g, gm);
+      for (int j = 0; j < TN; ++j)
+        if (ocol[j] >= 0) out[orow + ocol[j]] = acc[i * TN + j] + b;
+    }
+  } else {
+  // ---- any threadgroup size: passes of virtual threads, the tiles loaded with stride T
+  for (uint32_t pass = 0; pass < uint32_t(V); pass += T) {
+    const uint32_t v = pass + tid;
+    const bool active = v < uint32_t(V);
+    const int32_t tr = int32_t(v) / NT, tc = int32_t(v) - tr * NT;
+    for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
+    if (pass > 0) {
+      // The previous pass left other slices' k parts: rebuild the first slice's.
+      for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
+        const KCounter kc = k_split(k_begin + int32_t(kk), R1, R2);
+        k_tab[kk] = P::k_parts(a, g, kc.q, kc.u, kc.v);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    int32_t cur = 0;
     for (int32_t k0 = k_begin; k0 < k_end; k0 += BK) {
+      // Slice k0 into buffer `cur` (last read two slices ago, before the previous barrier).
       for (uint32_t e = tid; e < uint32_t(BM * BK); e += T) {
         int32_t m, kk;
-        if (P::a_k_fast()) {
-          m = int32_t(e) / BK;
-          kk = int32_t(e) - m * BK;
-        } else {
-          kk = int32_t(e) / BM;
-          m = int32_t(e) - kk * BM;
-        }
+        a_coords<P, BM, BK>(int32_t(e), m, kk);
         const int32_t gm = row0 + m, gk = k0 + kk;
-        As[kk][m] = (gm < M && gk < k_end) ? P::load_a(args, asrc, g, gm, gk) : 0.0f;
+        As[(cur * BK + kk) * AW + (m >> 2)][m & 3] =
+            (gm < M && gk < k_end) ? asrc[P::a_row(a, g, gm) + k_tab[cur * BK + kk].x] : 0.0f;
       }
       for (uint32_t e = tid; e < uint32_t(BN * BK); e += T) {
         int32_t c, kk;
-        if (P::b_k_fast()) {
-          c = int32_t(e) / BK;
-          kk = int32_t(e) - c * BK;
-        } else {
-          kk = int32_t(e) / BN;
-          c = int32_t(e) - kk * BN;
-        }
-        float value = 0.0f;
-        if (col0 + c < NC && k0 + kk < k_end)
-          value = P::load_b(args, bsrc, make_tap(k_base[cur][kk], k_h[cur][kk], k_w[cur][kk]),
-                            make_tap(col_base[c], col_h[c], col_w[c]));
-        Bs[kk][c] = value;
+        b_coords<P, BN, BK>(int32_t(e), c, kk);
+        Bs[(cur * BK + kk) * BW + (c >> 2)][c & 3] =
+            P::load_b(a, bsrc, col0 + c < NC && k0 + kk < k_end, k_tab[cur * BK + kk],
+                      make_tap(col_base[c], col_h[c], col_w[c]));
       }
-      // The next slice's k table, into the other half.
+      // The next slice's k parts, into the other half.
       for (uint32_t kk = tid; kk < uint32_t(BK); kk += T) {
-        const int32_t gk = k0 + BK + int32_t(kk);
-        const Tap t = gk < k_end ? P::k_tap(args, g, gk) : make_tap(0, 0, 0);
-        k_base[1 - cur][kk] = t.base;
-        k_h[1 - cur][kk] = t.h;
-        k_w[1 - cur][kk] = t.w;
+        const KCounter kc = k_split(k0 + BK + int32_t(kk), R1, R2);
+        k_tab[(1 - cur) * BK + int32_t(kk)] = P::k_parts(a, g, kc.q, kc.u, kc.v);
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
       if (active) {
-        for (int kk = 0; kk < BK; ++kk) {
-          float av[TM], bv[TN];
-          for (int i = 0; i < TM; ++i) av[i] = As[kk][tr + i * int32_t(MT)];
-          for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tc + j * int32_t(NT)];
+        for (int kk = 0; kk < BK; ++kk) {  // as in the fast path
+          float4 av[TM / 4], bv[TN / 4];
+          for (int i = 0; i < TM / 4; ++i) av[i] = As[(cur * BK + kk) * AW + i * MT + tr];
+          for (int j = 0; j < TN / 4; ++j) bv[j] = Bs[(cur * BK + kk) * BW + j * NT + tc];
           for (int i = 0; i < TM; ++i)
-            for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+            for (int j = 0; j < TN; ++j)
+              acc[i * TN + j] = fma(av[i / 4][i % 4], bv[j / 4][j % 4], acc[i * TN + j]);
         }
       }
-      // Nobody overwrites the slices until everyone has used them.
-      threadgroup_barrier(mem_flags::mem_threadgroup);
       cur = 1 - cur;
     }
-
+    // Nobody rebuilds the tables or buffers of the next pass before everyone is done.
+    threadgroup_barrier(mem_flags::mem_threadgroup);
     if (active) {
       for (int i = 0; i < TM; ++i) {
-        const int32_t gm = row0 + tr + i * int32_t(MT);
+        const int32_t gm = row0 + ((i / 4) * MT + tr) * 4 + i % 4;
         if (gm >= M) continue;
+        const int32_t orow = P::out_row(a, g, split, gm);
+        const float b = P::bias_of(a, bias, flags, g, gm);
         for (int j = 0; j < TN; ++j) {
-          const int32_t gc = col0 + tc + j * int32_t(NT);
-          if (gc < NC) P::store(args, out, bias, flags, g, split, gm, gc, acc[i][j]);
+          const int32_t gc = col0 + ((j / 4) * NT + tc) * 4 + j % 4;
+          if (gc < NC) out[orow + P::out_col(a, gc)] = acc[i * TN + j] + b;
         }
       }
     }
   }
+  }
 }
 
-FM_INSTANTIATE("conv2d_forward_64x64", conv2d_gemm, ConvForward, 64, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_forward_32x64", conv2d_gemm, ConvForward, 32, 64, 16, 2, 4);
-FM_INSTANTIATE("conv2d_backward_input_64x64", conv2d_gemm, ConvBackwardInput, 64, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_backward_input_32x64", conv2d_gemm, ConvBackwardInput, 32, 64, 16, 2, 4);
-FM_INSTANTIATE("conv2d_backward_weight_64x64", conv2d_gemm, ConvBackwardWeight, 64, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_backward_weight_32x64", conv2d_gemm, ConvBackwardWeight, 32, 64, 16, 2, 4);
+// Tile shapes (rows x columns of C, threads = (BM/TM) * (BN/TN)); the host picks one per
+// device and problem (csrc/ops/conv2d.cpp, docs/gpu_kernels.md says why):
+//   128x128, 8x8 per thread, 256 threads, BK 8: large problems on NVIDIA-class GPUs
+//   64x128,  8x8 per thread, 128 threads, BK 8: 64-row products, or too few 128x128 tiles
+//   64x64,   4x8 per thread, 128 threads, BK 16: Apple GPUs (MLX's 64x64x16 shape)
+//   32x64,   4x4 per thread, 128 threads, BK 16: at most 32 rows
+FM_INSTANTIATE("conv2d_forward_128x128", conv2d_gemm, ConvForward, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_forward_64x128", conv2d_gemm, ConvForward, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_forward_64x64", conv2d_gemm, ConvForward, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_forward_32x64", conv2d_gemm, ConvForward, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_backward_input_128x128", conv2d_gemm, ConvBackwardInput, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_backward_input_64x128", conv2d_gemm, ConvBackwardInput, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_backward_input_64x64", conv2d_gemm, ConvBackwardInput, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_backward_input_32x64", conv2d_gemm, ConvBackwardInput, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_backward_weight_128x128", conv2d_gemm, ConvBackwardWeight, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_backward_weight_64x128", conv2d_gemm, ConvBackwardWeight, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_backward_weight_64x64", conv2d_gemm, ConvBackwardWeight, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_backward_weight_32x64", conv2d_gemm, ConvBackwardWeight, 32, 64, 16, 4, 4);
 
 // out[i] = sum over s of ws[s * n + i], n = C_out * C_in/groups * kH * kW (one weight).
 kernel void conv2d_sum_splits(device const float* ws [[buffer(0)]],

@@ -21,13 +21,15 @@ from thread_harness import threaded_mismatches
 kernel_path = pytest.fixture(msl_conv_kernels_on_cpu)
 
 
+GEMM_TILES = ("128x128", "64x128", "64x64", "32x64")  # csrc/ops/conv2d.cpp kTiles
+
+
 # ----------------------------------------------------------------------------- MSL kernels
 def test_conv_kernels_are_built(device):
-    for name in ("conv2d_forward_64x64", "conv2d_forward_32x64", "conv2d_forward_direct",
-                 "conv2d_backward_input_64x64", "conv2d_backward_input_32x64",
-                 "conv2d_backward_input_direct", "conv2d_backward_weight_64x64",
-                 "conv2d_backward_weight_32x64", "conv2d_backward_weight_reduce",
-                 "conv2d_sum_splits", "conv2d_backward_bias"):
+    gemms = [f"conv2d_{p}_{t}" for p in ("forward", "backward_input", "backward_weight")
+             for t in GEMM_TILES]
+    for name in (*gemms, "conv2d_forward_direct", "conv2d_backward_input_direct",
+                 "conv2d_backward_weight_reduce", "conv2d_sum_splits", "conv2d_backward_bias"):
         assert _core._has_kernel(device, name), name
 
 
@@ -62,6 +64,43 @@ def test_msl_kernels_under_the_emulator(kernel_path, case, threads, seed):
     check_forward(x, w, b, kw)
     check_forward(x, w, None, kw)
     check_backward(x, w, kw, r)
+
+
+# Problems whose K range, rows and columns end inside a tile (partial tiles everywhere),
+# with strides (the input gradient's division path), padding, groups and split-K.
+TILE_CASES = [
+    ((2, 20, 9, 11), (70, 20, 3, 3), dict(padding=1)),
+    ((3, 9, 10, 7), (12, 3, 3, 2), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=3)),
+    ((2, 33, 6, 6), (5, 33, 1, 1), dict()),
+]
+
+
+@pytest.fixture
+def forced_tile():
+    saved = os.environ.get("FASTMETAL_CONV_TILE")
+    yield lambda tile: os.environ.__setitem__("FASTMETAL_CONV_TILE", tile)
+    if saved is None:
+        os.environ.pop("FASTMETAL_CONV_TILE", None)
+    else:
+        os.environ["FASTMETAL_CONV_TILE"] = saved
+
+
+@pytest.mark.parametrize("tile", GEMM_TILES)
+@pytest.mark.parametrize("threads,seed", [(0, 1), (0, 2), (45, 3), (512, 4)])
+@pytest.mark.cpu_only
+def test_every_gemm_tile_on_both_paths(kernel_path, forced_tile, tile, threads, seed):
+    """threads 0: the tile's own thread count (the double-buffered fast path); other counts
+    take the passes of virtual threads. Random thread order in every group."""
+    forced_tile(tile)
+    _core._set_conv_group_size(threads)
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    r = np.random.default_rng(500 + seed)
+    for xshape, wshape, kw in TILE_CASES:
+        x = r.standard_normal(xshape).astype(np.float32)
+        w = r.standard_normal(wshape).astype(np.float32)
+        b = r.standard_normal(wshape[0]).astype(np.float32)
+        check_forward(x, w, b, kw)
+        check_backward(x, w, kw, r)
 
 
 @pytest.mark.cpu_only

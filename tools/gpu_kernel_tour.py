@@ -102,6 +102,32 @@ def main(argv=None) -> int:
         for part, g, r in zip(("input", "weight", "bias"), gd, gc):
             ok &= close(f"  grad {part}", g, r, rtol=1e-4, atol=1e-3)
 
+    print(f"conv2d GEMM tiles on {dev} (each tile's kernels, forced)")
+    import os
+    saved_tile = os.environ.get("FASTMETAL_CONV_TILE")
+    try:
+        for tile in ("128x128", "64x128", "64x64", "32x64"):
+            os.environ["FASTMETAL_CONV_TILE"] = tile
+            for c in [dict(N=2, Ci=20, Co=70, H=9, W=11, k=(3, 3), stride=1, padding=1, groups=1),
+                      dict(N=3, Ci=9, Co=12, H=10, W=7, k=(3, 2), stride=(2, 1), padding=(1, 0), groups=3)]:
+                xin = rng.standard_normal((c["N"], c["Ci"], c["H"], c["W"])).astype(np.float32)
+                w = rng.standard_normal((c["Co"], c["Ci"] // c["groups"], *c["k"])).astype(np.float32)
+                bias = rng.standard_normal(c["Co"]).astype(np.float32)
+                kw = dict(stride=c["stride"], padding=c["padding"], groups=c["groups"])
+                out_c = on(cpu, fm.conv2d, xin, w, bias, **kw)
+                ok &= close(f"{tile} forward {c['Ci']}->{c['Co']}", on(dev, fm.conv2d, xin, w, bias, **kw),
+                            out_c, rtol=1e-4, atol=1e-4)
+                go = rng.standard_normal(out_c.shape).astype(np.float32)
+                gd = on(dev, fm.conv2d_backward, go, xin, w, **kw)
+                gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
+                for part, g, r in zip(("input", "weight", "bias"), gd, gc):
+                    ok &= close(f"  {tile} grad {part}", g, r, rtol=1e-4, atol=1e-3)
+    finally:
+        if saved_tile is None:
+            os.environ.pop("FASTMETAL_CONV_TILE", None)
+        else:
+            os.environ["FASTMETAL_CONV_TILE"] = saved_tile
+
     print(f"reductions on {dev}")
     r3 = rng.standard_normal((7, 300, 45)).astype(np.float32)
     big = rng.standard_normal(100_003).astype(np.float32)

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -58,22 +60,75 @@ void fill_zero(const Array& a) {
   }
 }
 
-// The GEMM kernels: a 32-row tile where the product has at most 32 rows, else 64.
-std::string gemm_kernel(const char* base, std::int64_t rows, int& tile_rows) {
-  tile_rows = rows <= 32 ? 32 : 64;
-  return std::string(base) + (rows <= 32 ? "_32x64" : "_64x64");
-}
-constexpr int kTileCols = 64, kTileDepth = 16;
+// ---- GEMM tile choice (the GPU side; docs/gpu_kernels.md says why these shapes)
 
-void launch_gemm(Backend& b, const std::string& kernel, int tile_rows, const Conv2dArgs& a,
+struct GemmTile {
+  const char* suffix;   // kernel name suffix
+  int rows, cols;       // C tile (BM x BN)
+  int depth;            // K slice (BK)
+  std::uint32_t threads;  // virtual threads: one per thread is the fast path
+};
+constexpr GemmTile kTiles[] = {
+    {"_128x128", 128, 128, 8, 256},
+    {"_64x128", 64, 128, 8, 128},
+    {"_64x64", 64, 64, 16, 128},
+    {"_32x64", 32, 64, 16, 128},
+};
+constexpr int kTile128x128 = 0, kTile64x128 = 1, kTile64x64 = 2, kTile32x64 = 3;
+
+// Groups that keep a large GPU busy (an H100 has 132 multiprocessors, each holding two or
+// more of these groups); below it the host takes a smaller tile or splits K.
+constexpr std::int64_t kFillGroups = 264;
+
+std::int64_t tile_count(const GemmTile& t, std::int64_t rows, std::int64_t cols, std::int64_t groups) {
+  return ((rows + t.rows - 1) / t.rows) * ((cols + t.cols - 1) / t.cols) * groups;
+}
+
+// Test and tuning hook: FASTMETAL_CONV_TILE=128x128|64x128|64x64|32x64 forces a tile.
+int forced_tile() {
+  const char* env = std::getenv("FASTMETAL_CONV_TILE");
+  if (env == nullptr || *env == 0) return -1;
+  for (int i = 0; i < int(std::size(kTiles)); ++i)
+    if (std::string("_") + env == kTiles[i].suffix) return i;
+  return -1;
+}
+
+// Two families, told apart without naming a backend: devices whose memory the host sees
+// (Apple's unified-memory GPUs; also the CPU, which runs these kernels only in tests) get
+// MLX's Apple shapes, 64x64 (32x64 for at most 32 rows), 128 threads. Discrete GPUs
+// (measured on an H100, BENCHMARKS.md) get 128x128 where the product has more than 64 rows
+// and that still gives a quarter of kFillGroups groups, else 64x128; 32x64 for at most 32
+// rows. docs/gpu_kernels.md says why.
+const GemmTile& choose_tile(Backend& b, std::int64_t rows, std::int64_t cols, std::int64_t groups) {
+  const int forced = forced_tile();
+  if (forced >= 0) return kTiles[forced];
+  if (rows <= 32) return kTiles[kTile32x64];
+  if (b.host_visible()) return kTiles[kTile64x64];
+  if (rows > 64 && tile_count(kTiles[kTile128x128], rows, cols, groups) >= kFillGroups / 4)
+    return kTiles[kTile128x128];
+  return kTiles[kTile64x128];
+}
+
+// Threads per group for the GEMM: the test override, else the tile's virtual threads.
+std::uint32_t gemm_threads(Backend& b, const std::string& kernel, const GemmTile& t,
+                           std::uint64_t groups_along_x) {
+  std::uint32_t n = g_group_size.load();
+  if (n == 0) n = t.threads;
+  n = std::max<std::uint32_t>(1, std::min(n, b.max_group_size(kernel)));
+  while (n > 1 && groups_along_x * n > std::numeric_limits<std::uint32_t>::max()) n /= 2;
+  return n;
+}
+
+void launch_gemm(Backend& b, const char* base, const GemmTile& tile, const Conv2dArgs& a,
                  std::int64_t rows, std::int64_t cols, std::int64_t splits,
                  const std::vector<KernelArg>& buffers, std::uint32_t flags) {
-  const std::uint64_t col_tiles = ceil_div(cols, kTileCols);
-  const std::uint32_t t = group_threads(b, kernel, col_tiles);
+  const std::string kernel = std::string(base) + tile.suffix;
+  const std::uint64_t col_tiles = ceil_div(cols, tile.cols);
+  const std::uint32_t t = gemm_threads(b, kernel, tile, col_tiles);
   Dispatch d;
   d.group[0] = t;
   d.grid[0] = std::uint32_t(col_tiles * t);
-  d.grid[1] = ceil_div(rows, tile_rows);
+  d.grid[1] = ceil_div(rows, tile.rows);
   d.grid[2] = std::uint32_t(a.groups * splits);
   std::vector<KernelArg> args = buffers;
   args.push_back(bytes(&a, sizeof a));
@@ -268,9 +323,8 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
              {buf(x), buf(w), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&flags, sizeof flags)});
     return;
   }
-  int tile_rows = 0;
-  const std::string k = gemm_kernel("conv2d_forward", cout_g, tile_rows);
-  launch_gemm(b, k, tile_rows, a, cout_g, std::int64_t(a.N) * a.H_out * a.W_out, 1,
+  const std::int64_t cols = std::int64_t(a.N) * a.H_out * a.W_out;
+  launch_gemm(b, "conv2d_forward", choose_tile(b, cout_g, cols, a.groups), a, cout_g, cols, 1,
               {buf(w), buf(x), bias_arg, buf(y)}, flags);
 }
 
@@ -287,10 +341,9 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
              {buf(gy), buf(w), buf(gx), bytes(&a, sizeof a)});
     return;
   }
-  int tile_rows = 0;
-  const std::string k = gemm_kernel("conv2d_backward_input", cin_g, tile_rows);
-  launch_gemm(b, k, tile_rows, a, cin_g, std::int64_t(a.N) * a.H * a.W, 1,
-              {buf(w), buf(gy), buf(w), buf(gx)}, 0);
+  const std::int64_t cols = std::int64_t(a.N) * a.H * a.W;
+  launch_gemm(b, "conv2d_backward_input", choose_tile(b, cin_g, cols, a.groups), a, cin_g, cols,
+              1, {buf(w), buf(gy), buf(w), buf(gx)}, 0);
 }
 
 void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
@@ -305,27 +358,30 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
     return;
   }
-  int tile_rows = 0;
-  const std::string k = gemm_kernel("conv2d_backward_weight", cout_g, tile_rows);
   const std::int64_t cols = cin_g * a.kH * a.kW;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
-  // Split K over more threadgroups when the output alone gives too few to fill a GPU
-  // (about 256 groups), keeping at least 4 slices of K per split.
-  const std::int64_t tiles = std::int64_t(ceil_div(cout_g, tile_rows)) * ceil_div(cols, kTileCols) *
-                             a.groups;
-  const std::int64_t slices = (depth + kTileDepth - 1) / kTileDepth;
-  std::int64_t splits = std::min<std::int64_t>({(256 + tiles - 1) / tiles, slices / 4, 64,
-                                                kMaxIndex / gw.size()});
+  // The output is small and K long: take the tile whose groups fill the GPU best once K
+  // is split, and split K until there are about kFillGroups groups, keeping at least 8
+  // slices of K per split.
+  const GemmTile& tile = choose_tile(b, cout_g, cols, a.groups);
+  const std::int64_t tiles = tile_count(tile, cout_g, cols, a.groups);
+  const std::int64_t slices = (depth + tile.depth - 1) / tile.depth;
+  std::int64_t splits = std::min<std::int64_t>({(kFillGroups + tiles - 1) / tiles, slices / 8,
+                                                128, kMaxIndex / gw.size()});
+  if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
+    splits = std::min<std::int64_t>(std::atoll(env), kMaxIndex / gw.size());  // tuning hook
   splits = std::max<std::int64_t>(splits, 1);
   // Every split must own at least one slice (the kernel rounds slices per split up).
   const std::int64_t per_split = (slices + splits - 1) / splits;
   splits = (slices + per_split - 1) / per_split;
   if (splits == 1) {
-    launch_gemm(b, k, tile_rows, a, cout_g, cols, 1, {buf(gy), buf(x), buf(gy), buf(gw)}, 0);
+    launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, 1,
+                {buf(gy), buf(x), buf(gy), buf(gw)}, 0);
     return;
   }
   Array ws = Array::empty(b, {splits, gw.size()}, DType::float32);
-  launch_gemm(b, k, tile_rows, a, cout_g, cols, splits, {buf(gy), buf(x), buf(gy), buf(ws)}, 0);
+  launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits,
+              {buf(gy), buf(x), buf(gy), buf(ws)}, 0);
   const std::uint32_t n_splits = std::uint32_t(splits);
   const std::string sum = "conv2d_sum_splits";
   Dispatch d;

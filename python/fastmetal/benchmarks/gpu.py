@@ -1,7 +1,8 @@
 """GPU benchmark: fastmetal's kernels on the GPU device against PyTorch (and CuPy where
 installed) on the same device, in one process.
 
-    python -m fastmetal bench gpu [--quick] [--json PATH]
+    python -m fastmetal bench gpu [--quick] [--only PART] [--json PATH]
+    python -m fastmetal bench gpu --conv-sweep     (tuning: every conv2d GEMM tile, forced)
     python benchmarks/gpu.py ...
 
 Runs on whichever GPU device fastmetal has (cuda, else metal) and exits with a message when
@@ -28,11 +29,15 @@ from ._timing import fmt_ratio, machine_summary, torch_or_none
 GPU_DEVICES = ("cuda", "metal")
 TORCH_DEVICE = {"cuda": "cuda", "metal": "mps"}
 N_ELEMENTWISE = 2**26
-CONV_LAYERS = [  # (name, N, C_in, C_out, H, W, padding)
-    ("b64 32->64 3x3 26x26 (MNIST conv2)", 64, 32, 64, 26, 26, 0),
-    ("b32 64->64 3x3 56x56 pad 1", 32, 64, 64, 56, 56, 1),
-    ("b32 256->256 3x3 14x14 pad 1", 32, 256, 256, 14, 14, 1),
+CONV_LAYERS = [  # (name, N, C_in, C_out, H, W, kernel, padding)
+    ("b64 32->64 3x3 26x26 (MNIST conv2)", 64, 32, 64, 26, 26, 3, 0),
+    ("b32 64->64 3x3 56x56 pad 1 (ResNet-50 layer1 3x3)", 32, 64, 64, 56, 56, 3, 1),
+    ("b32 256->256 3x3 14x14 pad 1 (ResNet-50 layer3 3x3)", 32, 256, 256, 14, 14, 3, 1),
+    ("b32 128->128 3x3 28x28 pad 1 (ResNet-50 layer2 3x3)", 32, 128, 128, 28, 28, 3, 1),
+    ("b32 256->64 1x1 56x56 (ResNet-50 layer1 reduce)", 32, 256, 64, 56, 56, 1, 0),
+    ("b32 256->1024 1x1 14x14 (ResNet-50 layer3 expand)", 32, 256, 1024, 14, 14, 1, 0),
 ]
+CONV_PASSES = ("fwd", "dgrad", "wgrad")
 
 
 def gpu_time(fn: Callable[[], object], sync: Callable[[], None], budget_s: float = 0.25,
@@ -151,45 +156,93 @@ def elementwise_rows(device, peers, n, rows, dtypes):
         fm.synchronize(device)
 
 
-def conv_rows(device, peers, rows, layers):
-    rng = np.random.default_rng(1)
-    fsync = fm_sync(device)
-    for name, N, ci, co, H, W, pad in layers:
-        xh = rng.standard_normal((N, ci, H, W)).astype(np.float32)
-        wh = (rng.standard_normal((co, ci, 3, 3)) / np.sqrt(9 * ci)).astype(np.float32)
-        bh = rng.standard_normal(co).astype(np.float32)
-        x, w, b = (fm.asarray(a, device=device) for a in (xh, wh, bh))
-        out = fm.conv2d(x, w, b, padding=pad)
-        goh = rng.standard_normal(tuple(out.shape)).astype(np.float32)
-        go = fm.asarray(goh, device=device)
-        ho, wo = H + 2 * pad - 2, W + 2 * pad - 2
-        flops = 2.0 * N * co * ho * wo * ci * 9
-        t_f = gpu_time(lambda: fm.conv2d(x, w, b, padding=pad), fsync)
+class ConvLayer:
+    """One layer's inputs on fastmetal's device and (where available) PyTorch's, and a
+    callable per pass for each."""
 
-        def fwd_bwd():
-            fm.conv2d(x, w, b, padding=pad)
-            return fm.conv2d_backward(go, x, w, padding=pad)
-        t_fb = gpu_time(fwd_bwd, fsync)
-        tt_f = tt_fb = None
+    def __init__(self, device, peers, layer, rng):
+        name, N, ci, co, H, W, k, pad = layer
+        self.name, self.pad = name, pad
+        xh = rng.standard_normal((N, ci, H, W)).astype(np.float32)
+        wh = (rng.standard_normal((co, ci, k, k)) / np.sqrt(k * k * ci)).astype(np.float32)
+        bh = rng.standard_normal(co).astype(np.float32)
+        ho, wo = H + 2 * pad - k + 1, W + 2 * pad - k + 1
+        goh = rng.standard_normal((N, co, ho, wo)).astype(np.float32)
+        self.flops = 2.0 * N * co * ho * wo * ci * k * k  # per pass
+        x, w, b, go = (fm.asarray(a, device=device) for a in (xh, wh, bh, goh))
+        self.ours = {
+            "fwd": lambda: fm.conv2d(x, w, b, padding=pad),
+            "dgrad": lambda: fm.conv2d_backward(go, x, w, padding=pad, needs=("input",)),
+            "wgrad": lambda: fm.conv2d_backward(go, x, w, padding=pad, needs=("weight",)),
+            "fwd+bwd": lambda: (fm.conv2d(x, w, b, padding=pad),
+                                fm.conv2d_backward(go, x, w, padding=pad)),
+        }
+        self.theirs = {}
         if peers.torch is not None:
             torch = peers.torch
             tx, tw, tb, tgo = (peers.to_torch(a) for a in (xh, wh, bh, goh))
-            tx.requires_grad_(True); tw.requires_grad_(True); tb.requires_grad_(True)
             F = torch.nn.functional
-            with torch.no_grad():
-                tt_f = gpu_time(lambda: F.conv2d(tx, tw, tb, padding=pad), peers.tsync)
+            bwd = torch.ops.aten.convolution_backward
 
-            def tfwd_bwd():
-                o = F.conv2d(tx, tw, tb, padding=pad)
-                return torch.autograd.grad(o, (tx, tw, tb), tgo)
-            tt_fb = gpu_time(tfwd_bwd, peers.tsync)
-        rows.append(dict(workload=f"conv2d fwd, {name}", fastmetal_ms=t_f * 1e3,
-                         peer_ms=None if tt_f is None else tt_f * 1e3, TFLOPs=flops / t_f / 1e12,
-                         peer_TFLOPs=None if tt_f is None else flops / tt_f / 1e12))
-        rows.append(dict(workload=f"conv2d fwd+bwd, {name}", fastmetal_ms=t_fb * 1e3,
-                         peer_ms=None if tt_fb is None else tt_fb * 1e3,
-                         TFLOPs=3 * flops / t_fb / 1e12,
-                         peer_TFLOPs=None if tt_fb is None else 3 * flops / tt_fb / 1e12))
+            def grads(mask):
+                return bwd(tgo, tx, tw, [co], [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, mask)
+            self.theirs = {
+                "fwd": lambda: F.conv2d(tx, tw, tb, padding=pad),
+                "dgrad": lambda: grads([True, False, False]),
+                "wgrad": lambda: grads([False, True, False]),
+                "fwd+bwd": lambda: (F.conv2d(tx, tw, tb, padding=pad),
+                                    grads([True, True, True])),
+            }
+
+
+def conv_rows(device, peers, rows, layers):
+    rng = np.random.default_rng(1)
+    fsync = fm_sync(device)
+    for layer in layers:
+        L = ConvLayer(device, peers, layer, rng)
+        for part in (*CONV_PASSES, "fwd+bwd"):
+            flops = L.flops * (3 if part == "fwd+bwd" else 1)
+            t = gpu_time(L.ours[part], fsync)
+            tt = gpu_time(L.theirs[part], peers.tsync) if part in L.theirs else None
+            rows.append(dict(workload=f"conv2d {part}, {L.name}", fastmetal_ms=t * 1e3,
+                             peer_ms=None if tt is None else tt * 1e3, TFLOPs=flops / t / 1e12,
+                             peer_TFLOPs=None if tt is None else flops / tt / 1e12))
+        del L
+        fm.synchronize(device)
+
+
+def conv_sweep(device, peers, layers, tiles=("128x128", "64x128", "64x64", "32x64"),
+               splits=()):
+    """Tuning: every GEMM tile (and weight-gradient split count) on every layer and pass,
+    through the host's FASTMETAL_CONV_TILE / FASTMETAL_CONV_SPLITS hooks."""
+    import os  # noqa: PLC0415
+    rng = np.random.default_rng(2)
+    fsync = fm_sync(device)
+    print("| layer | pass | " + " | ".join(["auto", *tiles]) + " | torch |")
+    print("| --- | --- |" + " --- |" * (len(tiles) + 2))
+    for layer in layers:
+        L = ConvLayer(device, peers, layer, rng)
+        for part in CONV_PASSES:
+            cells = []
+            for tile in ("", *tiles):
+                os.environ["FASTMETAL_CONV_TILE"] = tile
+                cells.append(f"{L.flops / gpu_time(L.ours[part], fsync, budget_s=0.1) / 1e12:.1f}")
+            os.environ["FASTMETAL_CONV_TILE"] = ""
+            tt = gpu_time(L.theirs[part], peers.tsync, budget_s=0.1) if part in L.theirs else None
+            cells.append("" if tt is None else f"{L.flops / tt / 1e12:.1f}")
+            print(f"| {L.name} | {part} | " + " | ".join(cells) + " |", flush=True)
+        cells = []
+        for tile in ("", "128x128", "64x128") if splits else ():
+            for sp in splits:
+                os.environ["FASTMETAL_CONV_TILE"] = tile
+                os.environ["FASTMETAL_CONV_SPLITS"] = sp
+                t = gpu_time(L.ours["wgrad"], fsync, budget_s=0.1)
+                cells.append(f"{tile or 'auto'}/{sp or 'auto'}: {L.flops / t / 1e12:.1f}")
+        os.environ["FASTMETAL_CONV_TILE"] = os.environ["FASTMETAL_CONV_SPLITS"] = ""
+        if cells:
+            print(f"  wgrad splits, {L.name}: " + ", ".join(cells), flush=True)
+        del L
+        fm.synchronize(device)
 
 
 def fourier_row(device, peers, rows):
@@ -255,6 +308,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=("elementwise", "conv2d", "fourier"), action="append",
                     help="run only these parts (repeatable)")
     ap.add_argument("--json", help="also write the rows to this JSON file")
+    ap.add_argument("--conv-sweep", action="store_true",
+                    help="tuning: TFLOP/s of every conv2d GEMM tile and split count, then exit")
     ns = ap.parse_args(argv)
     device = next((d for d in GPU_DEVICES if d in fm.devices()), None)
     if device is None:
@@ -265,6 +320,9 @@ def main(argv=None) -> int:
           f"{machine_summary()}")
     print(f"peers: torch {'(' + peers.tdev + ')' if peers.torch is not None else 'not available'}, "
           f"CuPy {'yes' if peers.cupy is not None else 'not available'}\n")
+    if ns.conv_sweep:
+        conv_sweep(device, peers, CONV_LAYERS)
+        return 0
     parts = ns.only or ["elementwise", "conv2d", "fourier"]
     rows: list[dict] = []
     if "elementwise" in parts:
