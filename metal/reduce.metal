@@ -222,3 +222,40 @@ kernel void reduce_argmax(device const float* x [[buffer(0)]],
 
 FM_INSTANTIATE("reduce_argmax", reduce_argmax, 1);
 FM_INSTANTIATE("reduce_argmin", reduce_argmax, -1);
+
+// Sum of int64 (index) arrays, wrapping around on overflow as NumPy's int64 sum: the
+// additions are done in uint64_t, whose overflow is defined. Threadgroup tree only (the
+// simdgroup functions carry 32-bit values). Mean (Out = float) = the sum converted to
+// float, divided by args.divisor (fastmetal has no float64; NumPy's mean of integers is
+// float64).
+FM_FUNC void store_sum(device int64_t* out, uint32_t o, int64_t s, float) { out[o] = s; }
+FM_FUNC void store_sum(device float* out, uint32_t o, int64_t s, float divisor) {
+  out[o] = float(s) / divisor;
+}
+
+template <typename Out>
+kernel void reduce_sum_int64(device const int64_t* x [[buffer(0)]],
+                             device Out* out [[buffer(1)]],
+                             constant ReduceArgs& a [[buffer(2)]],
+                             uint3 tg_pos [[threadgroup_position_in_grid]],
+                             uint32_t tid [[thread_index_in_threadgroup]],
+                             uint3 tg_size [[threads_per_threadgroup]]) {
+  threadgroup uint64_t part[kReduceSlots];
+  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t o = tg_pos.x;
+  uint64_t s = 0;
+  for (uint32_t r = tid; r < a.R; r += T) s += uint64_t(x[reduce_index(a, o, r)]);
+  const uint32_t slots = min(T, uint32_t(kReduceSlots));
+  if (tid < slots) part[tid] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint32_t span = 1;
+  while (span < slots) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    if (tid < h && tid + h < slots) part[tid] += part[tid + h];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0) store_sum(out, o, int64_t(part[0]), a.divisor);
+}
+
+FM_INSTANTIATE("reduce_sum_int64", reduce_sum_int64, int64_t);
+FM_INSTANTIATE("reduce_mean_int64", reduce_sum_int64, float);

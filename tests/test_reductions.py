@@ -87,9 +87,9 @@ def test_array_in_array_out(device, name, rng):
     x = rng.standard_normal((4, 33)).astype(np.float32)
     a = fm.asarray(x)
     got = getattr(fm, name)(a, axis=1)
-    if name in ARG_OPS:
-        assert isinstance(got, np.ndarray) and got.dtype == np.int64
-        np.testing.assert_array_equal(got, getattr(np, name)(x, axis=1))
+    if name in ARG_OPS:  # int64 index Arrays on the device
+        assert isinstance(got, fm.Array) and got.dtype == np.int64 and got.device == device
+        np.testing.assert_array_equal(got.numpy(), getattr(np, name)(x, axis=1))
         return
     assert isinstance(got, fm.Array) and got.device == device and got.shape == (4,)
     np.testing.assert_allclose(got.numpy(), reference(name, x, 1), rtol=1e-5, atol=1e-5)

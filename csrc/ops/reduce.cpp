@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/convert.h"
 #include "ops/elementwise.h"
 #include "backend/native_ops.h"
 #include "core/errors.h"
@@ -31,9 +32,10 @@ struct Layout {
   Shape kept;  // shape of the result
 };
 
-// A contiguous copy of a strided view, on its device (x * 1 through the elementwise
-// kernels; exact for every float, NaN and -0 included).
+// A contiguous copy of a strided view, on its device (floats: x * 1 through the elementwise
+// kernels, exact for every float, NaN and -0 included; int64: the copy kernel).
 Array gather(const Array& view) {
+  if (view.dtype == DType::int64) return convert(view, DType::int64);
   Backend& b = view.backend();
   Array one = Array::empty(b, {}, view.dtype);
   const float v = 1.0f;
@@ -140,6 +142,18 @@ void check_not_empty(ReduceOp op, const Layout& l) {
   }
 }
 
+// sum (int64, wrapping) or mean (float32) of an int64 array.
+Array reduce_int64(ReduceOp op, const Array& x, const std::vector<int>& axes) {
+  Layout l = layout(x, axes);
+  const bool mean = op == ReduceOp::mean;
+  Array out = Array::empty(x.backend(), l.kept, mean ? DType::float32 : DType::int64);
+  if (out.size() == 0) return out;
+  ReduceArgs a = kernel_args(l, reduce_op_name(op));
+  a.divisor = float(l.R);
+  launch_reduce(mean ? "reduce_mean_int64" : "reduce_sum_int64", l, a, {buf(l.src), buf(out)});
+  return out;
+}
+
 }  // namespace
 
 ReduceOp parse_reduce_op(const std::string& n) {
@@ -160,8 +174,10 @@ const char* reduce_op_name(ReduceOp op) {
 
 Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double ddof) {
   const std::string name = reduce_op_name(op);
+  if (x.dtype == DType::int64 && (op == ReduceOp::sum || op == ReduceOp::mean))
+    return reduce_int64(op, x, axes);
   if (x.dtype != DType::float32)
-    throw TypeError(message(name, "expected a float32 array, got another dtype"));
+    throw TypeError(message(name, "expected a float32 array, got ", dtype_name(x.dtype)));
   Layout l = layout(x, axes);
   check_not_empty(op, l);
   Backend& b = x.backend();
@@ -225,10 +241,10 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
   return out;
 }
 
-std::vector<std::int64_t> reduce_arg(ReduceOp op, const Array& x, int axis) {
+Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   const std::string name = reduce_op_name(op);
   if (x.dtype != DType::float32)
-    throw TypeError(message(name, "expected a float32 array, got another dtype"));
+    throw TypeError(message(name, "expected a float32 array, got ", dtype_name(x.dtype)));
   std::vector<int> axes;
   if (axis >= 0) {
     axes.push_back(axis);
@@ -237,23 +253,20 @@ std::vector<std::int64_t> reduce_arg(ReduceOp op, const Array& x, int axis) {
   }
   Layout l = layout(x, axes);
   check_not_empty(op, l);
-  const i64 outputs = l.outer * l.inner;
-  std::vector<std::int64_t> result(static_cast<std::size_t>(outputs));
-  if (outputs == 0) return result;
-  const int sign = op == ReduceOp::argmax ? 1 : -1;
   Backend& b = x.backend();
+  Array out = Array::empty(b, l.kept, DType::int64);
+  const i64 outputs = l.outer * l.inner;
+  if (outputs == 0) return out;
+  const int sign = op == ReduceOp::argmax ? 1 : -1;
   if (auto* fast = native<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows")) {
     b.synchronize();
-    fast(reinterpret_cast<const float*>(l.src.host_data()), l.outer, l.R, l.inner, result.data());
-    return result;
+    fast(reinterpret_cast<const float*>(l.src.host_data()), l.outer, l.R, l.inner,
+         reinterpret_cast<std::int64_t*>(out.host_data()));
+    return out;
   }
   ReduceArgs a = kernel_args(l, name);
-  StoragePtr idx = b.allocate(std::size_t(outputs) * sizeof(std::int64_t));
-  launch_reduce(sign > 0 ? "reduce_argmax" : "reduce_argmin", l, a,
-                {buf(l.src), KernelArg::buffer(idx, 0)});
-  b.synchronize();
-  b.copy_to_host(*idx, 0, result.data(), result.size() * sizeof(std::int64_t));
-  return result;
+  launch_reduce(sign > 0 ? "reduce_argmax" : "reduce_argmin", l, a, {buf(l.src), buf(out)});
+  return out;
 }
 
 }  // namespace fm
