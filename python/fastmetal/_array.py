@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _core
+from . import _indexing
 from . import _views
 from ._core import Array
 from ._elementwise import FUNCTIONS
@@ -202,7 +203,11 @@ def _contiguous(a: Array) -> bool:
 
 
 def _getitem(self: Array, key: Any) -> Array:
-    """Basic indexing (ints, slices with any step, None, ...): a view, never a copy."""
+    """Basic indexing (ints, slices with any step, None, ...): a view, never a copy.
+    One index array (integers, or a boolean / fastmetal float mask) in the key: a new
+    array gathered on the device (see fastmetal._indexing)."""
+    if _indexing.has_advanced(key):
+        return _indexing.getitem(self, key, _where("__getitem__"))
     return _view(self, _views.index(_layout(self), key, _where("__getitem__")))
 
 
@@ -297,16 +302,29 @@ def _setitem(self: Array, key: Any, value: Any) -> None:
     """Write `value` (a number, array-like or Array on this device, broadcast to the
     indexed view) into the indexed view, on the device, through the copy kernel."""
     where = _where("__setitem__")
+    if _indexing.has_advanced(key):
+        _indexing.setitem(self, key, value, where,
+                          lambda v, dtype: _value_array(self, v, dtype, where, fresh=False))
+        return
     target = _getitem(self, key)
+    value = _value_array(self, value, target.dtype, where, fresh=not _host_visible(self))
+    layout = _views.broadcast_to(_layout(value), target.shape, where)
+    if target.size == 0:
+        return
+    _unary("copy", _view(value, layout), target)
+
+
+def _value_array(self: Array, value: Any, dtype: Any, where: str, fresh: bool) -> Array:
+    """An assigned value as an Array of `dtype` on self's device. fresh: an Array value of
+    that dtype is copied (the copy kernel reads it while writing the target; on devices
+    where fastmetal cannot tell whether they overlap, it reads from a fresh copy)."""
     if isinstance(value, Array):
         if value.device != self.device:
             raise ValueError(f"[{where}] expected a value on device '{self.device}', got "
                              f"'{value.device}'")
-        if value.dtype != target.dtype:
-            value = _astype(value, target.dtype)
-        elif not _host_visible(self):
-            # The copy kernel reads the value while writing the target; on devices where
-            # fastmetal cannot tell whether they overlap, read from a fresh copy.
+        if value.dtype != dtype:
+            value = _astype(value, dtype)
+        elif fresh:
             value = _copy(value)
     else:
         if isinstance(value, (str, bytes, complex)) or not (
@@ -318,12 +336,9 @@ def _setitem(self: Array, key: Any, value: Any) -> None:
             raise TypeError(f"[{where}] expected a real (float, integer or bool) value, got "
                             f"dtype {host.dtype}")
         with np.errstate(over="ignore", invalid="ignore"):  # as the conversion kernels
-            host = host.astype(target.dtype)
-        value = _core.asarray(host, dtype=target.dtype, device=self.device)
-    layout = _views.broadcast_to(_layout(value), target.shape, where)
-    if target.size == 0:
-        return
-    _unary("copy", _view(value, layout), target)
+            host = host.astype(dtype)
+        value = _core.asarray(host, dtype=dtype, device=self.device)
+    return value
 
 
 # ----------------------------------------------------------------------------- NumPy protocols
