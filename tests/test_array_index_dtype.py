@@ -282,3 +282,15 @@ def test_new_kernels_are_built():
     for name in ("convert_float32_int64", "convert_int64_float16", "convert_int64_int64",
                  "compare_equal_int64", "reduce_sum_int64", "reduce_mean_int64"):
         assert _core._has_kernel("cpu", name), name
+
+
+def test_arg_reductions_into_out(device, rng):
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    out = fm.zeros(4, dtype="int64")
+    assert fm.argmax(fm.asarray(x), axis=1, out=out) is out
+    np.testing.assert_array_equal(host(out), x.argmax(1))
+    host_out = np.zeros(4, np.int64)
+    fm.argmin(fm.asarray(x), axis=1, out=host_out)
+    np.testing.assert_array_equal(host_out, x.argmin(1))
+    with pytest.raises(TypeError, match=r"\[fastmetal\.argmax\] expected an int64 out"):
+        fm.argmax(fm.asarray(x), axis=1, out=fm.zeros(4))

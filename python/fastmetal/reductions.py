@@ -39,6 +39,15 @@ def _finish(name: str, result: Any, out: Any) -> Any:
     if out is None:
         return result
     if isinstance(out, _core.Array):
+        if isinstance(result, _core.Array) and result.dtype == np.int64:  # argmax / argmin
+            if out.dtype != np.int64:
+                raise TypeError(f"[fastmetal.{name}] expected an int64 out for int64 indices, "
+                                f"got dtype {out.dtype}")
+            if out.shape != result.shape:
+                raise ValueError(f"[fastmetal.{name}] expected out of shape {result.shape}, "
+                                 f"got shape {out.shape}")
+            _core.unary("copy", result, out=out)
+            return out
         _core.binary("multiply", result, 1.0, out=out)
         return out
     if not isinstance(out, np.ndarray):
