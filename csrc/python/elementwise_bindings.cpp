@@ -103,9 +103,13 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
 
 py::object finish(Output& o, bool fm_result) {
   if (o.via_temp && is_array(o.user) && !o.user_array.backend().host_visible()) {
-    // A device Array of another dtype (or overlapping an input): converted on the device.
-    launch_convert(o.target, o.user_array);
-    o.user_array.backend().synchronize();
+    // A device Array of another dtype: cast on the host, copy into its device memory.
+    const Array& dst = o.user_array;
+    if (!dst.contiguous())
+      throw ValueError("[fastmetal] out= of another dtype must be contiguous on '" +
+                       dst.backend().name() + "'");
+    py::array cast = numpy_view(o.target).attr("astype")(numpy_dtype(dst.dtype));
+    dst.backend().copy_from_host(*dst.storage, dst.byte_offset(), cast.data(), dst.nbytes());
   } else if (o.via_temp) {
     py::object dst = o.user;
     if (is_array(dst)) dst = numpy_view(o.user_array, dst);
