@@ -57,9 +57,10 @@ kernel void convert_int(device const From* x [[buffer(0)]], device int64_t* out 
 FM_INSTANTIATE("convert_float32_int64", convert_int, float);
 FM_INSTANTIATE("convert_float16_int64", convert_int, half);
 
-kernel void convert_int64_int64(device const int64_t* x [[buffer(0)]], device int64_t* out [[buffer(1)]],
-                       constant ViewArgs& a [[buffer(2)]],
-                       uint i [[thread_position_in_grid]]) {
+kernel void convert_int64_int64(device const int64_t* x [[buffer(0)]],
+                                device int64_t* out [[buffer(1)]],
+                                constant ViewArgs& a [[buffer(2)]],
+                                uint i [[thread_position_in_grid]]) {
   const int64_t e = a.base + int64_t(i);
   out[view_offset(a, 2, e)] = x[view_offset(a, 0, e)];
 }

@@ -14,7 +14,9 @@ constexpr std::int64_t kMaxGrid = std::numeric_limits<std::uint32_t>::max();
 
 KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 
-const char* width(DType t) { return t == DType::float16 ? "b2" : t == DType::float32 ? "b4" : "b8"; }
+const char* width(DType t) {
+  return t == DType::float16 ? "b2" : t == DType::float32 ? "b4" : "b8";
+}
 
 // The arguments for element e of (S..., rest...) = the result with the indexed axis moved
 // first: operand 0 is x without the axis (zero strides over S), 1 the value, 2 the output.

@@ -164,7 +164,7 @@ ReduceArgs combine_args(i64 outputs, std::uint32_t parts) {
 // sum / mean (divisor) / std (root) of rows, or of squared deviations from `mean` (dev):
 // one launch, or a split one plus the launch that combines its double-float partials.
 void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Array& out,
-              float divisor, bool root) {
+                     float divisor, bool root) {
   Backend& b = l.src.backend();
   const i64 outputs = l.outer * l.inner;
   const std::string kernel = mean ? "reduce_sumsq_dev" : "reduce_sum";
@@ -176,7 +176,8 @@ void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Arr
     return;
   }
   const Shape parts_shape = {outputs * i64(a.split)};
-  Array hi = Array::empty(b, parts_shape, DType::float32), lo = Array::empty(b, parts_shape, DType::float32);
+  Array hi = Array::empty(b, parts_shape, DType::float32);
+  Array lo = Array::empty(b, parts_shape, DType::float32);
   a.flags = kPartialFlag;
   launch_reduce(b, kernel, outputs, a, {buf(l.src), m, buf(hi)}, {buf(lo)});
   ReduceArgs c = combine_args(outputs, a.split);
@@ -186,7 +187,8 @@ void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Arr
 }
 
 // max / min of rows, split like launch_sum_rows (the partials are the segments' extremes).
-void launch_extreme_rows(const Layout& l, const ReduceArgs& a, const std::string& kernel, const Array& out) {
+void launch_extreme_rows(const Layout& l, const ReduceArgs& a, const std::string& kernel,
+                         const Array& out) {
   Backend& b = l.src.backend();
   const i64 outputs = l.outer * l.inner;
   if (a.split == 1) {

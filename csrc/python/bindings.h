@@ -6,6 +6,6 @@ namespace fm::python {
 void bind_numerics(pybind11::module_& m);  // numerics_bindings.cpp: gradient, derivative, fourier_series
 void bind_conv2d(pybind11::module_& m);    // conv2d_bindings.cpp: conv2d forward / backward
 void bind_reductions(pybind11::module_& m);  // reduce_bindings.cpp: reductions, matmul, linear
-void bind_training(pybind11::module_& m);
-void bind_indexing(pybind11::module_& m);  // index_bindings.cpp: gather, scatter, mask positions  // training_py.cpp: pooling, dropout, losses, optimizers
+void bind_training(pybind11::module_& m);  // training_py.cpp: pooling, dropout, losses, optimizers
+void bind_indexing(pybind11::module_& m);  // index_bindings.cpp: take, put, mask positions
 }  // namespace fm::python
