@@ -1,7 +1,9 @@
 // Reductions over one axis of a (outer, R, inner) view (reduce_args.h): sum, mean,
 // var / std (sum of squared deviations from a precomputed mean), max, min, argmax, argmin.
 //
-// One threadgroup per output (threadgroup_position_in_grid.x). Each thread reduces a
+// One threadgroup per output (threadgroup_position_in_grid.x), or per segment of an output's
+// elements when the host splits long rows (reduce_args.h: a second launch then combines
+// the segments' partial results, as exactly as the first). Each thread reduces a
 // strided share of the R elements (sums Kahan-compensated, so a share of 10^5 elements
 // loses almost nothing), then the group combines the shares: simdgroup functions within a
 // simdgroup (shuffles for sums, simd_max for max/min), a tree in threadgroup memory across
@@ -23,6 +25,16 @@ FM_FUNC uint32_t reduce_index(constant ReduceArgs& a, uint32_t o, uint32_t r) {
   const uint32_t ob = o / a.inner, oi = o - ob * a.inner;
   return (ob * a.R + r) * a.inner + oi;
 }
+
+// The elements [begin, end) of the R that threadgroup g reduces, for output g / split.
+FM_FUNC uint32_t segment_begin(constant ReduceArgs& a, uint32_t g) {
+  return (g % a.split) * a.seg_len;
+}
+FM_FUNC uint32_t segment_end(constant ReduceArgs& a, uint32_t g) {
+  return min(a.R, segment_begin(a, g) + a.seg_len);
+}
+
+enum : uint32_t { kRoot = 1u, kCombine = 2u, kPartial = 4u };
 
 // Kahan step; an infinite partial sum keeps no compensation (inf - inf would turn it into
 // NaN although NumPy's sum stays inf).
@@ -54,12 +66,15 @@ FM_FUNC void add_pair(thread float& ah, thread float& al, float bh, float bl) {
 // Sum (Dev = false) or sum of squared deviations from mean[o] (Dev = true), divided by
 // args.divisor, square-rooted if flags bit 0. The shares are combined as double-floats
 // (hi, lo) through simdgroup shuffles and a threadgroup tree, so combining them loses
-// almost nothing either.
+// almost nothing either. A split row: the first launch (kPartial) writes each segment's
+// (hi, lo) to out / out_lo; the second (kCombine, split = 1, R = the segment count) reads
+// them back from x / mean as double-floats and finishes.
 template <bool Dev>
 kernel void reduce_sum(device const float* x [[buffer(0)]],
                        device const float* mean [[buffer(1)]],
                        device float* out [[buffer(2)]],
                        constant ReduceArgs& a [[buffer(3)]],
+                       device float* out_lo [[buffer(4)]],
                        uint3 tg_pos [[threadgroup_position_in_grid]],
                        uint32_t tid [[thread_index_in_threadgroup]],
                        uint3 tg_size [[threads_per_threadgroup]],
@@ -69,19 +84,29 @@ kernel void reduce_sum(device const float* x [[buffer(0)]],
   threadgroup float part_hi[kReduceSlots];
   threadgroup float part_lo[kReduceSlots];
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
-  const uint32_t o = tg_pos.x;
-  const float m = Dev ? mean[o] : 0.0f;
-  float s = 0.0f, c = 0.0f;
-  for (uint32_t r = tid; r < a.R; r += T) {
-    float v = x[reduce_index(a, o, r)];
-    if (Dev) {
-      v -= m;
-      v *= v;
+  const uint32_t g = tg_pos.x, o = g / a.split;
+  const uint32_t end = segment_end(a, g);
+  float hi = 0.0f, lo = 0.0f;
+  if ((a.flags & kCombine) != 0) {
+    for (uint32_t r = segment_begin(a, g) + tid; r < end; r += T) {
+      const uint32_t i = reduce_index(a, o, r);
+      add_pair(hi, lo, x[i], mean[i]);
     }
-    kahan_add(s, c, v);
+  } else {
+    const float m = Dev ? mean[o] : 0.0f;
+    float s = 0.0f, c = 0.0f;
+    for (uint32_t r = segment_begin(a, g) + tid; r < end; r += T) {
+      float v = x[reduce_index(a, o, r)];
+      if (Dev) {
+        v -= m;
+        v *= v;
+      }
+      kahan_add(s, c, v);
+    }
+    // This thread's share is s - c.
+    hi = s;
+    lo = -c;
   }
-  // This thread's share is s - c.
-  float hi = s, lo = -c;
   // Tree within the simdgroup over its live lanes (the last simdgroup may be partial).
   const uint32_t live = min(sg_width, T - sg * sg_width);
   uint32_t span = 1;
@@ -109,10 +134,13 @@ kernel void reduce_sum(device const float* x [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (tid == 0) {
+  if (tid == 0 && (a.flags & kPartial) != 0) {
+    out[g] = part_hi[0];
+    out_lo[g] = part_lo[0];
+  } else if (tid == 0) {
     const float total = part_hi[0] + part_lo[0];
     const float r = total / a.divisor;
-    out[o] = (a.flags & 1u) != 0 ? sqrt(r) : r;
+    out[g] = (a.flags & kRoot) != 0 ? sqrt(r) : r;
   }
 }
 
@@ -121,7 +149,8 @@ FM_INSTANTIATE("reduce_sumsq_dev", reduce_sum, true);
 
 // max (Sign = 1) or min (Sign = -1, as -max(-x)), NaN propagating: the simdgroup reduces a
 // NaN flag and the largest non-NaN value separately (simd_max may ignore NaN). fmax, not
-// max: MSL leaves max undefined for NaN, fmax defines it (the other argument).
+// max: MSL leaves max undefined for NaN, fmax defines it (the other argument). A split
+// row's partials are the segments' extremes (NaN kept), combined by this same kernel.
 template <int Sign>
 kernel void reduce_max(device const float* x [[buffer(0)]],
                        device float* out [[buffer(1)]],
@@ -135,9 +164,10 @@ kernel void reduce_max(device const float* x [[buffer(0)]],
   threadgroup float best[kReduceSlots];
   threadgroup float nan_seen[kReduceSlots];
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
-  const uint32_t o = tg_pos.x;
+  const uint32_t g = tg_pos.x, o = g / a.split;
+  const uint32_t end = segment_end(a, g);
   float b = -INFINITY, n = 0.0f;
-  for (uint32_t r = tid; r < a.R; r += T) {
+  for (uint32_t r = segment_begin(a, g) + tid; r < end; r += T) {
     const float v = float(Sign) * x[reduce_index(a, o, r)];
     if (isnan(v)) n = 1.0f;
     else b = fmax(b, v);
@@ -159,7 +189,7 @@ kernel void reduce_max(device const float* x [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (tid == 0) out[o] = nan_seen[0] != 0.0f ? NAN : float(Sign) * best[0];
+  if (tid == 0) out[g] = nan_seen[0] != 0.0f ? NAN : float(Sign) * best[0];
 }
 
 FM_INSTANTIATE("reduce_max", reduce_max, 1);
@@ -176,21 +206,30 @@ FM_FUNC bool arg_better(float v, uint32_t i, float w, uint32_t j) {
 }
 
 // argmax (Sign = 1) / argmin (Sign = -1) as int64 indices along the axis. Threadgroup tree
-// only: the simdgroup functions carry floats, not (value, index) pairs.
+// only: the simdgroup functions carry floats, not (value, index) pairs. A split row: the
+// first launch writes each segment's winner (an index along the axis) to out[g]; the
+// second (kCombine, split = 1, seg_len = R = the original axis) takes the `parts` candidate
+// indices of output o from cand[o * parts ...] and reads their values from x again.
 template <int Sign>
 kernel void reduce_argmax(device const float* x [[buffer(0)]],
                           device int64_t* out [[buffer(1)]],
                           constant ReduceArgs& a [[buffer(2)]],
+                          device const int64_t* cand [[buffer(3)]],
                           uint3 tg_pos [[threadgroup_position_in_grid]],
                           uint32_t tid [[thread_index_in_threadgroup]],
                           uint3 tg_size [[threads_per_threadgroup]]) {
   threadgroup float best[kReduceSlots];
   threadgroup uint32_t where[kReduceSlots];
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
-  const uint32_t o = tg_pos.x;
+  const uint32_t g = tg_pos.x, o = g / a.split;
+  const bool combine = (a.flags & kCombine) != 0;
+  // Combining: k walks the candidates; else the segment's elements.
+  const uint32_t k0 = combine ? 0u : segment_begin(a, g);
+  const uint32_t k1 = combine ? a.parts : segment_end(a, g);
   float b = -INFINITY;
   uint32_t bi = 0xffffffffu;
-  for (uint32_t r = tid; r < a.R; r += T) {
+  for (uint32_t k = k0 + tid; k < k1; k += T) {
+    const uint32_t r = combine ? uint32_t(cand[o * a.parts + k]) : k;
     const float v = float(Sign) * x[reduce_index(a, o, r)];
     if (bi == 0xffffffffu || arg_better(v, r, b, bi)) {
       b = v;
@@ -217,8 +256,45 @@ kernel void reduce_argmax(device const float* x [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (tid == 0) out[o] = int64_t(where[0]);
+  if (tid == 0) out[g] = int64_t(where[0]);
 }
 
 FM_INSTANTIATE("reduce_argmax", reduce_argmax, 1);
 FM_INSTANTIATE("reduce_argmin", reduce_argmax, -1);
+
+// Sum of int64 (index) arrays, wrapping around on overflow as NumPy's int64 sum: the
+// additions are done in uint64_t, whose overflow is defined. Threadgroup tree only (the
+// simdgroup functions carry 32-bit values). Mean (Out = float) = the sum converted to
+// float, divided by args.divisor (fastmetal has no float64; NumPy's mean of integers is
+// float64).
+FM_FUNC void store_sum(device int64_t* out, uint32_t o, int64_t s, float) { out[o] = s; }
+FM_FUNC void store_sum(device float* out, uint32_t o, int64_t s, float divisor) {
+  out[o] = float(s) / divisor;
+}
+
+template <typename Out>
+kernel void reduce_sum_int64(device const int64_t* x [[buffer(0)]],
+                             device Out* out [[buffer(1)]],
+                             constant ReduceArgs& a [[buffer(2)]],
+                             uint3 tg_pos [[threadgroup_position_in_grid]],
+                             uint32_t tid [[thread_index_in_threadgroup]],
+                             uint3 tg_size [[threads_per_threadgroup]]) {
+  threadgroup uint64_t part[kReduceSlots];
+  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t o = tg_pos.x;
+  uint64_t s = 0;
+  for (uint32_t r = tid; r < a.R; r += T) s += uint64_t(x[reduce_index(a, o, r)]);
+  const uint32_t slots = min(T, uint32_t(kReduceSlots));
+  if (tid < slots) part[tid] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint32_t span = 1;
+  while (span < slots) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    if (tid < h && tid + h < slots) part[tid] += part[tid + h];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0) store_sum(out, o, int64_t(part[0]), a.divisor);
+}
+
+FM_INSTANTIATE("reduce_sum_int64", reduce_sum_int64, int64_t);
+FM_INSTANTIATE("reduce_mean_int64", reduce_sum_int64, float);

@@ -84,8 +84,11 @@ def test_index_errors_are_worded(device):
              ((0, -4), IndexError, "for axis 1 of size 3, got -4"),
              ((..., ...), IndexError, "at most one ellipsis"),
              ((1.0,), IndexError, "got float"),
-             (([0, 1],), IndexError, "advanced indexing is not supported"),
-             ((np.array([True, False]),), IndexError, "advanced indexing"),
+             (([0, 2],), IndexError, "index 2 is out of bounds for axis 0 with size 2"),
+             ((np.array([True, False, True]),), IndexError, "boolean index did not match"),
+             (([0], [1]), IndexError, "at most one index array"),
+             ((0, [1]), IndexError, "integers together with an index array"),
+             ((np.array([0.5]),), IndexError, "integer or boolean index arrays"),
              ((True,), IndexError, "boolean"),
              (("a",), IndexError, "got str")]
     for key, exc, text in cases:

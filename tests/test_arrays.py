@@ -107,7 +107,7 @@ def test_empty_zeros_ones(device):
         fm.zeros((2, -1))
     with pytest.raises(TypeError, match=r"\[fastmetal\.ones\] expected shape"):
         fm.ones("abc")
-    with pytest.raises(TypeError, match=r"\[fastmetal\.empty\] expected dtype float32 or float16"):
+    with pytest.raises(TypeError, match=r"\[fastmetal\.empty\] expected dtype float32, float16 or int64"):
         fm.empty(3, dtype="int32")
     with pytest.raises(ValueError, match="unknown or unavailable device"):
         fm.zeros(3, device="nope")

@@ -76,9 +76,9 @@ def test_array_in_array_out(device, name, rng):
     x = rng.standard_normal((4, 33)).astype(np.float32)
     a = fm.asarray(x)
     got = getattr(fm, name)(a, axis=1)
-    if name in ARG_OPS:
-        assert isinstance(got, np.ndarray) and got.dtype == np.int64
-        np.testing.assert_array_equal(got, getattr(np, name)(x, axis=1))
+    if name in ARG_OPS:  # int64 index Arrays on the device
+        assert isinstance(got, fm.Array) and got.dtype == np.int64 and got.device == device
+        np.testing.assert_array_equal(got.numpy(), getattr(np, name)(x, axis=1))
         return
     assert isinstance(got, fm.Array) and got.device == device and got.shape == (4,)
     np.testing.assert_allclose(got.numpy(), reference(name, x, 1), rtol=1e-5, atol=1e-5)
@@ -319,3 +319,37 @@ def test_bitwise_reproducible_across_thread_counts():
         assert out.returncode == 0, out.stderr
         digests.add(out.stdout.strip())
     assert len(digests) == 1, digests
+
+
+# ----------------------------------------------------------------------------- split rows
+# Few outputs with long rows run on several threadgroups per output (segments of at least
+# 4096 elements, then a combining launch): sizes around the segment boundaries, NaN in
+# one segment, every op, several threadgroup sizes, through the MSL kernels.
+@pytest.mark.parametrize("threads", [32, 96, 256])
+def test_split_rows_match_numpy(kernels, threads):
+    _core._set_kernel_group_size(threads)
+    r = np.random.default_rng(threads)
+    for shape, axis in [((8191,), None), ((8192,), None), ((12289,), None), ((3, 9000), 1),
+                        ((20000, 2), 0), ((2, 5000, 3), (0, 1))]:
+        x = (r.standard_normal(shape) + 0.5).astype(np.float32)
+        for name in VALUE_OPS + ARG_OPS:
+            if name in ARG_OPS and isinstance(axis, tuple):
+                continue
+            check(name, x, axis)
+        y = x.copy()
+        y.reshape(-1)[y.size // 2 + 7] = np.nan
+        y.reshape(-1)[y.size - 3] = 100.0
+        for name in ("sum", "max", "min") + (() if isinstance(axis, tuple) else ARG_OPS):
+            with np.errstate(invalid="ignore"):
+                got, want = getattr(fm, name)(y, axis=axis), getattr(np, name)(y, axis=axis)
+            np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
+                                       rtol=1e-5 if name == "sum" else 0, equal_nan=True)
+
+
+def test_split_rows_are_reproducible(kernels):
+    """The partition depends on the problem only: the same bits on every call."""
+    x = np.random.default_rng(1).standard_normal(50_000).astype(np.float32)
+    first = [np.asarray(getattr(fm, n)(x)).tobytes() for n in VALUE_OPS + ARG_OPS]
+    os.environ["FASTMETAL_EMULATOR_SEED"] = "9"  # another interleaving of the emulated threads
+    again = [np.asarray(getattr(fm, n)(x)).tobytes() for n in VALUE_OPS + ARG_OPS]
+    assert first == again

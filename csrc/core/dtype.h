@@ -1,5 +1,10 @@
 // The dtypes kernels run on. Everything else is converted (float64, ints, bool -> float32)
 // or rejected at the Python boundary (pyarray.cpp).
+//
+// int64 is the index dtype: what argmax/argmin return (NumPy's intp on 64-bit platforms)
+// and what integer labels become when compared with them. Arrays of it support copies,
+// views, astype, comparisons and sum/mean; every float kernel refuses it (TypeError at the
+// Python boundary), since the elementwise table computes in float.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -7,12 +12,18 @@
 
 namespace fm {
 
-enum class DType : std::uint8_t { float32, float16 };
+enum class DType : std::uint8_t { float32, float16, int64 };
 
-inline std::size_t itemsize(DType t) { return t == DType::float32 ? 4 : 2; }
-inline const char* dtype_name(DType t) { return t == DType::float32 ? "float32" : "float16"; }
+inline std::size_t itemsize(DType t) {
+  return t == DType::float32 ? 4 : t == DType::float16 ? 2 : 8;
+}
+inline const char* dtype_name(DType t) {
+  return t == DType::float32 ? "float32" : t == DType::float16 ? "float16" : "int64";
+}
+inline bool is_float(DType t) { return t != DType::int64; }
 
 // float16 op float16 -> float16; anything with float32 -> float32 (NumPy's promotion).
+// Only for float dtypes: int64 operands are handled (or refused) before promotion.
 inline DType promote(DType a, DType b) {
   return (a == DType::float16 && b == DType::float16) ? DType::float16 : DType::float32;
 }

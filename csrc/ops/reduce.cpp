@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/convert.h"
 #include "ops/elementwise.h"
 #include "backend/native_ops.h"
 #include "core/errors.h"
@@ -31,9 +32,10 @@ struct Layout {
   Shape kept;  // shape of the result
 };
 
-// A contiguous copy of a strided view, on its device (x * 1 through the elementwise
-// kernels; exact for every float, NaN and -0 included).
+// A contiguous copy of a strided view, on its device (floats: x * 1 through the elementwise
+// kernels, exact for every float, NaN and -0 included; int64: the copy kernel).
 Array gather(const Array& view) {
+  if (view.dtype == DType::int64) return convert(view, DType::int64);
   Backend& b = view.backend();
   Array one = Array::empty(b, {}, view.dtype);
   const float v = 1.0f;
@@ -84,6 +86,9 @@ const char* numpy_name(ReduceOp op) {
 
 KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 
+// ReduceArgs::flags (metal/reduce.metal).
+constexpr std::uint32_t kRootFlag = 1, kCombineFlag = 2, kPartialFlag = 4;
+
 // Threads per group: the test override, else the power of two covering R (32 to 256),
 // within the pipeline's limit and 1024 (the kernels' slot count), few enough that the
 // grid fits 32 bits.
@@ -98,20 +103,32 @@ std::uint32_t group_threads(Backend& b, const std::string& kernel, i64 R, i64 ou
   return t;
 }
 
-void launch_reduce(const std::string& kernel, const Layout& l, const ReduceArgs& args,
-                   std::vector<KernelArg> buffers) {
-  Backend& b = l.src.backend();
-  const i64 outputs = l.outer * l.inner;
-  const std::uint32_t t = group_threads(b, kernel, l.R, outputs);
+// Launches `kernel` with one threadgroup per output and segment (args.split per output):
+// buffers `before` the argument block, the block, then `after` (reduce.metal's slots).
+void launch_reduce(Backend& b, const std::string& kernel, i64 outputs, const ReduceArgs& args,
+                   std::vector<KernelArg> before, const std::vector<KernelArg>& after = {}) {
+  const i64 groups = outputs * i64(args.split);
+  const std::uint32_t t = group_threads(b, kernel, args.seg_len, groups);
   Dispatch d;
   d.group[0] = t;
-  d.grid[0] = std::uint32_t(outputs * t);
-  d.cost = std::uint64_t(std::max<i64>(1, l.R / t));
-  buffers.push_back(KernelArg::inline_bytes(&args, sizeof args));
-  b.launch(kernel, d, buffers);
+  d.grid[0] = std::uint32_t(groups * t);
+  d.cost = std::uint64_t(std::max<i64>(1, i64(args.seg_len) / t));
+  before.push_back(KernelArg::inline_bytes(&args, sizeof args));
+  for (const KernelArg& k : after) before.push_back(k);
+  b.launch(kernel, d, before);
 }
 
-ReduceArgs kernel_args(const Layout& l, const std::string& op) {
+// Segments per output row: few outputs with long rows get several threadgroups each (a
+// full reduction on one group of a GPU runs on one of its cores), in segments of at least
+// kSegment elements, at most kMaxSplit of them. A function of the problem's shape only
+// (never of the device or the thread count), so the results' bits are too.
+constexpr i64 kSegment = 4096, kMaxSplit = 1024, kSplitBelowOutputs = 256;
+i64 segment_length(i64 outputs, i64 R) {
+  if (outputs >= kSplitBelowOutputs || R < 2 * kSegment) return R;
+  return std::max(kSegment, (R + kMaxSplit - 1) / kMaxSplit);
+}
+
+ReduceArgs kernel_args(const Layout& l, const std::string& op, bool may_split = false) {
   const i64 outputs = l.outer * l.inner;
   if (l.src.size() > i64(std::numeric_limits<std::int32_t>::max()) ||
       outputs > i64(std::numeric_limits<std::uint32_t>::max()))
@@ -123,7 +140,66 @@ ReduceArgs kernel_args(const Layout& l, const std::string& op) {
   a.inner = std::uint32_t(l.inner);
   a.divisor = 1.0f;
   a.flags = 0;
+  const i64 seg = may_split ? segment_length(outputs, l.R) : l.R;
+  a.seg_len = std::uint32_t(seg);
+  a.split = seg == 0 ? 1 : std::uint32_t((l.R + seg - 1) / seg);  // the last segment is not empty
+  a.parts = 0;
   return a;
+}
+
+// The arguments of the launch that combines `parts` partial results per output, stored
+// contiguously (output-major).
+ReduceArgs combine_args(i64 outputs, std::uint32_t parts) {
+  ReduceArgs a{};
+  a.outer = std::uint32_t(outputs);
+  a.R = parts;
+  a.inner = 1;
+  a.divisor = 1.0f;
+  a.flags = kCombineFlag;
+  a.split = 1;
+  a.seg_len = parts;
+  return a;
+}
+
+// sum / mean (divisor) / std (root) of rows, or of squared deviations from `mean` (dev):
+// one launch, or a split one plus the launch that combines its double-float partials.
+void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Array& out,
+                     float divisor, bool root) {
+  Backend& b = l.src.backend();
+  const i64 outputs = l.outer * l.inner;
+  const std::string kernel = mean ? "reduce_sumsq_dev" : "reduce_sum";
+  const KernelArg m = mean ? buf(*mean) : buf(l.src);
+  if (a.split == 1) {
+    a.divisor = divisor;
+    a.flags = root ? kRootFlag : 0u;
+    launch_reduce(b, kernel, outputs, a, {buf(l.src), m, buf(out)}, {buf(out)});
+    return;
+  }
+  const Shape parts_shape = {outputs * i64(a.split)};
+  Array hi = Array::empty(b, parts_shape, DType::float32);
+  Array lo = Array::empty(b, parts_shape, DType::float32);
+  a.flags = kPartialFlag;
+  launch_reduce(b, kernel, outputs, a, {buf(l.src), m, buf(hi)}, {buf(lo)});
+  ReduceArgs c = combine_args(outputs, a.split);
+  c.divisor = divisor;
+  c.flags |= root ? kRootFlag : 0u;
+  launch_reduce(b, "reduce_sum", outputs, c, {buf(hi), buf(lo), buf(out)}, {buf(out)});
+}
+
+// max / min of rows, split like launch_sum_rows (the partials are the segments' extremes).
+void launch_extreme_rows(const Layout& l, const ReduceArgs& a, const std::string& kernel,
+                         const Array& out) {
+  Backend& b = l.src.backend();
+  const i64 outputs = l.outer * l.inner;
+  if (a.split == 1) {
+    launch_reduce(b, kernel, outputs, a, {buf(l.src), buf(out)});
+    return;
+  }
+  Array parts = Array::empty(b, {outputs * i64(a.split)}, DType::float32);
+  launch_reduce(b, kernel, outputs, a, {buf(l.src), buf(parts)});
+  ReduceArgs c = combine_args(outputs, a.split);
+  c.flags = 0;  // the extremes of the extremes: the same kernel, unsplit
+  launch_reduce(b, kernel, outputs, c, {buf(parts), buf(out)});
 }
 
 void check_not_empty(ReduceOp op, const Layout& l) {
@@ -138,6 +214,19 @@ void check_not_empty(ReduceOp op, const Layout& l) {
                              "array to reduction operation ", numpy_name(op),
                              " which has no identity"));
   }
+}
+
+// sum (int64, wrapping) or mean (float32) of an int64 array.
+Array reduce_int64(ReduceOp op, const Array& x, const std::vector<int>& axes) {
+  Layout l = layout(x, axes);
+  const bool mean = op == ReduceOp::mean;
+  Array out = Array::empty(x.backend(), l.kept, mean ? DType::float32 : DType::int64);
+  if (out.size() == 0) return out;
+  ReduceArgs a = kernel_args(l, reduce_op_name(op));
+  a.divisor = float(l.R);
+  launch_reduce(x.backend(), mean ? "reduce_mean_int64" : "reduce_sum_int64", out.size(), a,
+                {buf(l.src), buf(out)});
+  return out;
 }
 
 }  // namespace
@@ -160,8 +249,10 @@ const char* reduce_op_name(ReduceOp op) {
 
 Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double ddof) {
   const std::string name = reduce_op_name(op);
+  if (x.dtype == DType::int64 && (op == ReduceOp::sum || op == ReduceOp::mean))
+    return reduce_int64(op, x, axes);
   if (x.dtype != DType::float32)
-    throw TypeError(message(name, "expected a float32 array, got another dtype"));
+    throw TypeError(message(name, "expected a float32 array, got ", dtype_name(x.dtype)));
   Layout l = layout(x, axes);
   check_not_empty(op, l);
   Backend& b = x.backend();
@@ -196,28 +287,24 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
     return out;
   }
 
-  ReduceArgs a = kernel_args(l, name);
+  const ReduceArgs a = kernel_args(l, name, /*may_split=*/true);
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::mean:
-      a.divisor = float(divisor);
-      launch_reduce("reduce_sum", l, a, {buf(l.src), buf(l.src), buf(out)});
+      launch_sum_rows(l, a, nullptr, out, float(divisor), false);
       break;
     case ReduceOp::var:
     case ReduceOp::std: {
       Array mean = Array::empty(b, l.kept, DType::float32);
-      a.divisor = float(R);
-      launch_reduce("reduce_sum", l, a, {buf(l.src), buf(l.src), buf(mean)});
-      a.divisor = float(divisor);
-      a.flags = root ? 1u : 0u;
-      launch_reduce("reduce_sumsq_dev", l, a, {buf(l.src), buf(mean), buf(out)});
+      launch_sum_rows(l, a, nullptr, mean, float(R), false);
+      launch_sum_rows(l, a, &mean, out, float(divisor), root);
       break;
     }
     case ReduceOp::max:
-      launch_reduce("reduce_max", l, a, {buf(l.src), buf(out)});
+      launch_extreme_rows(l, a, "reduce_max", out);
       break;
     case ReduceOp::min:
-      launch_reduce("reduce_min", l, a, {buf(l.src), buf(out)});
+      launch_extreme_rows(l, a, "reduce_min", out);
       break;
     default:
       throw ValueError(message(name, "expected a value reduction"));
@@ -225,10 +312,10 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
   return out;
 }
 
-std::vector<std::int64_t> reduce_arg(ReduceOp op, const Array& x, int axis) {
+Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   const std::string name = reduce_op_name(op);
   if (x.dtype != DType::float32)
-    throw TypeError(message(name, "expected a float32 array, got another dtype"));
+    throw TypeError(message(name, "expected a float32 array, got ", dtype_name(x.dtype)));
   std::vector<int> axes;
   if (axis >= 0) {
     axes.push_back(axis);
@@ -237,23 +324,33 @@ std::vector<std::int64_t> reduce_arg(ReduceOp op, const Array& x, int axis) {
   }
   Layout l = layout(x, axes);
   check_not_empty(op, l);
-  const i64 outputs = l.outer * l.inner;
-  std::vector<std::int64_t> result(static_cast<std::size_t>(outputs));
-  if (outputs == 0) return result;
-  const int sign = op == ReduceOp::argmax ? 1 : -1;
   Backend& b = x.backend();
+  Array out = Array::empty(b, l.kept, DType::int64);
+  const i64 outputs = l.outer * l.inner;
+  if (outputs == 0) return out;
+  const int sign = op == ReduceOp::argmax ? 1 : -1;
   if (auto* fast = native<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows")) {
     b.synchronize();
-    fast(reinterpret_cast<const float*>(l.src.host_data()), l.outer, l.R, l.inner, result.data());
-    return result;
+    fast(reinterpret_cast<const float*>(l.src.host_data()), l.outer, l.R, l.inner,
+         reinterpret_cast<std::int64_t*>(out.host_data()));
+    return out;
   }
-  ReduceArgs a = kernel_args(l, name);
-  StoragePtr idx = b.allocate(std::size_t(outputs) * sizeof(std::int64_t));
-  launch_reduce(sign > 0 ? "reduce_argmax" : "reduce_argmin", l, a,
-                {buf(l.src), KernelArg::buffer(idx, 0)});
-  b.synchronize();
-  b.copy_to_host(*idx, 0, result.data(), result.size() * sizeof(std::int64_t));
-  return result;
+  const std::string kernel = sign > 0 ? "reduce_argmax" : "reduce_argmin";
+  ReduceArgs a = kernel_args(l, name, /*may_split=*/true);
+  if (a.split == 1) {
+    launch_reduce(b, kernel, outputs, a, {buf(l.src), buf(out)}, {buf(out)});
+    return out;
+  }
+  // Each segment's winner, then the winner among them (values read from the input again).
+  Array cand = Array::empty(b, {outputs * i64(a.split)}, DType::int64);
+  launch_reduce(b, kernel, outputs, a, {buf(l.src), buf(cand)}, {buf(cand)});
+  ReduceArgs c = a;
+  c.parts = a.split;
+  c.split = 1;
+  c.seg_len = std::uint32_t(l.R);
+  c.flags = kCombineFlag;
+  launch_reduce(b, kernel, outputs, c, {buf(l.src), buf(out)}, {buf(cand)});
+  return out;
 }
 
 }  // namespace fm

@@ -22,10 +22,11 @@ ReduceOp parse_reduce_op(const std::string& name);
 const char* reduce_op_name(ReduceOp op);
 
 // The float32 result, contiguous, with the shape of the kept axes (in order).
-// `op` is not argmax / argmin. ddof: var / std only.
+// `op` is not argmax / argmin. ddof: var / std only. int64 input: sum (an int64 result,
+// wrapping on overflow as NumPy) and mean (float32) only.
 Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double ddof);
-// argmax / argmin over one axis (or all axes, flattened, when axis < 0): int64 indices, one
-// per element of the kept axes (in order), on the host.
-std::vector<std::int64_t> reduce_arg(ReduceOp op, const Array& x, int axis);
+// argmax / argmin over one axis (or all axes, flattened, when axis < 0): a contiguous int64
+// array of indices on x's device, with the shape of the kept axes (in order).
+Array reduce_arg(ReduceOp op, const Array& x, int axis);
 
 }  // namespace fm

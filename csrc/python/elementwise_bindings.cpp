@@ -2,6 +2,7 @@
 // without the GIL, and return what API.md promises (out, an Array, or a NumPy view).
 #include "python/elementwise_bindings.h"
 
+#include "ops/convert.h"
 #include "ops/elementwise.h"
 #include "core/errors.h"
 #include "python/pyarray.h"
@@ -49,6 +50,7 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
   bool float_dtype = false, native = false;
   if (fm_out) {
     const Array& a = out.cast<const Array&>();
+    if (!is_float(a.dtype)) throw int64_refused(op, "out", a.dtype);
     check_writable(a, op, "out");
     out_shape = a.shape;
     float_dtype = native = true;
@@ -128,6 +130,29 @@ py::object unary(const std::string& op, py::handle x, py::handle out) {
   Backend& backend = pick_backend(op, {{"x", x}, {"out", out}});
   const bool fm_result = any_array({x, out});
   Array xa = to_array(x, backend, op, "x");
+  if (xa.dtype == DType::int64) {  // int64: copies only (into a new array or an int64 Array)
+    if (op != "copy") throw int64_refused(op, "x", xa.dtype);
+    Array r;
+    if (!out.is_none()) {
+      if (!is_array(out) || out.cast<const Array&>().dtype != DType::int64)
+        throw TypeError(message(op, "expected out to be an int64 fastmetal.Array for an int64 x, "
+                                    "got ", std::string(py::repr(py::type::of(out)))));
+      r = out.cast<const Array&>();
+      check_writable(r, op, "out");
+      if (r.shape != xa.shape)
+        throw ValueError(message(op, "expected out of shape ", shape_str(xa.shape), ", got shape ",
+                                 shape_str(r.shape)));
+    }
+    // A value overlapping its target (a[1:] = a[:-1]) is read from a copy first.
+    if (!out.is_none() && may_overlap(xa, r) && !same_view(xa, r)) xa = convert(xa, xa.dtype);
+    run_maybe_without_gil(xa.size(), [&] {
+      if (out.is_none()) r = convert(xa, xa.dtype);
+      else launch_convert(xa, r);
+      backend.end_op();
+    });
+    if (!out.is_none()) return py::reinterpret_borrow<py::object>(out);
+    return wrap_result(std::move(r), fm_result);
+  }
   Output o = place_output(op, out, backend, xa.shape, xa.dtype, {{xa, xa.shape}});
   run_maybe_without_gil(o.target.size(), [&] {
     launch_unary(op, xa, o.target);
@@ -146,9 +171,58 @@ std::optional<Shape> shape_without_converting(py::handle v) {
   return std::nullopt;
 }
 
+bool is_int64_array(py::handle v) {
+  return is_array(v) && v.cast<const Array&>().dtype == DType::int64;
+}
+
+// A NumPy integer or bool array, or a Python int / bool: compared exactly with int64 Arrays.
+bool is_integer_operand(py::handle v) {
+  if (PyLong_Check(v.ptr())) return true;  // bool too
+  if (py::isinstance<py::array>(v)) {
+    const char k = py::reinterpret_borrow<py::array>(v).dtype().kind();
+    return k == 'i' || k == 'u' || k == 'b';
+  }
+  return py::isinstance(v, py::module_::import("numpy").attr("integer"));
+}
+
+// A comparison with an int64 Array operand: in int64 against integers (exact, as NumPy),
+// else in float32 after converting the int64 operand on the device (exact for integers
+// of magnitude up to 2**24; NumPy compares in float64). The result is a float32 mask.
+py::object compare_with_int64(const std::string& op, py::handle x, py::handle y, py::handle out,
+                              Backend& backend) {
+  if (!out.is_none())
+    throw TypeError(message(op, "expected no out= for a comparison of an int64 array, got ",
+                            std::string(py::repr(py::type::of(out)))));
+  const bool exact = (is_int64_array(x) || is_integer_operand(x)) &&
+                     (is_int64_array(y) || is_integer_operand(y));
+  auto operand = [&](py::handle v, const char* name) -> Array {
+    if (exact) return to_array(v, backend, op, name, DType::int64);
+    if (is_int64_array(v)) return convert(v.cast<const Array&>(), DType::float32);
+    return to_array(v, backend, op, name, DType::float32);
+  };
+  Array xa = operand(x, "x"), ya = operand(y, "y");
+  Array r;
+  run_maybe_without_gil(std::max(xa.size(), ya.size()), [&] {
+    if (exact) {
+      r = compare_int64(op, xa, ya);
+    } else {
+      r = Array::empty(backend, broadcast_shapes(xa.shape, ya.shape, op), DType::float32,
+                       op.c_str());
+      launch_binary(op, xa, ya, r);
+    }
+    backend.end_op();
+  });
+  return py::cast(std::move(r));
+}
+
 py::object binary(const std::string& op, py::handle x, py::handle y, py::handle out) {
   Backend& backend = pick_backend(op, {{"x", x}, {"y", y}, {"out", out}});
   const bool fm_result = any_array({x, y, out});
+  if (is_int64_array(x) || is_int64_array(y)) {
+    if (!is_comparison(op))
+      throw int64_refused(op, is_int64_array(x) ? "x" : "y", DType::int64);
+    return compare_with_int64(op, x, y, out, backend);
+  }
   // Python scalars are weakly typed (NEP 50): they take the array operand's dtype.
   const bool xs = is_python_scalar(x), ys = is_python_scalar(y);
   DType dtype = DType::float32;

@@ -8,6 +8,7 @@
 #include "python/bindings.h"
 #include "backend/python_hooks.h"
 #include "python/elementwise_bindings.h"
+#include "ops/convert.h"
 #include "ops/elementwise.h"
 #include "core/errors.h"
 #include "python/pyarray.h"
@@ -70,6 +71,8 @@ py::object filled(py::handle shape, py::handle dtype, py::handle device, const c
       std::memset(p, 0, a.nbytes());
     } else if (t == DType::float32) {
       std::fill_n(reinterpret_cast<float*>(p), a.size(), 1.0f);
+    } else if (t == DType::int64) {
+      std::fill_n(reinterpret_cast<std::int64_t*>(p), a.size(), std::int64_t(1));
     } else {
       std::fill_n(reinterpret_cast<_Float16*>(p), a.size(), _Float16(1.0f));
     }
@@ -122,6 +125,11 @@ Array make_view(const Array& a, std::int64_t offset, const Shape& shape, const S
   return v;
 }
 
+// PEP 3118 format of a dtype ("q": int64 on every platform, which NumPy reads as int64).
+const char* buffer_format(DType t) {
+  return t == DType::float32 ? "f" : t == DType::float16 ? "e" : "q";
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -150,7 +158,7 @@ PYBIND11_MODULE(_core, m) {
         std::vector<py::ssize_t> strides;
         for (auto s : a.strides) strides.push_back(s * py::ssize_t(itemsize(a.dtype)));
         return py::buffer_info(a.host_data(), py::ssize_t(itemsize(a.dtype)),
-                               a.dtype == DType::float32 ? "f" : "e", py::ssize_t(a.ndim()),
+                               buffer_format(a.dtype), py::ssize_t(a.ndim()),
                                std::vector<py::ssize_t>(a.shape.begin(), a.shape.end()),
                                strides, a.readonly);
       })
@@ -197,7 +205,9 @@ PYBIND11_MODULE(_core, m) {
             for (auto s : a.strides) strides.append(s * std::int64_t(itemsize(a.dtype)));
             py::dict d;
             d["shape"] = shape_tuple(a);
-            d["typestr"] = a.dtype == DType::float32 ? "<f4" : "<f2";
+            d["typestr"] = a.dtype == DType::float32   ? "<f4"
+                           : a.dtype == DType::float16 ? "<f2"
+                                                       : "<i8";
             d["data"] = py::make_tuple(
                 reinterpret_cast<std::uintptr_t>(static_cast<char*>(a.storage->handle) + a.byte_offset()),
                 false);
@@ -254,7 +264,17 @@ PYBIND11_MODULE(_core, m) {
         if (is_array(obj)) {
           const Array& a = obj.cast<const Array&>();
           if (&a.backend() == b && (!want || *want == a.dtype)) return obj;
-          if (&a.backend() != b) obj = numpy_view(a, obj);  // move across devices via host
+          if (&a.backend() == b) {  // another dtype, same device: convert there
+            Array r;
+            {
+              py::gil_scoped_release nogil;
+              r = convert(a, *want);
+              b->end_op();
+            }
+            return py::cast(std::move(r));
+          }
+          if (!want) want = a.dtype;  // keep the dtype (int64 stays int64) across devices
+          obj = numpy_view(a, obj);   // move across devices via the host
         }
         return py::cast(to_array(obj, *b, "asarray", "obj", want));
       },
@@ -288,6 +308,7 @@ PYBIND11_MODULE(_core, m) {
   fm::python::bind_training(m);
   fm::bind_python_hooks(m);  // each backend's private hooks (backend/<name>/python_hooks.cpp)
   fm::python::bind_reductions(m);
+  fm::python::bind_indexing(m);
 
   // Introspection for tests and `python -m fastmetal`.
   m.def("_config_problems", &fm::env::config_problems,

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/errors.h"
+#include "ops/convert.h"
 
 namespace fm::python {
 
@@ -42,7 +43,9 @@ Array wrap_numpy(Backend& backend, py::array arr) {
       break;
     }
   Array a;
-  a.dtype = arr.itemsize() == 4 ? DType::float32 : DType::float16;
+  a.dtype = arr.dtype().kind() == 'i' ? DType::int64
+            : arr.itemsize() == 4     ? DType::float32
+                                      : DType::float16;
   a.readonly = !arr.writeable();
   a.shape.assign(arr.shape(), arr.shape() + arr.ndim());
   a.strides.resize(a.shape.size());
@@ -144,7 +147,8 @@ DType parse_dtype(py::handle dtype, const std::string& op, const char* arg) {
   }
   if (dt.kind() == 'f' && dt.itemsize() == 4) return DType::float32;
   if (dt.kind() == 'f' && dt.itemsize() == 2) return DType::float16;
-  throw TypeError(message(op, "expected dtype float32 or float16 for ", arg, ", got ",
+  if (dt.kind() == 'i' && dt.itemsize() == 8) return DType::int64;
+  throw TypeError(message(op, "expected dtype float32, float16 or int64 for ", arg, ", got ",
                           std::string(py::str(dt))));
 }
 
@@ -181,13 +185,18 @@ Array to_array(py::handle obj, Backend& backend, const std::string& op, const ch
       throw ValueError(message(op, "expected ", arg, " on device '", backend.name(), "', got '",
                                a.backend().name(), "'"));
     if (!want || *want == a.dtype) return a;
-    py::array converted = numpy_view(a).attr("astype")(numpy_dtype(*want));
-    return wrap_numpy(backend, converted);
+    if (a.dtype == DType::int64 || *want == DType::int64) throw int64_refused(op, arg, a.dtype);
+    return convert(a, *want);  // float32 <-> float16 on the device
   }
   if (is_python_scalar(obj)) {
     Array a;
     a.dtype = want.value_or(DType::float32);
     a.storage = backend.allocate(itemsize(a.dtype));
+    if (a.dtype == DType::int64) {
+      const std::int64_t i = obj.cast<std::int64_t>();
+      backend.copy_from_host(*a.storage, 0, &i, sizeof i);
+      return a;
+    }
     const double v = obj.cast<double>();
     float f = float(v);
     _Float16 h = _Float16(v);
@@ -202,14 +211,21 @@ Array to_contiguous_array(py::handle obj, Backend& backend, const std::string& o
                           DType want) {
   Array a = to_array(obj, backend, op, arg, want);
   if (a.contiguous()) return a;
-  py::array gathered = numpy_fn("ascontiguousarray")(numpy_view(a));
-  return to_array(gathered, backend, op, arg, want);
+  return convert(a, a.dtype);  // gathered on the device
+}
+
+TypeError int64_refused(const std::string& op, const char* arg, DType got) {
+  return TypeError(message(op, "expected a float32 or float16 array for ", arg, ", got an ",
+                           dtype_name(got), " fastmetal.Array (int64 Arrays support copies, "
+                           "views, astype, comparisons, sum and mean; convert with "
+                           ".astype('float32'))"));
 }
 
 py::dtype numpy_dtype(DType t) {
   static auto* f32 = new py::dtype("float32");
   static auto* f16 = new py::dtype("float16");
-  return t == DType::float32 ? *f32 : *f16;
+  static auto* i64 = new py::dtype("int64");
+  return t == DType::float32 ? *f32 : t == DType::float16 ? *f16 : *i64;
 }
 
 void wait_for_host(const Array& a) {

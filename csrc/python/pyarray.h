@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/array.h"
+#include "core/errors.h"
 
 namespace fm::python {
 namespace py = pybind11;
@@ -65,5 +66,7 @@ py::array numpy_view(const Array& a, py::handle owner = py::handle());
 py::object wrap_result(Array result, bool as_fastmetal_array);
 
 py::dtype numpy_dtype(DType t);
+// The TypeError of an op that does not take int64 Arrays (argument `arg`).
+TypeError int64_refused(const std::string& op, const char* arg, DType got);
 
 }  // namespace fm::python

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "ops/convert.h"
 #include "ops/elementwise.h"
 #include "core/errors.h"
 #include "ops/matmul.h"
@@ -67,35 +68,37 @@ Array input_array(py::handle x, const std::string& op, const char* name, Backend
   return to_array(x, b, op, name, DType::float32);
 }
 
+// Reductions compute in float32. float16 input is converted on the device and the result
+// converted back (NumPy returns float16 for float16 input, accumulating in float32 inside);
+// int64 input (fastmetal.Array only) is summed in int64 (mean: float32) and refused elsewhere.
 py::object reduce_py(const std::string& name, py::handle x, py::handle axis, bool keepdims,
                      double ddof) {
   const ReduceOp op = parse_reduce_op(name);
   Backend& b = pick_backend(name, {{"a", x}});
   const bool as_array = is_array(x);
-  Array a = input_array(x, name, "a", b);
   const bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
+  const bool int_ok = op == ReduceOp::sum || op == ReduceOp::mean;
+  const DType in_dtype = native_dtype_of(x, name, "a");
+  if (in_dtype == DType::int64 && !int_ok) throw int64_refused(name, "a", in_dtype);
+  Array a = in_dtype == DType::int64 ? to_array(x, b, name, "a") : input_array(x, name, "a", b);
   const std::vector<int> axes = parse_axes(name, axis, a.ndim(), !arg);
   if (arg) {
-    std::vector<std::int64_t> idx;
+    Array idx;
     {
       py::gil_scoped_release nogil;
       idx = reduce_arg(op, a, axis.is_none() ? -1 : axes[0]);
+      b.end_op();
     }
-    Shape s;
-    if (keepdims) {
-      s = keepdims_shape(a.shape, axes);
-    } else if (!axis.is_none()) {
-      s = a.shape;
-      s.erase(s.begin() + axes[0]);
-    }
-    py::array_t<std::int64_t> r(std::vector<py::ssize_t>(s.begin(), s.end()));
-    std::copy(idx.begin(), idx.end(), r.mutable_data());
-    return numpy_result(r);
+    if (keepdims) idx.shape = keepdims_shape(a.shape, axes);
+    idx.strides = contiguous_strides(idx.shape);
+    if (as_array) return py::cast(std::move(idx));
+    return numpy_result(numpy_view(idx));
   }
   Array out;
   {
     py::gil_scoped_release nogil;
     out = reduce(op, a, axes, ddof);
+    if (in_dtype == DType::float16) out = convert(out, DType::float16);
     b.end_op();
   }
   if (keepdims) {

@@ -3,7 +3,6 @@
 The class itself is C++ (`fastmetal._core.Array`); the methods here are attached to it
 when the package is imported. Everything runs on the Array's device through fastmetal's
 kernels (the elementwise table; `copy` moves data), never through NumPy, except:
-  * `astype` between float32 and float16 converts on the host (no cast kernel yet);
   * NumPy functions and ufuncs fastmetal does not implement run in NumPy on a host view
     on host-visible devices (cpu, metal) and return NumPy arrays; on other devices they
     raise TypeError naming the function (never a silent copy to the host).
@@ -11,6 +10,14 @@ kernels (the elementwise table; `copy` moves data), never through NumPy, except:
 Comparisons (`<`, `==`, ..., `fastmetal.less`, ...) return float masks: 1.0 where true,
 0.0 where false, in the operation's result dtype (float32; float16 when both operands
 are float16), so that masks combine with arithmetic (`(a > 0) * a`) on every device.
+
+dtypes: float32, float16 and int64. int64 is the index dtype (what `argmax`/`argmin` of an
+Array return, NumPy's intp); int64 Arrays support views and indexing, `copy`, `astype`,
+`to`, `numpy`/`__array__`/buffer protocol/DLPack, comparisons (with int64 Arrays, NumPy
+integer arrays and Python ints: exact, in int64; with floats: in float32, after converting
+on the device) giving float32 masks, and `sum` (int64) / `mean` (float32). Every other
+op raises TypeError (convert with `.astype("float32")`). So `(logits.argmax(1) ==
+labels).mean()` stays on the device.
 
 Reductions (`sum`, `mean`, `max`, `min`, `argmax`, `argmin`, `var`, `std`) and `@` call
 the module-level functions of the same name (`fastmetal.sum`, `fastmetal.matmul`, ...),
@@ -25,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _core
+from . import _indexing
 from . import _views
 from ._core import Array
 from ._elementwise import FUNCTIONS
@@ -134,12 +142,12 @@ def _reduction(name: str, with_ddof: bool) -> Callable[..., Any]:
 
 
 # ----------------------------------------------------------------------------- scalars
-def _item(self: Array) -> float:
-    """The value of a one-element array as a Python float."""
+def _item(self: Array) -> Any:
+    """The value of a one-element array as a Python float (int for int64 arrays)."""
     if self.size != 1:
         raise ValueError(f"[{_where('item')}] expected an array of one element, got "
                          f"{self.size} elements")
-    return float(_numpy(self).reshape(-1)[0])
+    return _numpy(self).reshape(-1)[0].item()
 
 
 def _bool(self: Array) -> bool:
@@ -182,7 +190,7 @@ def _repr(self: Array) -> str:
 
 
 def _tolist(self: Array) -> Any:
-    """Nested Python lists of floats (through the host)."""
+    """Nested Python lists of floats (ints for int64 arrays), through the host."""
     return _numpy(self).tolist()
 
 
@@ -195,7 +203,11 @@ def _contiguous(a: Array) -> bool:
 
 
 def _getitem(self: Array, key: Any) -> Array:
-    """Basic indexing (ints, slices with any step, None, ...): a view, never a copy."""
+    """Basic indexing (ints, slices with any step, None, ...): a view, never a copy.
+    One index array (integers, or a boolean / fastmetal float mask) in the key: a new
+    array gathered on the device (see fastmetal._indexing)."""
+    if _indexing.has_advanced(key):
+        return _indexing.getitem(self, key, _where("__getitem__"))
     return _view(self, _views.index(_layout(self), key, _where("__getitem__")))
 
 
@@ -254,22 +266,24 @@ def _copy(self: Array) -> Array:
     return _unary("copy", self)
 
 
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int64))
+
+
 def _astype(self: Array, dtype: Any, copy: bool = True) -> Array:
-    """This array in `dtype` (float32 or float16). Same dtype: a copy (or self with
-    copy=False). float32 <-> float16 converts on the host (rounding to nearest even)."""
+    """This array in `dtype` (float32, float16 or int64), converted on its device as
+    NumPy's astype: to float16 rounds to nearest even (inf beyond 65504), int64 to float
+    rounds to nearest, float to int64 truncates toward zero (NaN, inf and values outside
+    int64 give -2**63, as NumPy on x86-64). Same dtype: a copy (or self with copy=False)."""
     try:
         target = np.dtype(dtype)
     except TypeError:
         target = None
-    if target not in (np.dtype(np.float32), np.dtype(np.float16)):
-        raise TypeError(f"[{_where('astype')}] expected dtype float32 or float16, got "
+    if target not in _DTYPES:
+        raise TypeError(f"[{_where('astype')}] expected dtype float32, float16 or int64, got "
                         f"{dtype!r}")
     if target == self.dtype:
         return _copy(self) if copy else self
-    source = self if _host_visible(self) else (self if _contiguous(self) else _copy(self))
-    with np.errstate(over="ignore"):  # out-of-range values become inf, as in kernels
-        converted = np.asarray(source.numpy()).astype(target)
-    return _core.asarray(converted, device=self.device)
+    return _core.asarray(self, dtype=target)
 
 
 def _to(self: Array, device: str) -> Array:
@@ -280,7 +294,7 @@ def _to(self: Array, device: str) -> Array:
     if device == self.device:
         return self
     source = self if _contiguous(self) else _copy(self)
-    return _core.asarray(source.numpy(), device=device)
+    return _core.asarray(source.numpy(), dtype=self.dtype, device=device)
 
 
 # ----------------------------------------------------------------------------- setitem
@@ -288,16 +302,29 @@ def _setitem(self: Array, key: Any, value: Any) -> None:
     """Write `value` (a number, array-like or Array on this device, broadcast to the
     indexed view) into the indexed view, on the device, through the copy kernel."""
     where = _where("__setitem__")
+    if _indexing.has_advanced(key):
+        _indexing.setitem(self, key, value, where,
+                          lambda v, dtype: _value_array(self, v, dtype, where, fresh=False))
+        return
     target = _getitem(self, key)
+    value = _value_array(self, value, target.dtype, where, fresh=not _host_visible(self))
+    layout = _views.broadcast_to(_layout(value), target.shape, where)
+    if target.size == 0:
+        return
+    _unary("copy", _view(value, layout), target)
+
+
+def _value_array(self: Array, value: Any, dtype: Any, where: str, fresh: bool) -> Array:
+    """An assigned value as an Array of `dtype` on self's device. fresh: an Array value of
+    that dtype is copied (the copy kernel reads it while writing the target; on devices
+    where fastmetal cannot tell whether they overlap, it reads from a fresh copy)."""
     if isinstance(value, Array):
         if value.device != self.device:
             raise ValueError(f"[{where}] expected a value on device '{self.device}', got "
                              f"'{value.device}'")
-        if value.dtype != target.dtype:
-            value = _astype(value, target.dtype)
-        elif not _host_visible(self):
-            # The copy kernel reads the value while writing the target; on devices where
-            # fastmetal cannot tell whether they overlap, read from a fresh copy.
+        if value.dtype != dtype:
+            value = _astype(value, dtype)
+        elif fresh:
             value = _copy(value)
     else:
         if isinstance(value, (str, bytes, complex)) or not (
@@ -308,13 +335,10 @@ def _setitem(self: Array, key: Any, value: Any) -> None:
         if host.dtype.kind not in "fiub":
             raise TypeError(f"[{where}] expected a real (float, integer or bool) value, got "
                             f"dtype {host.dtype}")
-        with np.errstate(over="ignore"):  # out-of-range values become inf, as in kernels
-            host = host.astype(target.dtype)
-        value = _core.asarray(host, device=self.device)
-    layout = _views.broadcast_to(_layout(value), target.shape, where)
-    if target.size == 0:
-        return
-    _unary("copy", _view(value, layout), target)
+        with np.errstate(over="ignore", invalid="ignore"):  # as the conversion kernels
+            host = host.astype(dtype)
+        value = _core.asarray(host, dtype=dtype, device=self.device)
+    return value
 
 
 # ----------------------------------------------------------------------------- NumPy protocols

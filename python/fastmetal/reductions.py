@@ -3,14 +3,17 @@ min, argmax, argmin`` over ``axis=None | int | tuple of ints`` (negative axes co
 the end), with ``keepdims`` and, for ``var``/``std``, ``ddof``.
 
 NumPy in, NumPy out (a NumPy scalar for a full reduction, as NumPy); a ``fastmetal.Array``
-in gives a ``fastmetal.Array`` on its device. ``argmax``/``argmin`` always return int64
-NumPy indices (fastmetal arrays hold floats only). Computation is float32; other input
-dtypes are converted to float32 first and the results are float32.
+in gives a ``fastmetal.Array`` on its device. ``argmax``/``argmin`` return int64 indices
+(an int64 ``fastmetal.Array`` for Array input). Computation is float32: float16 input is
+converted on the device and the result converted back (float16 out, as NumPy); other
+input dtypes are converted to float32 and the results are float32. int64 Arrays (the
+index dtype) take ``sum`` (int64) and ``mean`` (float32) only.
 
 Accuracy: on the ``cpu`` device sums accumulate in float64 over fixed chunks (bitwise the
 same for any ``FASTMETAL_NUM_THREADS``); the MSL kernels (``metal/reduce.metal``: each
-thread a Kahan-compensated share, then a simdgroup + threadgroup tree) are at least as
-accurate as NumPy's pairwise float32 sum. NaN as NumPy: sums and max/min propagate NaN,
+thread a Kahan-compensated share, then a simdgroup + threadgroup tree; few long rows split
+into segments on several threadgroups, combined by a second launch, the partition a
+function of the shape only) are at least as accurate as NumPy's pairwise float32 sum. NaN as NumPy: sums and max/min propagate NaN,
 argmax/argmin return the first NaN's index. Empty reductions: ``sum`` gives 0, ``mean``
 NaN (without NumPy's warning), ``max``/``min``/``argmax``/``argmin`` raise ``ValueError``.
 """
@@ -28,7 +31,7 @@ _builtin_sum = sum
 
 
 def _check_dtype(name: str, dtype: Any) -> None:
-    if dtype is not None and np.dtype(dtype) != np.float32:
+    if dtype is not None and np.dtype(dtype) != np.float32:  # float16 in: float16 out
         raise TypeError(f"[fastmetal.{name}] expected dtype None or float32, got {dtype!r}")
 
 
@@ -36,6 +39,15 @@ def _finish(name: str, result: Any, out: Any) -> Any:
     if out is None:
         return result
     if isinstance(out, _core.Array):
+        if isinstance(result, _core.Array) and result.dtype == np.int64:  # argmax / argmin
+            if out.dtype != np.int64:
+                raise TypeError(f"[fastmetal.{name}] expected an int64 out for int64 indices, "
+                                f"got dtype {out.dtype}")
+            if out.shape != result.shape:
+                raise ValueError(f"[fastmetal.{name}] expected out of shape {result.shape}, "
+                                 f"got shape {out.shape}")
+            _core.unary("copy", result, out=out)
+            return out
         _core.binary("multiply", result, 1.0, out=out)
         return out
     if not isinstance(out, np.ndarray):

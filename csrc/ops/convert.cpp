@@ -1,0 +1,82 @@
+#include "ops/convert.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "convert_args.h"
+#include "core/errors.h"
+
+namespace fm {
+namespace {
+
+constexpr std::int64_t kMaxGrid = std::numeric_limits<std::uint32_t>::max();
+
+// One launch per < 2**32 elements of `shape` (C order); strides[k] addresses operand k
+// (the last one is the output, written through the last buffer).
+void launch_view(const std::string& kernel, std::vector<KernelArg> buffers, Shape shape,
+                 std::vector<Strides> strides) {
+  Backend& be = *buffers.back().storage->backend;
+  std::vector<Strides*> ptrs;
+  for (Strides& s : strides) ptrs.push_back(&s);
+  merge_dims(shape, ptrs);
+  if (shape.size() > FM_VIEW_MAX_DIMS)
+    throw ValueError("[fastmetal] dtype conversions support at most " +
+                     std::to_string(FM_VIEW_MAX_DIMS) + " non-mergeable dimensions, got " +
+                     std::to_string(shape.size()));
+  ViewArgs a{};
+  a.ndim = std::int32_t(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    a.shape[d] = shape[d];
+    for (std::size_t k = 0; k < strides.size() && k < 3; ++k) a.strides[k][d] = strides[k][d];
+  }
+  const std::int64_t n = numel(shape);
+  const std::uint32_t group = be.preferred_group_size(kernel);
+  for (std::int64_t done = 0; done < n; done += kMaxGrid) {
+    a.base = done;
+    Dispatch d;
+    d.grid[0] = std::uint32_t(std::min(kMaxGrid, n - done));
+    d.group[0] = group;
+    std::vector<KernelArg> args = buffers;
+    args.push_back(KernelArg::inline_bytes(&a, sizeof a));
+    be.launch(kernel, d, args);
+  }
+}
+
+KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
+
+}  // namespace
+
+void launch_convert(const Array& x, const Array& out) {
+  if (out.size() == 0) return;
+  const std::string kernel =
+      std::string("convert_") + dtype_name(x.dtype) + "_" + dtype_name(out.dtype);
+  // Operand slot 1 is unused by conversions: its strides stay zero.
+  launch_view(kernel, {buf(x), buf(out)}, out.shape,
+              {broadcast_strides(x.shape, x.strides, out.shape), Strides(out.shape.size(), 0),
+               out.strides});
+}
+
+Array convert(const Array& x, DType to) {
+  Array out = Array::empty(x.backend(), x.shape, to, "astype");
+  launch_convert(x, out);
+  return out;
+}
+
+bool is_comparison(const std::string& op) {
+  return op == "less" || op == "less_equal" || op == "greater" || op == "greater_equal" ||
+         op == "equal" || op == "not_equal";
+}
+
+Array compare_int64(const std::string& op, const Array& x, const Array& y) {
+  if (!is_comparison(op) || x.dtype != DType::int64 || y.dtype != DType::int64)
+    throw TypeError(message(op, "expected a comparison of two int64 arrays"));
+  const Shape shape = broadcast_shapes(x.shape, y.shape, op);
+  Array out = Array::empty(x.backend(), shape, DType::float32, op.c_str());
+  if (out.size() == 0) return out;
+  launch_view("compare_" + op + "_int64", {buf(x), buf(y), buf(out)}, shape,
+              {broadcast_strides(x.shape, x.strides, shape),
+               broadcast_strides(y.shape, y.strides, shape), out.strides});
+  return out;
+}
+
+}  // namespace fm
