@@ -74,6 +74,32 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
 
 FM_FUNC float fm_exp(float x) { return fm_exp_dd(x, 0.0f); }
 
+// e^v for v <= 0 (NaN stays NaN): fm_exp bit for bit, in fewer operations for the ops
+// whose argument is never positive (sigmoid, softplus, erfc). With n in [-150, 0] one fixed
+// split of the scale, 2^(n+64) (normal, so p * 2^(n+64) is exact) times 2^-64 (the one
+// rounding, subnormal results included), replaces fm_exp's halving of n; no overflow
+// clamp, and no NaN select: a NaN v gives a NaN p, and NaN times any scale is NaN (the
+// scale's bits are only reinterpreted, never converted).
+FM_FUNC float fm_exp_nonpos(float v) {
+  const float xs = metal::select(v, -104.0f, v < -104.0f);
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: rounds to integer
+  const float t = xs * 1.44269504088896341f + shifter;
+  const float n = t - shifter;
+  float r = xs - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 5040.0f;
+  p = fm_mad(p, r, 1.0f / 720.0f);
+  p = fm_mad(p, r, 1.0f / 120.0f);
+  p = fm_mad(p, r, 1.0f / 24.0f);
+  p = fm_mad(p, r, 1.0f / 6.0f);
+  p = fm_mad(p, r, 0.5f);
+  p = fm_mad(p, r, 1.0f);
+  p = fm_mad(p, r, 1.0f);
+  const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);  // [-150, 0]
+  const float scale = metal::as_type<float>((ni + (127 + 64)) << 23);
+  return (p * scale) * 5.42101086242752217e-20f;  // 2^-64
+}
+
 // Natural log as a float-float hi + lo (relative error ~2^-35) for x > 0 finite; for
 // subnormal x, scaled by 2^23 first. x = 2^e m, m in [sqrt(1/2), sqrt 2), then
 // log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716, with s itself as a float-float.
@@ -278,7 +304,7 @@ FM_FUNC float fm_pow(float x, float y) {
 // 1 / (1 + e^-x), from e = e^-|x| <= 1 so that nothing overflows and, for x < 0,
 // e / (1 + e) keeps the subnormal results that 1 / (1 + e^-x) would flush to 0.
 FM_FUNC float fm_sigmoid(float x) {
-  const float e = fm_exp(-metal::fabs(x));
+  const float e = fm_exp_nonpos(-metal::fabs(x));
   const float s = 1.0f / (1.0f + e);
   return metal::select(s, e * s, x < 0.0f);
 }
@@ -294,7 +320,7 @@ FM_FUNC float fm_log1p(float x) {
 
 // softplus(x) = log(1 + e^x), written so that neither branch overflows.
 FM_FUNC float fm_softplus(float x) {
-  return metal::select(x, 0.0f, x < 0.0f) + fm_log1p(fm_exp(-metal::fabs(x)));
+  return metal::select(x, 0.0f, x < 0.0f) + fm_log1p(fm_exp_nonpos(-metal::fabs(x)));
 }
 
 // erfc with small *relative* error in both tails. With q = (a-2)/(a+2), a = |x|, the
@@ -321,7 +347,7 @@ FM_FUNC float fm_erfc_core(float a, float aa, float aa_lo) {
   p = fm_mad(p, q, -1.660304438e-01f);
   p = fm_mad(p, q, -9.276381708e-02f);
   p = fm_mad(p, q, 2.769783819e-01f);
-  return (1.0f + p) / fm_mad(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
+  return (1.0f + p) / fm_mad(2.0f, a, 1.0f) * (fm_exp_nonpos(-aa) * (1.0f - aa_lo));
 }
 
 FM_FUNC float fm_erfc(float x) {
