@@ -22,7 +22,7 @@ import numpy as np
 
 import fastmetal as fm
 
-from ._timing import fmt_ratio, fmt_time, machine_summary, median_time, mlx_or_none, torch_or_none
+from ._timing import fmt_ratio, fmt_time, machine_summary, mlx_or_none, time_calls, torch_or_none
 
 PEERS = ("numpy", "torch", "mlx", "copy")
 
@@ -85,10 +85,13 @@ def run(exponents, budget_s: float):
     for e in exponents:
         n = 2**e
         for name, (ours, peers) in cases(n, rng).items():
-            row = {"isa": fm._core._cpu_isa(), "op": name, "n": n,
-                   "fastmetal": median_time(ours, budget_s)}
-            for p in PEERS:
-                row[p] = median_time(peers[p], budget_s) if p in peers else None
+            # fastmetal and its peers in interleaved rounds: load from other processes on a
+            # shared machine falls on each alike.
+            fns = {"fastmetal": ours, **{p: peers[p] for p in PEERS if p in peers}}
+            times = time_calls(fns, budget_s)
+            row = {"isa": fm._core._cpu_isa(), "op": name, "n": n}
+            for k in ("fastmetal",) + PEERS:
+                row[k] = times[k].median if k in times else None
             yield row
 
 
