@@ -115,3 +115,20 @@ def test_vectorised_when_gcc_if_converts_less():
     failures, counts = run_or_skip(["avx2"], cxx=[gxx, "--param", "max-tree-if-conversion-phi-args=2"])
     assert failures == [], "\n".join(failures)
     assert counts["avx2"] == len(expected_entries())
+
+
+def test_vectorised_under_clang_for_x86():
+    """A second compiler: the clang of the ziglang wheel (with its libc++, as on a Mac)
+    compiles the x86-64 variants and vectorises them too."""
+    if not set(cv.X86_ISAS) & set(cv.built_isas()):
+        pytest.skip("no x86-64 variant is built on this machine")
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
+            pytest.fail("the clang check needs the ziglang wheel (FASTMETAL_REQUIRE_GATES=1)")
+        pytest.skip("the clang check needs the ziglang wheel")
+    clang = [sys.executable, "-m", "ziglang", "c++", "-target", "x86_64-linux-gnu", "-g0"]
+    failures, counts = run_or_skip(["base", "avx2"], cxx=clang)
+    assert failures == [], "\n".join(failures)
+    assert counts == {"base": len(expected_entries()), "avx2": len(expected_entries())}
