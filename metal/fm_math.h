@@ -11,7 +11,9 @@
 // on bools: GCC's vectoriser rejects some boolean algebra between masks of different
 // origin (a `mask ? bool : false` it cannot convert), and which form it meets depends on
 // the GCC version's folding and jump threading. Each select of a float on one comparison
-// vectorises under every GCC and clang tried (tools/check_vectorised.py --cxx).
+// vectorises under every GCC and clang tried (tools/check_vectorised.py --cxx). (The other
+// half of keeping selects branch-free under any GCC is the grid loop's `omp simd`, in
+// csrc/backend/cpu/fm_cpu_entry.h.)
 #pragma once
 #include "fm_kernel.h"
 
@@ -41,8 +43,8 @@ FM_FUNC float fm_two_sum(float a, float b, thread float& err) {
 }
 
 // e^(x_hi + x_lo) with <= 2 ulp error over the whole float range (x_lo a small finite
-// correction, |x_lo| << ulp(x_hi); the caller replaces a non-finite one); exact NaN/inf/underflow behaviour. Cody–Waite reduction
-// x = n ln2 + r, |r| <= ln2/2 (ln2_hi has 16 bits, so n * ln2_hi is exact), degree-7
+// correction, |x_lo| << ulp(x_hi); the caller replaces a non-finite one); exact
+// NaN/inf/underflow behaviour. Cody–Waite reduction x = n ln2 + r, |r| <= ln2/2 (ln2_hi has 16 bits, so n * ln2_hi is exact), degree-7
 // Taylor for e^r (truncation < 6e-9 relative), 2^n applied in two halves so that subnormal
 // results come out right.
 FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
