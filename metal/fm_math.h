@@ -45,8 +45,8 @@ FM_FUNC float fm_two_sum(float a, float b, thread float& err) {
 // e^(x_hi + x_lo) with <= 2 ulp error over the whole float range (x_lo a small finite
 // correction, |x_lo| << ulp(x_hi); the caller replaces a non-finite one); exact
 // NaN/inf/underflow behaviour. Cody–Waite reduction x = n ln2 + r, |r| <= ln2/2 (ln2_hi
-// has 16 bits, so n * ln2_hi is exact), degree-7 Taylor for e^r (truncation < 6e-9 relative), 2^n applied in two halves so that subnormal
-// results come out right.
+// has 16 bits, so n * ln2_hi is exact), degree-7 Taylor for e^r (truncation < 6e-9
+// relative), 2^n applied in two halves so that subnormal results come out right.
 FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
   const float xc = fm_clamp_nan(x_hi, -104.0f, 89.0f);
   const bool clamped = xc != x_hi;
