@@ -6,6 +6,14 @@
 // and stays divergence-free on GPUs. None relies on what MSL leaves undefined: no min, max
 // or clamp that could see a NaN (fm_clamp_nan below defines that case), no float-to-int
 // conversion of a NaN or out-of-range value.
+//
+// Conditions are single comparisons, combined by nesting selects rather than by && or ||
+// on bools: GCC's vectoriser rejects some boolean algebra between masks of different
+// origin (a `mask ? bool : false` it cannot convert), and which form it meets depends on
+// the GCC version's folding and jump threading. Each select of a float on one comparison
+// vectorises under every GCC and clang tried (tools/check_vectorised.py --cxx). (The other
+// half of keeping selects branch-free under any GCC is the grid loop's `omp simd`, in
+// csrc/backend/cpu/fm_cpu_entry.h.)
 #pragma once
 #include "fm_kernel.h"
 
@@ -34,11 +42,11 @@ FM_FUNC float fm_two_sum(float a, float b, thread float& err) {
   return s;
 }
 
-// e^(x_hi + x_lo) with <= 2 ulp error over the whole float range (x_lo a small correction,
-// |x_lo| << ulp(x_hi)); exact NaN/inf/underflow behaviour. Cody–Waite reduction
-// x = n ln2 + r, |r| <= ln2/2 (ln2_hi has 16 bits, so n * ln2_hi is exact), degree-7
-// Taylor for e^r (truncation < 6e-9 relative), 2^n applied in two halves so that subnormal
-// results come out right.
+// e^(x_hi + x_lo) with <= 2 ulp error over the whole float range (x_lo a small finite
+// correction, |x_lo| << ulp(x_hi); the caller replaces a non-finite one); exact
+// NaN/inf/underflow behaviour. Cody–Waite reduction x = n ln2 + r, |r| <= ln2/2 (ln2_hi
+// has 16 bits, so n * ln2_hi is exact), degree-7 Taylor for e^r (truncation < 6e-9
+// relative), 2^n applied in two halves so that subnormal results come out right.
 FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
   const float xc = fm_clamp_nan(x_hi, -104.0f, 89.0f);
   const bool clamped = xc != x_hi;
@@ -48,7 +56,7 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
   const float n = t - shifter;
   float r = xs - n * 0.693145751953125f;                        // exact (Sterbenz)
   r = r - n * 1.428606765330187045e-06f;
-  r = r + metal::select(x_lo, 0.0f, clamped || metal::isnan(x_lo));
+  r = r + metal::select(x_lo, 0.0f, clamped);
   float p = 1.0f / 5040.0f;
   p = fm_mad(p, r, 1.0f / 720.0f);
   p = fm_mad(p, r, 1.0f / 120.0f);
@@ -67,6 +75,32 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
 }
 
 FM_FUNC float fm_exp(float x) { return fm_exp_dd(x, 0.0f); }
+
+// e^v for v <= 0 (NaN stays NaN): fm_exp bit for bit, in fewer operations for the ops
+// whose argument is never positive (sigmoid, softplus, erfc). With n in [-150, 0] one fixed
+// split of the scale, 2^(n+64) (normal, so p * 2^(n+64) is exact) times 2^-64 (the one
+// rounding, subnormal results included), replaces fm_exp's halving of n; no overflow
+// clamp, and no NaN select: a NaN v gives a NaN p, and NaN times any scale is NaN (the
+// scale's bits are only reinterpreted, never converted).
+FM_FUNC float fm_exp_nonpos(float v) {
+  const float xs = metal::select(v, -104.0f, v < -104.0f);
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: rounds to integer
+  const float t = xs * 1.44269504088896341f + shifter;
+  const float n = t - shifter;
+  float r = xs - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 5040.0f;
+  p = fm_mad(p, r, 1.0f / 720.0f);
+  p = fm_mad(p, r, 1.0f / 120.0f);
+  p = fm_mad(p, r, 1.0f / 24.0f);
+  p = fm_mad(p, r, 1.0f / 6.0f);
+  p = fm_mad(p, r, 0.5f);
+  p = fm_mad(p, r, 1.0f);
+  p = fm_mad(p, r, 1.0f);
+  const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);  // [-150, 0]
+  const float scale = metal::as_type<float>((ni + (127 + 64)) << 23);
+  return (p * scale) * 5.42101086242752217e-20f;  // 2^-64
+}
 
 // Natural log as a float-float hi + lo (relative error ~2^-35) for x > 0 finite; for
 // subnormal x, scaled by 2^23 first. x = 2^e m, m in [sqrt(1/2), sqrt 2), then
@@ -108,7 +142,7 @@ FM_FUNC float fm_log(float x) {
   const float inf = metal::as_type<float>(0x7f800000u);
   const float nan = metal::as_type<float>(0x7fc00000u);
   float r = metal::select(y, -inf, x == 0.0f);
-  r = metal::select(r, nan, x < 0.0f || metal::isnan(x));
+  r = metal::select(r, nan, !(x >= 0.0f));  // x < 0 or NaN
   return metal::select(r, inf, x == inf);
 }
 
@@ -242,29 +276,37 @@ FM_FUNC float fm_pow(float x, float y) {
   const float mag_finite = fm_exp_dd(z_hi, metal::select(z_lo, 0.0f, !metal::isfinite(z_lo)));
   const float inf = metal::as_type<float>(0x7f800000u);
   const float nan = metal::as_type<float>(0x7fc00000u);
-  // |x| = 0 or inf, or |y| = inf: the limits directly.
+  // |x| = 0 or inf, or |y| = inf: the limits directly. Every condition below is one
+  // comparison, and conditions are combined by nesting selects, never by && or || (GCC's
+  // vectoriser gives up on some boolean algebra between masks: see the note at the top).
   const bool y_pos = y > 0.0f;
   float mag = mag_finite;
   mag = metal::select(mag, metal::select(inf, 0.0f, y_pos), a == 0.0f);
   mag = metal::select(mag, metal::select(0.0f, inf, y_pos), a == inf);
   const bool y_inf = metal::fabs(y) == inf;
-  mag = metal::select(mag, metal::select(0.0f, inf, (a > 1.0f) == y_pos), y_inf);
+  const float big_base = metal::select(0.0f, inf, y_pos);    // |x| > 1, y = +-inf
+  const float small_base = metal::select(inf, 0.0f, y_pos);  // |x| < 1 (|x| = 1 is x = 1, below)
+  mag = metal::select(mag, metal::select(small_base, big_base, a > 1.0f), y_inf);
   // Sign and domain for x < 0 (and -0): odd integer y keeps the sign, non-integer y is NaN.
-  const bool y_int = metal::rint(y) == y;
+  // y is an odd integer iff y - 2 rint(y / 2) = +-1 (exact; |y| >= 2^24 is even, NaN or inf
+  // is not odd).
   const float y_small = metal::select(0.0f, y, metal::fabs(y) < 16777216.0f);
-  const bool y_odd = y_int && ((int32_t(y_small) & 1) != 0);
-  const bool x_neg = metal::signbit(x);
-  float r = metal::select(mag, -mag, x_neg && y_odd);
-  r = metal::select(r, nan, x_neg && a != 0.0f && a != inf && !y_int && !y_inf);
-  r = metal::select(r, nan, metal::isnan(x) || metal::isnan(y));
-  r = metal::select(r, 1.0f, x == -1.0f && y_inf);
-  return metal::select(r, 1.0f, y == 0.0f || x == 1.0f);
+  const bool y_odd = metal::fabs(y_small - 2.0f * metal::rint(0.5f * y_small)) == 1.0f;
+  float r = metal::select(mag, metal::select(mag, -mag, y_odd), metal::signbit(x));
+  // Finite x < 0 with non-integer y (y = +-inf counts as integer: rint(inf) = inf).
+  const float r_neg = metal::select(r, nan, metal::rint(y) != y);
+  r = metal::select(r, metal::select(r, r_neg, x > -inf), x < 0.0f);
+  r = metal::select(r, nan, metal::isnan(x));
+  r = metal::select(r, nan, metal::isnan(y));
+  r = metal::select(r, metal::select(r, 1.0f, y_inf), x == -1.0f);
+  r = metal::select(r, 1.0f, y == 0.0f);
+  return metal::select(r, 1.0f, x == 1.0f);
 }
 
 // 1 / (1 + e^-x), from e = e^-|x| <= 1 so that nothing overflows and, for x < 0,
 // e / (1 + e) keeps the subnormal results that 1 / (1 + e^-x) would flush to 0.
 FM_FUNC float fm_sigmoid(float x) {
-  const float e = fm_exp(-metal::fabs(x));
+  const float e = fm_exp_nonpos(-metal::fabs(x));
   const float s = 1.0f / (1.0f + e);
   return metal::select(s, e * s, x < 0.0f);
 }
@@ -280,7 +322,7 @@ FM_FUNC float fm_log1p(float x) {
 
 // softplus(x) = log(1 + e^x), written so that neither branch overflows.
 FM_FUNC float fm_softplus(float x) {
-  return metal::select(x, 0.0f, x < 0.0f) + fm_log1p(fm_exp(-metal::fabs(x)));
+  return metal::select(x, 0.0f, x < 0.0f) + fm_log1p(fm_exp_nonpos(-metal::fabs(x)));
 }
 
 // erfc with small *relative* error in both tails. With q = (a-2)/(a+2), a = |x|, the
@@ -307,7 +349,7 @@ FM_FUNC float fm_erfc_core(float a, float aa, float aa_lo) {
   p = fm_mad(p, q, -1.660304438e-01f);
   p = fm_mad(p, q, -9.276381708e-02f);
   p = fm_mad(p, q, 2.769783819e-01f);
-  return (1.0f + p) / fm_mad(2.0f, a, 1.0f) * (fm_exp(-aa) * (1.0f - aa_lo));
+  return (1.0f + p) / fm_mad(2.0f, a, 1.0f) * (fm_exp_nonpos(-aa) * (1.0f - aa_lo));
 }
 
 FM_FUNC float fm_erfc(float x) {

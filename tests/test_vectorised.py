@@ -27,9 +27,9 @@ def load_tool():
 cv = load_tool()
 
 
-def run_or_skip(isas, plants=None):
+def run_or_skip(isas, plants=None, cxx=None):
     try:
-        return cv.run(isas, plants)
+        return cv.run(isas, plants, cxx=cxx)
     except cv.ToolMissing as e:
         if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
             pytest.fail(f"vectorisation check needs {e} (FASTMETAL_REQUIRE_GATES=1)")
@@ -79,9 +79,12 @@ def test_move_rule_is_precise():
 
 
 # Constructs that keep a loop scalar: a libm call (as tanh, sin, log and pow were), and
-# an integer division (no vector instruction on x86 or NEON), which leaves no call behind.
+# a loop of data-dependent trip count inside the element's work, which leaves no call
+# behind. (An integer division no longer serves: under `omp simd` clang vectorises the
+# loop around a per-lane division.)
 PLANTS = ["metal::tanh(x)",
-          "x * float(metal::as_type<uint32_t>(x) / ((metal::as_type<uint32_t>(x) >> 20) + 1u))"]
+          "[&] { float r = x; for (uint32_t i = 0u; i < (metal::as_type<uint32_t>(x) & 255u); ++i) "
+          "r = r * 0.5f; return r; }()"]
 
 
 def test_check_catches_a_planted_scalar_loop():
@@ -94,3 +97,38 @@ def test_check_catches_a_planted_scalar_loop():
         assert mine[0].startswith(f"{isa}: entry_unary_v_planted_0_float32 calls libm (tanhf)")
         assert mine[1].startswith(f"{isa}: entry_unary_v_planted_1_float32 has no packed float")
     assert len(failures) == 2 * len(isas), failures  # the real ops still pass beside them
+
+
+def test_vectorised_when_gcc_if_converts_less():
+    """GCC 13 left the selects of pow and softplus as branches: its jump threading merged
+    them into PHIs of more arguments than if-conversion takes (4). The grid loop's `omp simd`
+    lifts that limit; with the limit at 2, far below any GCC's, the loops must still be
+    vectorised, so a GCC that threads more cannot bring scalar loops back."""
+    if not set(cv.X86_ISAS) & set(cv.built_isas()):
+        pytest.skip("no x86-64 variant is built on this machine")
+    gxx = os.environ.get("CXX", "g++")
+    import shutil
+    import subprocess
+    if shutil.which(gxx) is None or "Free Software Foundation" not in subprocess.run(
+            [gxx, "--version"], capture_output=True, text=True).stdout:
+        pytest.skip(f"{gxx} is not GCC")
+    failures, counts = run_or_skip(["avx2"], cxx=[gxx, "--param", "max-tree-if-conversion-phi-args=2"])
+    assert failures == [], "\n".join(failures)
+    assert counts["avx2"] == len(expected_entries())
+
+
+def test_vectorised_under_clang_for_x86():
+    """A second compiler: the clang of the ziglang wheel (with its libc++, as on a Mac)
+    compiles the x86-64 variants and vectorises them too."""
+    if not set(cv.X86_ISAS) & set(cv.built_isas()):
+        pytest.skip("no x86-64 variant is built on this machine")
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
+            pytest.fail("the clang check needs the ziglang wheel (FASTMETAL_REQUIRE_GATES=1)")
+        pytest.skip("the clang check needs the ziglang wheel")
+    clang = [sys.executable, "-m", "ziglang", "c++", "-target", "x86_64-linux-gnu", "-g0"]
+    failures, counts = run_or_skip(["base", "avx2"], cxx=clang)
+    assert failures == [], "\n".join(failures)
+    assert counts == {"base": len(expected_entries()), "avx2": len(expected_entries())}

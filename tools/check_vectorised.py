@@ -19,10 +19,12 @@ width; arm64 ldr/ldp/ld1 and str/stp/st1 on q or v.4s registers), and no libm ca
 (entry_unary_v_*_float32, entry_binary_v_*_float32) and the numerics kernels' lane-loop
 variants (fourier_series_l16/l64, stencil_interior_*_l16_*).
 
-Usage: check_vectorised.py [--isa NAME ...] [--plant 'EXPR' ...] [--keep DIR]
+Usage: check_vectorised.py [--isa NAME ...] [--plant 'EXPR' ...] [--keep DIR] [--cxx CMD]
   --plant EXPR   add an op `planted_<i>` computing the MSL expression EXPR (unary, in x) to a
                  copy of the op table: the self-test that a loop the compiler cannot
                  vectorise is reported.
+  --cxx CMD      the x86-64 compiler (default $CXX, else g++): run the check under another
+                 GCC or under clang, e.g. --cxx 'python3 -m ziglang c++ -target x86_64-linux-gnu'.
 Exit status 0 when every entry passes, 1 with one line per failure, 3 when a tool is
 missing (the message says which).
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -140,19 +143,20 @@ def include_flags(gen: Path, metal: Path) -> list[str]:
             f"-I{ROOT / 'csrc' / 'backend' / 'cpu'}", f"-I{ROOT / 'csrc'}"]
 
 
-def compiler_for(isa: str) -> list[str]:
+def compiler_for(isa: str, cxx: list[str] | None = None) -> list[str]:
+    """The compiler command for `isa`: for x86-64 `cxx` if given, else $CXX, else g++."""
     if isa == "arm64":
         try:
             import ziglang  # noqa: F401
         except ImportError:
             raise ToolMissing("the ziglang wheel (pip install ziglang) to cross-compile arm64")
         return [sys.executable, "-m", "ziglang", "c++", "-target", "aarch64-linux-gnu", "-g0"]
-    cxx = os.environ.get("CXX", "g++")
-    if shutil.which(cxx) is None:
-        raise ToolMissing(f"a C++ compiler ({cxx})")
+    cmd = cxx or shlex.split(os.environ.get("CXX", "g++"))
+    if shutil.which(cmd[0]) is None:
+        raise ToolMissing(f"a C++ compiler ({cmd[0]})")
     if shutil.which("objdump") is None:
         raise ToolMissing("objdump (binutils) to disassemble the x86-64 objects")
-    return [cxx]
+    return cmd
 
 
 def functions_x86(obj: Path) -> dict[str, list[str]]:
@@ -254,9 +258,9 @@ def judge(isa: str, instrs: list[str], moves: bool = False) -> str | None:
 
 
 def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], work: Path,
-              stems: list[str]) -> tuple[list[str], int]:
+              stems: list[str], cxx: list[str] | None = None) -> tuple[list[str], int]:
     """Failures for one ISA, and how many entries were checked."""
-    cc = compiler_for(isa)
+    cc = compiler_for(isa, cxx)
     isa_flags = [] if isa == "arm64" else flags.get(f"FM_ISA_FLAGS_{isa}", [])
     failures: list[str] = []
     checked = 0
@@ -287,9 +291,10 @@ def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], wor
     return failures, checked
 
 
-def run(isas: list[str], plants: list[str] | None = None,
-        keep: Path | None = None) -> tuple[list[str], dict[str, int]]:
-    """(failures, entries checked per ISA). Raises ToolMissing when a compiler or objdump is."""
+def run(isas: list[str], plants: list[str] | None = None, keep: Path | None = None,
+        cxx: list[str] | None = None) -> tuple[list[str], dict[str, int]]:
+    """(failures, entries checked per ISA). Raises ToolMissing when a compiler or objdump is.
+    `cxx`: the x86-64 compiler command (default $CXX, else g++)."""
     plants = plants or []
     flags = cmake_flags()
     tmp = tempfile.mkdtemp(prefix="fm_vec_") if keep is None else str(keep)
@@ -300,9 +305,9 @@ def run(isas: list[str], plants: list[str] | None = None,
         metal = work / "metal" if plants else ROOT / "metal"
         stems = ["elementwise"] if plants else ["elementwise", "numerics"]
         for isa in isas:
-            compiler_for(isa)  # fail early, before compiling anything
+            compiler_for(isa, cxx)  # fail early, before compiling anything
         with ThreadPoolExecutor(max_workers=2) as pool:
-            results = list(pool.map(lambda i: check_isa(i, gen, metal, flags, work, stems), isas))
+            results = list(pool.map(lambda i: check_isa(i, gen, metal, flags, work, stems, cxx), isas))
         failures = [f for fs, _ in results for f in fs]
         counts = {isa: n for isa, (_, n) in zip(isas, results)}
         return failures, counts
@@ -334,9 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isa", action="append", choices=ALL_ISAS)
     ap.add_argument("--plant", action="append")
     ap.add_argument("--keep", type=Path)
+    ap.add_argument("--cxx", help="x86-64 compiler command, e.g. 'g++-13' or "
+                    "'python -m ziglang c++ -target x86_64-linux-gnu' (default: $CXX, else g++)")
     args = ap.parse_args(argv)
     try:
-        failures, counts = run(args.isa or built_isas(), args.plant, args.keep)
+        failures, counts = run(args.isa or built_isas(), args.plant, args.keep,
+                              shlex.split(args.cxx) if args.cxx else None)
     except ToolMissing as e:
         print(f"check_vectorised: missing {e}", file=sys.stderr)
         return 3

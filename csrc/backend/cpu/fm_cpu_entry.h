@@ -14,6 +14,12 @@ template <typename Fn>
 inline void run_grid(const Launch& L, Fn&& f) {
   for (std::uint32_t z = L.lo.z; z < L.hi.z; ++z)
     for (std::uint32_t y = L.lo.y; y < L.hi.y; ++y)
+      // Grid threads are independent (a kernel racing between them is wrong on a GPU too),
+      // which `omp simd` states (-fopenmp-simd: no OpenMP runtime). It also lifts GCC's
+      // limit on the PHI arguments its if-conversion takes (4 by default): GCC 13's jump
+      // threading leaves more for the selects of pow and softplus, which otherwise stay
+      // branches and keep the loop scalar.
+#pragma omp simd
       for (std::uint32_t x = L.lo.x; x < L.hi.x; ++x) f(uvec3{x, y, z});
 }
 

@@ -1,4 +1,4 @@
-// Undo the keyword macros of compat/cpu/metal_stdlib, so code after the .metal file
+// Undo the keyword macros (and fma/rint) of compat/cpu/metal_stdlib, so code after the .metal file
 // (generated launch entries, system headers) sees ordinary C++ again.
 #pragma once
 #undef kernel
@@ -6,3 +6,5 @@
 #undef thread
 #undef constant
 #undef threadgroup
+#undef fma
+#undef rint

@@ -15,14 +15,16 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
+import time
 
 import numpy as np
 
 import fastmetal as fm
 
-from ._timing import fmt_ratio, fmt_time, machine_summary, median_time, mlx_or_none, torch_or_none
+from ._timing import fmt_ratio, fmt_time, machine_summary, mlx_or_none, torch_or_none
 
 PEERS = ("numpy", "torch", "mlx", "copy")
 
@@ -59,6 +61,34 @@ def cases(n: int, rng: np.random.Generator):
             "add (broadcast)": (lambda: fm.add(m, row), peers["add (broadcast)"])}
 
 
+def block_medians(fns: dict, budget_s: float, settle_s: float = 0.003, block_s: float = 0.005,
+                  max_rounds: int = 100) -> dict:
+    """{name: median seconds per call}, timed in interleaved rounds so that load from other
+    processes falls on each alike. Each round gives each function a block of calls: first
+    untimed ones for settle_s (on a 2-core machine the previous library's pool threads
+    still spin-wait for work for a while and take a core from this one's workers), then
+    timed ones for block_s (at least 3)."""
+    times = {k: [] for k in fns}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < 3 or (rounds < max_rounds and time.perf_counter() - start < budget_s * len(fns)):
+        for k, f in fns.items():
+            t_end = time.perf_counter() + settle_s
+            f()
+            while time.perf_counter() < t_end:
+                f()
+            t_end = time.perf_counter() + block_s
+            for i in range(1 << 30):
+                t0 = time.perf_counter()
+                f()
+                t1 = time.perf_counter()
+                times[k].append(t1 - t0)
+                if i >= 2 and t1 >= t_end:
+                    break
+        rounds += 1
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def runnable_isas() -> list[str]:
     """The CPU variants this machine can run, as fastmetal's dispatcher decides."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
@@ -85,10 +115,11 @@ def run(exponents, budget_s: float):
     for e in exponents:
         n = 2**e
         for name, (ours, peers) in cases(n, rng).items():
-            row = {"isa": fm._core._cpu_isa(), "op": name, "n": n,
-                   "fastmetal": median_time(ours, budget_s)}
-            for p in PEERS:
-                row[p] = median_time(peers[p], budget_s) if p in peers else None
+            fns = {"fastmetal": ours, **{p: peers[p] for p in PEERS if p in peers}}
+            times = block_medians(fns, budget_s)
+            row = {"isa": fm._core._cpu_isa(), "op": name, "n": n}
+            for k in ("fastmetal",) + PEERS:
+                row[k] = times.get(k)
             yield row
 
 

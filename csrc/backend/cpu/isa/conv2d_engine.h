@@ -222,41 +222,64 @@ constexpr auto dot_table(std::index_sequence<I...>) {
 // C[m][q] (m < M, q < nq) = bias[m] (or 0) + sum_k A(m, k) * src[off[k] + q]; src is
 // readable up to round_up(nq, NR). C is written only where q < nq unless `spill` (then whole
 // NR tiles are written: C has room up to round_up(nq, NR)).
-// K is split in blocks of KC so that the B rows one NR tile reads stay in L1 while every
-// strip of A streams past them.
+// K is split in blocks of KC (balanced, from K alone: every element of C is the same chain
+// of FMAs whatever the order below). Default order: per NR tile, every K block, so that the
+// B rows the tile reads stay in L1 while every strip of A streams past them. `k_outer`: per
+// K block, every tile, so that the block of A (M x KC) stays in L1/L2 while B streams past
+// once: for a long K with few rows (linear's 9216 inputs), where the default order would
+// stream all of A from memory once per tile.
 constexpr int KC = 128;
 inline void gemm_block(int M, int K, const float* Ap, const i64* off, const float* src, i64 nq,
                 float* C, i64 ldc, const float* bias = nullptr, bool spill = true,
-                bool accumulate = false) {
+                bool accumulate = false, bool k_outer = false) {
   static constexpr auto first = kern_table<false>(std::make_index_sequence<NV>{});
   static constexpr auto more = kern_table<true>(std::make_index_sequence<NV>{});
   static thread_local std::vector<float> tail;
   const int strips = int(ceil_div(M, MR));
   const int nkb = int(ceil_div(K, KC));
   const int kc = int(ceil_div(K, nkb));  // balanced blocks
-  for (i64 q = 0, w = NV; q < nq; q += w * VL) {
-    // Narrower tiles at the end; 4 vectors left go as 2 + 2, not 3 + 1 (a 1-vector tile is
-    // bound by its broadcasts).
+  // Tile widths: narrower tiles at the end; 4 vectors left go as 2 + 2, not 3 + 1 (a
+  // 1-vector tile is bound by its broadcasts).
+  auto width = [&](i64 q) {
     const i64 left = ceil_div(nq - q, VL);
-    w = left == 4 && NV == 3 ? 2 : std::min<i64>(NV, left);
-    const bool partial = !spill && q + w * VL > nq;
-    if (partial && accumulate) throw std::logic_error("gemm_block: accumulate needs spill");
-    if (partial && i64(tail.size()) < i64(strips) * MR * NR) tail.resize(std::size_t(strips) * MR * NR);
+    return left == 4 && NV == 3 ? i64(2) : std::min<i64>(NV, left);
+  };
+  // Only the last tile can be partial; it accumulates in `tail` (across K blocks too).
+  auto is_partial = [&](i64 q, i64 w) { return !spill && q + w * VL > nq; };
+  auto run = [&](i64 q, i64 w, int k0) {
+    const bool partial = is_partial(q, w);
     float* Ct = partial ? tail.data() : C + q;
     const i64 ld = partial ? NR : ldc;
-    for (int k0 = 0; k0 < K; k0 += kc) {
-      const int kn = std::min(kc, K - k0);
-      const auto& table = k0 == 0 && !accumulate ? first : more;
-      for (int s = 0; s < strips; ++s) {
-        const int m = std::min(MR, M - s * MR);
-        table[int(w) - 1][m - 1](kn, Ap + (i64(s) * K + k0) * MR, src + q, off + k0, Ct + i64(s) * MR * ld,
-                     ld, bias ? bias + s * MR : nullptr);
-      }
+    const int kn = std::min(kc, K - k0);
+    const auto& table = k0 == 0 && !accumulate ? first : more;
+    for (int s = 0; s < strips; ++s) {
+      const int m = std::min(MR, M - s * MR);
+      table[int(w) - 1][m - 1](kn, Ap + (i64(s) * K + k0) * MR, src + q, off + k0, Ct + i64(s) * MR * ld,
+                   ld, bias ? bias + s * MR : nullptr);
     }
-    if (partial)
-      for (int m = 0; m < M; ++m)
-        std::memcpy(C + m * ldc + q, Ct + m * NR, sizeof(float) * (nq - q));
+  };
+  auto flush = [&](i64 q) {
+    for (int m = 0; m < M; ++m) std::memcpy(C + m * ldc + q, tail.data() + m * NR, sizeof(float) * (nq - q));
+  };
+  i64 partial_q = -1;
+  for (i64 q = 0, w; q < nq; q += w * VL) {
+    w = width(q);
+    if (is_partial(q, w)) {
+      if (accumulate) throw std::logic_error("gemm_block: accumulate needs spill");
+      if (i64(tail.size()) < i64(strips) * MR * NR) tail.resize(std::size_t(strips) * MR * NR);
+      partial_q = q;
+    }
   }
+  if (k_outer) {
+    for (int k0 = 0; k0 < K; k0 += kc)
+      for (i64 q = 0, w; q < nq; q += w * VL) run(q, w = width(q), k0);
+  } else {
+    for (i64 q = 0, w; q < nq; q += w * VL) {
+      w = width(q);
+      for (int k0 = 0; k0 < K; k0 += kc) run(q, w, k0);
+    }
+  }
+  if (partial_q >= 0) flush(partial_q);
 }
 
 // Vector sums vacc[kb] (ceil(Nb / DNB) tiles of DMA x DNB x VL) += A_i . B_j over L, for

@@ -3,8 +3,9 @@
 // batched operands. Compiled once per ISA (see isa_dispatch.h).
 //
 // Per batch: A is packed into MR-row strips (any strides), B is copied into a row-padded
-// contiguous panel (the micro-kernel reads whole NR-wide vectors), then tiles of
-// kRowBlock rows x kColPanel columns run in parallel. Every element of C is the same
+// contiguous panel (the micro-kernel reads whole NR-wide vectors), then tiles of at most
+// kRowBlock rows x kColPanel columns (smaller when there would be fewer tiles than twice
+// the threads) run in parallel. Every element of C is the same
 // chain of FMAs over k whatever the tiling or the thread count, so results are bitwise
 // reproducible for any FASTMETAL_NUM_THREADS.
 #include "conv2d_engine.h"
@@ -92,11 +93,45 @@ i64 pack(const MatmulArgs& p, const float* A, const float* B, i64 b, Scratch& s,
   return ldb;
 }
 
-void tile(const MatmulArgs& p, const Scratch& s, i64 ldb, float* c, int m0, i64 n0) {
-  const int rows = std::min(kRowBlock, p.M - m0);
-  const i64 cols = std::min<i64>(kColPanel, p.N - n0);
+// How C is cut into tiles (rows x cols) for the threads. Results do not depend on it (only
+// the K blocks of gemm_block shape the sums, and they depend on K alone).
+struct Tiling {
+  int rows;
+  i64 cols;
+  i64 row_blocks, col_panels;
+  i64 count() const { return row_blocks * col_panels; }
+};
+Tiling tiling(const MatmulArgs& p, int threads) {
+  Tiling t{kRowBlock, kColPanel, 0, 0};
+  auto recount = [&] {
+    t.row_blocks = ceil_div(p.M, t.rows);
+    t.col_panels = ceil_div(p.N, t.cols);
+  };
+  recount();
+  // A product of few tiles (linear at a small batch: 64 x 128) is still cut for every
+  // thread: narrower panels first (each still 2 NR tiles wide), then fewer rows.
+  const i64 want = threads > 1 && p.batch < 2 * i64(threads) ? 2 * i64(threads) : 1;
+  while (t.count() < want && t.cols > 2 * NR) {
+    t.cols = round_up(t.cols / 2, NR);
+    recount();
+  }
+  while (t.count() < want && t.rows > 2 * MR) {
+    t.rows = int(round_up(t.rows / 2, MR));
+    recount();
+  }
+  return t;
+}
+
+void tile(const MatmulArgs& p, const Tiling& tl, const Scratch& s, i64 ldb, float* c, i64 t) {
+  const int m0 = int(t / tl.col_panels) * tl.rows;
+  const i64 n0 = (t % tl.col_panels) * tl.cols;
+  const int rows = std::min(tl.rows, p.M - m0);
+  const i64 cols = std::min<i64>(tl.cols, p.N - n0);
+  // A long K: keep each K block of the tile's A strips cached while B streams past
+  // (gemm_block's k_outer), rather than streaming all of A from memory once per NR tile.
+  const bool k_outer = i64(rows) * p.K * i64(sizeof(float)) > (i64(256) << 10);
   gemm_block(rows, p.K, s.ap.data() + i64(m0) * p.K, s.off.data(), s.bp.data() + n0, cols,
-             c + i64(m0) * p.N + n0, p.N, nullptr, /*spill=*/false);
+             c + i64(m0) * p.N + n0, p.N, nullptr, /*spill=*/false, /*accumulate=*/false, k_outer);
 }
 }  // namespace
 
@@ -107,26 +142,22 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
     std::fill(C, C + MN * p.batch, 0.f);
     return;
   }
-  const i64 row_blocks = ceil_div(p.M, kRowBlock), col_panels = ceil_div(p.N, kColPanel);
-  const i64 tiles = row_blocks * col_panels;
   auto& pool = ThreadPool::instance();
+  const Tiling tl = tiling(p, pool.num_threads());
+  const i64 tiles = tl.count();
   if (p.batch >= 2 * pool.num_threads() || tiles == 1) {
     // Many small products: one batch per task, all on that thread.
     pool.parallel_for(p.batch, [&](i64 b) {
       Scratch& s = thread_scratch();
       const i64 ldb = pack(p, A, B, b, s, false);
-      for (i64 t = 0; t < tiles; ++t)
-        tile(p, s, ldb, C + b * MN, int(t / col_panels) * kRowBlock, (t % col_panels) * kColPanel);
+      for (i64 t = 0; t < tiles; ++t) tile(p, tl, s, ldb, C + b * MN, t);
     });
     return;
   }
   Scratch shared;
   for (i64 b = 0; b < p.batch; ++b) {
     const i64 ldb = pack(p, A, B, b, shared, true);
-    pool.parallel_for(tiles, [&](i64 t) {
-      tile(p, shared, ldb, C + b * MN, int(t / col_panels) * kRowBlock,
-           (t % col_panels) * kColPanel);
-    });
+    pool.parallel_for(tiles, [&](i64 t) { tile(p, tl, shared, ldb, C + b * MN, t); });
   }
 }
 

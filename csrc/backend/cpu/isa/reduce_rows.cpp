@@ -79,6 +79,79 @@ inline float max_run(const float* x, i64 n, float sign, bool& nan) {
   return best;
 }
 
+// Index of the first NaN of x[0..n), or n: blocks of 16 tested with a vectorised flag.
+inline i64 first_nan(const float* x, i64 n) {
+  constexpr int L = 16;
+  i64 r = 0;
+  for (; r + L <= n; r += L) {
+    float any = 0.0f;
+    for (int j = 0; j < L; ++j) any = x[r + j] != x[r + j] ? 1.0f : any;
+    if (any != 0.0f) break;
+  }
+  for (; r < n; ++r)
+    if (x[r] != x[r]) return r;
+  return n;
+}
+
+// First index of the largest of Sign * x[0..n) (n < 2^31), or of its first NaN, in one
+// pass. Written with the compiler's vector types (GCC and clang), since the auto-vectoriser
+// turns the per-lane select of an index into branches: U independent chains of vectors
+// keep their best values, the indices where they were seen (a bitwise blend on the compare
+// mask) and a NaN mask. Ties between lanes go to the smallest index, so the answer is the
+// first occurrence; with every value -inf it is 0. `value`: the extreme of Sign * x, or NaN.
+#if defined(__AVX512F__)
+constexpr int AL = 16;
+#elif defined(__AVX2__)
+constexpr int AL = 8;
+#else
+constexpr int AL = 4;
+#endif
+typedef float VF __attribute__((vector_size(AL * 4)));
+typedef std::int32_t VI __attribute__((vector_size(AL * 4)));
+
+template <int Sign>
+i64 argmax_run(const float* x, i64 n, float& value) {
+  constexpr int U = 4;
+  VF b[U];
+  VI w[U], nan = {}, lane;
+  for (int j = 0; j < AL; ++j) lane[j] = j;
+  for (int u = 0; u < U; ++u) {
+    for (int j = 0; j < AL; ++j) b[u][j] = -INFINITY;
+    w[u] = VI{};
+  }
+  std::int32_t r = 0;
+  const std::int32_t nv = std::int32_t(n - n % (U * AL));
+  VI at_r = lane;  // the indices of the lanes of x[r..r + AL)
+  for (; r < nv; r += U * AL, at_r += U * AL)
+    for (int u = 0; u < U; ++u) {
+      VF v;
+      __builtin_memcpy(&v, x + r + u * AL, sizeof v);
+      if (Sign < 0) v = -v;
+      const VI gt = v > b[u];
+      nan |= v != v;
+      b[u] = (VF)(((VI)v & gt) | ((VI)b[u] & ~gt));
+      w[u] = ((at_r + u * AL) & gt) | (w[u] & ~gt);
+    }
+  float best = -INFINITY;
+  std::int32_t at = 0;
+  bool any_nan = false;
+  for (int j = 0; j < AL; ++j) any_nan = any_nan || nan[j] != 0;
+  for (int u = 0; u < U; ++u)
+    for (int j = 0; j < AL; ++j)
+      if (b[u][j] > best || (b[u][j] == best && w[u][j] < at)) best = b[u][j], at = w[u][j];
+  for (; r < n && !any_nan; ++r) {  // the tail, in order: later indices win only if larger
+    const float v = Sign > 0 ? x[r] : -x[r];
+    if (v != v) any_nan = true;
+    if (v > best) best = v, at = r;
+  }
+  if (any_nan) {
+    value = std::numeric_limits<float>::quiet_NaN();
+    return first_nan(x, n);
+  }
+  value = best;
+  return at;
+}
+
 template <class F>
 void sums(const Tiling& t, const float* x, const double* mean, F f, std::vector<double>& part) {
   t.run([&](i64 ob, i64 c, i64 r0, i64 r1, i64 i0, i64 i1) {
@@ -176,20 +249,11 @@ void arg_rows(int sign, const float* x, i64 outer, i64 R, i64 inner, i64* out) {
   std::vector<i64> where(best.size());
   // Scans ascending: the first NaN ends the scan, a value wins only if strictly better.
   t.run([&](i64 ob, i64 c, i64 r0, i64 r1, i64 i0, i64 i1) {
-    if (inner == 1) {  // a vectorised max, then a scan for its first occurrence (or a NaN)
-      const float* p = x + ob * R;
-      bool n = false;
-      const float b = max_run(p + r0, r1 - r0, s, n);
-      i64 w = r0;
-      for (i64 r = r0; r < r1; ++r) {
-        const float v = s * p[r];
-        if (n ? v != v : v == b) {
-          w = r;
-          break;
-        }
-      }
-      best[t.slot(ob, c, 0)] = n ? std::numeric_limits<float>::quiet_NaN() : b;
-      where[t.slot(ob, c, 0)] = w;
+    if (inner == 1) {  // one vectorised pass (tasks have at most 2^16 rows here)
+      float b;
+      const float* p = x + ob * R + r0;
+      where[t.slot(ob, c, 0)] = r0 + (sign > 0 ? argmax_run<1>(p, r1 - r0, b) : argmax_run<-1>(p, r1 - r0, b));
+      best[t.slot(ob, c, 0)] = b;
       return;
     }
     for (i64 i = i0; i < i1; ++i) {
