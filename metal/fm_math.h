@@ -42,6 +42,19 @@ FM_FUNC float fm_two_sum(float a, float b, thread float& err) {
   return s;
 }
 
+// e^r for |r| <= ln2/2: degree-7 Taylor in Horner form (truncation < 6e-9 relative);
+// shared by fm_exp_dd and fm_exp_nonpos, whose results must stay bit-identical.
+FM_FUNC float fm_exp_taylor7(float r) {
+  float p = 1.0f / 5040.0f;
+  p = fm_mad(p, r, 1.0f / 720.0f);
+  p = fm_mad(p, r, 1.0f / 120.0f);
+  p = fm_mad(p, r, 1.0f / 24.0f);
+  p = fm_mad(p, r, 1.0f / 6.0f);
+  p = fm_mad(p, r, 0.5f);
+  p = fm_mad(p, r, 1.0f);
+  return fm_mad(p, r, 1.0f);
+}
+
 // e^(x_hi + x_lo) with <= 2 ulp error over the whole float range (x_lo a small finite
 // correction, |x_lo| << ulp(x_hi); the caller replaces a non-finite one); exact
 // NaN/inf/underflow behaviour. Cody–Waite reduction x = n ln2 + r, |r| <= ln2/2 (ln2_hi
@@ -57,14 +70,7 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
   float r = xs - n * 0.693145751953125f;                        // exact (Sterbenz)
   r = r - n * 1.428606765330187045e-06f;
   r = r + metal::select(x_lo, 0.0f, clamped);
-  float p = 1.0f / 5040.0f;
-  p = fm_mad(p, r, 1.0f / 720.0f);
-  p = fm_mad(p, r, 1.0f / 120.0f);
-  p = fm_mad(p, r, 1.0f / 24.0f);
-  p = fm_mad(p, r, 1.0f / 6.0f);
-  p = fm_mad(p, r, 0.5f);
-  p = fm_mad(p, r, 1.0f);
-  p = fm_mad(p, r, 1.0f);
+  const float p = fm_exp_taylor7(r);
   const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);
   const int32_t n1 = ni / 2;
   const int32_t n2 = ni - n1;
@@ -89,14 +95,7 @@ FM_FUNC float fm_exp_nonpos(float v) {
   const float n = t - shifter;
   float r = xs - n * 0.693145751953125f;
   r = r - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 5040.0f;
-  p = fm_mad(p, r, 1.0f / 720.0f);
-  p = fm_mad(p, r, 1.0f / 120.0f);
-  p = fm_mad(p, r, 1.0f / 24.0f);
-  p = fm_mad(p, r, 1.0f / 6.0f);
-  p = fm_mad(p, r, 0.5f);
-  p = fm_mad(p, r, 1.0f);
-  p = fm_mad(p, r, 1.0f);
+  const float p = fm_exp_taylor7(r);
   const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);  // [-150, 0]
   const float scale = metal::as_type<float>((ni + (127 + 64)) << 23);
   return (p * scale) * 5.42101086242752217e-20f;  // 2^-64

@@ -38,19 +38,10 @@ class CommandTracker {
   template <typename Finished, typename Failure>
   void reap(Finished finished, Failure failure) {
     std::vector<Entry> done;  // destroyed after the lock is released
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      std::vector<Entry> running;
-      for (Entry& e : entries_) {
-        if (!finished(e.cb)) {
-          running.push_back(std::move(e));
-          continue;
-        }
-        if (unreported_error_.empty()) unreported_error_ = failure(e.cb);
-        done.push_back(std::move(e));
-      }
-      entries_.swap(running);
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    retire_finished(finished, done, [&](const Entry& e) {
+      if (unreported_error_.empty()) unreported_error_ = failure(e.cb);
+    });
   }
 
   // Blocks until everything committed before this call completed, then releases what has
@@ -73,18 +64,11 @@ class CommandTracker {
     std::vector<Entry> done;  // destroyed after the lock is released
     {
       std::lock_guard<std::mutex> lock(mu_);
-      std::vector<Entry> running;
-      for (Entry& e : entries_) {
-        if (!finished(e.cb)) {
-          running.push_back(std::move(e));
-          continue;
-        }
+      retire_finished(finished, done, [&](const Entry& e) {
         // A failure nobody waited on yet is reported by the next call.
         const bool waited = std::find(mine.begin(), mine.end(), e.cb) != mine.end();
         if (!waited && unreported_error_.empty()) unreported_error_ = failure(e.cb);
-        done.push_back(std::move(e));
-      }
-      entries_.swap(running);
+      });
     }
     return error;
   }
@@ -94,6 +78,22 @@ class CommandTracker {
     CommandBuffer cb;
     std::vector<Keep> keep;
   };
+  // With mu_ held: moves the completed entries into `done` (the caller destroys them after
+  // unlocking, since releasing a storage may take the GIL), calling retired(entry) on each.
+  template <typename Finished, typename Retired>
+  void retire_finished(Finished finished, std::vector<Entry>& done, Retired retired) {
+    std::vector<Entry> running;
+    for (Entry& e : entries_) {
+      if (!finished(e.cb)) {
+        running.push_back(std::move(e));
+        continue;
+      }
+      retired(e);
+      done.push_back(std::move(e));
+    }
+    entries_.swap(running);
+  }
+
   std::mutex mu_;
   std::vector<Entry> entries_;
   std::string unreported_error_;
