@@ -6,7 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SITE=build/asan-site
+mkdir -p build
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-sanitize=vptr -fno-omit-frame-pointer"
+# Without build isolation (so that the build dir is reused), the build backend must be in
+# this environment: pyproject.toml's [build-system] requires, read from there.
+python - <<'PY' > build/asan-requires.txt
+try:
+    import tomllib
+except ImportError:  # Python < 3.11: pip vendors the same parser
+    from pip._vendor import tomli as tomllib
+print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))
+PY
+python -m pip install -q -r build/asan-requires.txt
 python -m pip install -q --no-build-isolation --no-deps --upgrade --target "$SITE" \
   -Cbuild-dir=build/asan -Ccmake.define.FASTMETAL_CUDA=OFF -Ccmake.define.FASTMETAL_METAL=OFF \
   -Ccmake.define.FASTMETAL_CPU_ISAS=base \
