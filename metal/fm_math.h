@@ -97,7 +97,8 @@ FM_FUNC float fm_exp_nonpos(float v) {
   r = r - n * 1.428606765330187045e-06f;
   const float p = fm_exp_taylor7(r);
   const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);  // [-150, 0]
-  const float scale = metal::as_type<float>((ni + (127 + 64)) << 23);
+  // Shifted as unsigned: a NaN v makes ni garbage, and a signed shift of it would be UB.
+  const float scale = metal::as_type<float>(uint32_t(ni + (127 + 64)) << 23);
   return (p * scale) * 5.42101086242752217e-20f;  // 2^-64
 }
 
