@@ -37,4 +37,6 @@ if [ $# -eq 0 ]; then
   set -- tests/test_first_hour.py tests/test_bad_input_fuzz.py tests/test_property_fuzz.py \
          tests/test_arrays.py tests/test_conv2d_errors.py
 fi
-python -m pytest -q -p no:cacheprovider "$@"
+# --capture=sys: a sanitizer report is written to fd 2 by the dying process; fd-level capture
+# would swallow it.
+python -m pytest -q -p no:cacheprovider --capture=sys "$@"
