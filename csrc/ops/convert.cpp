@@ -5,11 +5,10 @@
 
 #include "convert_args.h"
 #include "core/errors.h"
+#include "ops/launch_pieces.h"
 
 namespace fm {
 namespace {
-
-constexpr std::int64_t kMaxGrid = std::numeric_limits<std::uint32_t>::max();
 
 // One launch per < 2**32 elements of `shape` (C order); strides[k] addresses operand k
 // (the last one is the output, written through the last buffer).
@@ -29,17 +28,8 @@ void launch_view(const std::string& kernel, std::vector<KernelArg> buffers, Shap
     a.shape[d] = shape[d];
     for (std::size_t k = 0; k < strides.size() && k < 3; ++k) a.strides[k][d] = strides[k][d];
   }
-  const std::int64_t n = numel(shape);
-  const std::uint32_t group = be.preferred_group_size(kernel);
-  for (std::int64_t done = 0; done < n; done += kMaxGrid) {
-    a.base = done;
-    Dispatch d;
-    d.grid[0] = std::uint32_t(std::min(kMaxGrid, n - done));
-    d.group[0] = group;
-    std::vector<KernelArg> args = buffers;
-    args.push_back(KernelArg::inline_bytes(&a, sizeof a));
-    be.launch(kernel, d, args);
-  }
+  launch_in_pieces(be, kernel, buffers, a, numel(shape),
+                   [](ViewArgs& args, std::int64_t base) { args.base = base; });
 }
 
 KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }

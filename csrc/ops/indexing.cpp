@@ -6,11 +6,10 @@
 #include "core/errors.h"
 #include "index_args.h"
 #include "ops/convert.h"
+#include "ops/launch_pieces.h"
 
 namespace fm {
 namespace {
-
-constexpr std::int64_t kMaxGrid = std::numeric_limits<std::uint32_t>::max();
 
 KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 
@@ -58,16 +57,8 @@ TakeArgs take_args(const Array& x, int axis, const Array& idx, const Strides& va
 
 void launch_take_args(Backend& be, const std::string& kernel, const std::vector<KernelArg>& bufs,
                       TakeArgs a, std::int64_t n) {
-  const std::uint32_t group = be.preferred_group_size(kernel);
-  for (std::int64_t done = 0; done < n; done += kMaxGrid) {
-    a.view.base = done;
-    Dispatch d;
-    d.grid[0] = std::uint32_t(std::min(kMaxGrid, n - done));
-    d.group[0] = group;
-    std::vector<KernelArg> args = bufs;
-    args.push_back(KernelArg::inline_bytes(&a, sizeof a));
-    be.launch(kernel, d, args);
-  }
+  launch_in_pieces(be, kernel, bufs, a, n,
+                   [](TakeArgs& args, std::int64_t base) { args.view.base = base; });
 }
 
 Shape result_shape(const Array& x, int axis, const Array& idx) {
