@@ -1,6 +1,8 @@
 #include "shape.h"
 
+#include <array>
 #include <sstream>
+#include <vector>
 
 #include "errors.h"
 
@@ -69,24 +71,27 @@ Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shap
   return out;
 }
 
-void merge_dims(Shape& shape, std::vector<Strides*> strides) {
+void merge_dims(Shape& shape, Strides* const* strides, std::size_t count) {
   Shape ms;
-  std::vector<Strides> mst(strides.size());
+  // Merged strides of each operand: inline for the usual few operands (no allocation).
+  std::array<Strides, 4> inline_mst;
+  std::vector<Strides> heap_mst(count > inline_mst.size() ? count : 0);
+  Strides* mst = count > inline_mst.size() ? heap_mst.data() : inline_mst.data();
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 1) continue;
     bool can_merge = !ms.empty();
-    for (std::size_t k = 0; k < strides.size() && can_merge; ++k)
+    for (std::size_t k = 0; k < count && can_merge; ++k)
       can_merge = mst[k].back() == (*strides[k])[i] * shape[i];
     if (can_merge) {
       ms.back() *= shape[i];
-      for (std::size_t k = 0; k < strides.size(); ++k) mst[k].back() = (*strides[k])[i];
+      for (std::size_t k = 0; k < count; ++k) mst[k].back() = (*strides[k])[i];
     } else {
       ms.push_back(shape[i]);
-      for (std::size_t k = 0; k < strides.size(); ++k) mst[k].push_back((*strides[k])[i]);
+      for (std::size_t k = 0; k < count; ++k) mst[k].push_back((*strides[k])[i]);
     }
   }
   shape = ms;
-  for (std::size_t k = 0; k < strides.size(); ++k) *strides[k] = mst[k];
+  for (std::size_t k = 0; k < count; ++k) *strides[k] = mst[k];
 }
 
 }  // namespace fm

@@ -1,14 +1,19 @@
 // Shapes and strides: broadcasting and merging of dimensions, written once for all backends.
 // Strides are in elements and may be negative or zero (broadcast).
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "small_vector.h"
+
 namespace fm {
 
-using Shape = std::vector<std::int64_t>;
-using Strides = std::vector<std::int64_t>;
+// Inline up to 6 dimensions (no allocation for the shapes ops actually see).
+using Shape = SmallVector<std::int64_t, 6>;
+using Strides = SmallVector<std::int64_t, 6>;
 
 std::int64_t numel(const Shape& shape);
 // True where an array of `shape` with `itemsize`-byte elements has a byte count that fits a
@@ -25,6 +30,12 @@ Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shap
 
 // Merge dimensions that are contiguous with each other in *every* operand and drop
 // size-1 dims, so kernels see as few dims as possible. Updates all stride sets in place.
-void merge_dims(Shape& shape, std::vector<Strides*> strides);
+void merge_dims(Shape& shape, Strides* const* strides, std::size_t count);
+inline void merge_dims(Shape& shape, std::initializer_list<Strides*> strides) {
+  merge_dims(shape, strides.begin(), strides.size());
+}
+inline void merge_dims(Shape& shape, const std::vector<Strides*>& strides) {
+  merge_dims(shape, strides.data(), strides.size());
+}
 
 }  // namespace fm

@@ -35,7 +35,7 @@ struct Output {
 // user's memory unless its dtype differs or it partially overlaps an input, in which case
 // a temporary is used (never corrupt an input mid-computation).
 Output place_output(const std::string& op, py::handle out, Backend& backend, const Shape& shape,
-                    DType dtype, const std::vector<std::pair<Array, Shape>>& inputs) {
+                    DType dtype, std::initializer_list<const Array*> inputs) {
   Output o;
   o.user = py::reinterpret_borrow<py::object>(out);
   if (out.is_none()) {
@@ -84,10 +84,10 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
                       static_cast<const char*>(py::reinterpret_borrow<py::array>(out).data());
     if (o.user_array.dtype == dtype && shares_memory) {
       bool clash = false;
-      for (auto& [in, in_shape] : inputs) {
-        Array view = in;
+      for (const Array* in : inputs) {
+        Array view = *in;
         view.shape = shape;
-        view.strides = broadcast_strides(in.shape, in.strides, shape);
+        view.strides = broadcast_strides(in->shape, in->strides, shape);
         if (may_overlap(view, o.user_array) && !same_view(view, o.user_array)) clash = true;
       }
       if (!clash) {
@@ -153,7 +153,7 @@ py::object unary(const std::string& op, py::handle x, py::handle out) {
     if (!out.is_none()) return py::reinterpret_borrow<py::object>(out);
     return wrap_result(std::move(r), fm_result);
   }
-  Output o = place_output(op, out, backend, xa.shape, xa.dtype, {{xa, xa.shape}});
+  Output o = place_output(op, out, backend, xa.shape, xa.dtype, {&xa});
   run_maybe_without_gil(o.target.size(), [&] {
     launch_unary(op, xa, o.target);
     backend.end_op();
@@ -244,7 +244,7 @@ py::object binary(const std::string& op, py::handle x, py::handle y, py::handle 
   Array xa = to_array(x, backend, op, "x", dtype);
   Array ya = to_array(y, backend, op, "y", dtype);
   const Shape shape = broadcast_shapes(xa.shape, ya.shape, op);
-  Output o = place_output(op, out, backend, shape, dtype, {{xa, xa.shape}, {ya, ya.shape}});
+  Output o = place_output(op, out, backend, shape, dtype, {&xa, &ya});
   run_maybe_without_gil(o.target.size(), [&] {
     launch_binary(op, xa, ya, o.target);
     backend.end_op();

@@ -115,17 +115,17 @@ std::string not_an_array_message(py::handle obj, const py::error_already_set& e,
                  ": ", why, ")");
 }
 
-bool any_array(const std::vector<py::handle>& objs) {
-  for (auto o : objs)
-    if (o && is_array(o)) return true;
+bool any_array(const py::handle* objs, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i)
+    if (objs[i] && is_array(objs[i])) return true;
   return false;
 }
 
-Backend& pick_backend(const std::string& op,
-                      const std::vector<std::pair<const char*, py::handle>>& args) {
+Backend& pick_backend(const std::string& op, const NamedArg* args, std::size_t count) {
   Backend* chosen = nullptr;
   const char* chosen_arg = nullptr;
-  for (auto& [name, obj] : args) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto& [name, obj] = args[i];
     if (!obj || !is_array(obj)) continue;
     Backend& b = obj.cast<const Array&>().backend();
     if (chosen && chosen != &b)

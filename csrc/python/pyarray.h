@@ -8,13 +8,22 @@
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/array.h"
 #include "core/errors.h"
+
+// Shapes and strides (fm::SmallVector) cross into Python as lists, as std::vector did.
+namespace pybind11::detail {
+template <typename T, std::size_t N>
+struct type_caster<fm::SmallVector<T, N>> : list_caster<fm::SmallVector<T, N>, T> {};
+}  // namespace pybind11::detail
 
 namespace fm::python {
 namespace py = pybind11;
@@ -36,8 +45,21 @@ std::string not_an_array_message(py::handle obj, const py::error_already_set& e,
 
 // The device an op runs on: that of its fastmetal.Array arguments (which must agree),
 // else the default device.
-Backend& pick_backend(const std::string& op, const std::vector<std::pair<const char*, py::handle>>& args);
-bool any_array(const std::vector<py::handle>& objs);
+using NamedArg = std::pair<const char*, py::handle>;
+Backend& pick_backend(const std::string& op, const NamedArg* args, std::size_t count);
+inline Backend& pick_backend(const std::string& op, std::initializer_list<NamedArg> args) {
+  return pick_backend(op, args.begin(), args.size());
+}
+inline Backend& pick_backend(const std::string& op, const std::vector<NamedArg>& args) {
+  return pick_backend(op, args.data(), args.size());
+}
+bool any_array(const py::handle* objs, std::size_t count);
+inline bool any_array(std::initializer_list<py::handle> objs) {
+  return any_array(objs.begin(), objs.size());
+}
+inline bool any_array(const std::vector<py::handle>& objs) {
+  return any_array(objs.data(), objs.size());
+}
 
 // Dtype an array-like would have inside fastmetal (TypeError for unsupported dtypes).
 DType native_dtype_of(py::handle obj, const std::string& op, const char* arg);
