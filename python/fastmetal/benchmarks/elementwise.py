@@ -139,6 +139,7 @@ def run_isa_child(isa: str, sizes: str, budget: float):
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(prog="python -m fastmetal bench elementwise", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    fm.set_default_device("cpu")  # the CPU kernels, also on a machine with a GPU
     ap.add_argument("--sizes", default="10,12,14,16,18,20,22,24",
                     help="comma-separated exponents: n = 2**e elements (default %(default)s)")
     ap.add_argument("--budget", type=float, default=0.3, help="seconds per measurement")
