@@ -320,6 +320,24 @@ def test_cross_entropy_on_device_arrays(device, rng):
     assert loss.shape == () and grad.shape == (4, 10) and grad.device == device
 
 
+def test_cross_entropy_takes_int64_array_labels(device, rng):
+    """Labels that are an int64 Array on the device (e.g. from argmax) give what NumPy labels
+    give; their range is still checked; float Arrays are refused, naming their dtype."""
+    x = (rng.standard_normal((9, 5)) * 3).astype(np.float32)
+    labels = rng.integers(0, 5, 9)
+    loss, grad = fm.cross_entropy(fm.asarray(x), fm.asarray(labels, dtype="int64"))
+    rl, rg = cross_entropy_reference(x, labels)
+    np.testing.assert_allclose(float(host(loss)), rl, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(host(grad), rg, rtol=1e-5, atol=1e-7)
+    picked = fm.argmax(fm.asarray(x), axis=1)
+    np.testing.assert_allclose(float(host(fm.cross_entropy(x, picked)[0])),
+                               cross_entropy_reference(x, x.argmax(1))[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"labels in \[0, 5\), got 7"):
+        fm.cross_entropy(x, fm.asarray(np.array([7] * 9), dtype="int64"))
+    with pytest.raises(TypeError, match="got a float32 fastmetal.Array"):
+        fm.cross_entropy(x, fm.asarray(labels.astype(np.float32)))
+
+
 @pytest.mark.parametrize("logits,labels,err,match", [
     (np.zeros((2, 3)), np.array([0, 3]), ValueError, r"labels in \[0, 3\), got 3"),
     (np.zeros((2, 3)), np.array([-1, 0]), ValueError, r"labels in \[0, 3\), got -1"),

@@ -140,8 +140,13 @@ def log_softmax_backward(grad_output, output, axis=-1):
 
 def _labels(labels, op):
     if isinstance(labels, _core.Array):
-        raise TypeError(f"[fastmetal.{op}] expected labels as integers (a NumPy array or a "
-                        "sequence), got a float32 fastmetal.Array")
+        if labels.dtype != np.int64:
+            raise TypeError(f"[fastmetal.{op}] expected labels as integers (a NumPy array, a "
+                            f"sequence or an int64 fastmetal.Array), got a {labels.dtype} "
+                            "fastmetal.Array")
+        # Read on the host: their range is checked there before any kernel indexes with them
+        # (on a GPU this waits for the work that computes them).
+        return labels.numpy()
     arr = np.asarray(labels)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"[fastmetal.{op}] expected labels with an integer dtype, "
