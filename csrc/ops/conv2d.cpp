@@ -119,9 +119,12 @@ std::uint32_t gemm_threads(Backend& b, const std::string& kernel, const GemmTile
   return n;
 }
 
+// Grid z = batches * splits: `batches` products side by side (the groups, or Winograd's
+// 16 transform points), each split into `splits` K ranges.
 void launch_gemm(Backend& b, const char* base, const GemmTile& tile, const Conv2dArgs& a,
                  std::int64_t rows, std::int64_t cols, std::int64_t splits,
-                 const std::vector<KernelArg>& buffers, std::uint32_t flags) {
+                 const std::vector<KernelArg>& buffers, std::uint32_t flags,
+                 std::int64_t batches) {
   const std::string kernel = std::string(base) + tile.suffix;
   const std::uint64_t col_tiles = ceil_div(cols, tile.cols);
   const std::uint32_t t = gemm_threads(b, kernel, tile, col_tiles);
@@ -129,7 +132,7 @@ void launch_gemm(Backend& b, const char* base, const GemmTile& tile, const Conv2
   d.group[0] = t;
   d.grid[0] = std::uint32_t(col_tiles * t);
   d.grid[1] = ceil_div(rows, tile.rows);
-  d.grid[2] = std::uint32_t(a.groups * splits);
+  d.grid[2] = std::uint32_t(batches * splits);
   std::vector<KernelArg> args = buffers;
   args.push_back(bytes(&a, sizeof a));
   args.push_back(bytes(&flags, sizeof flags));
@@ -154,6 +157,143 @@ void launch_reduce(Backend& b, const std::string& kernel, const Conv2dArgs& a,
   d.group[0] = t;
   d.grid[0] = std::uint32_t(std::uint64_t(outputs) * t);
   b.launch(kernel, d, {buf(gy), buf(x), buf(out), bytes(&a, sizeof a)});
+}
+
+// The weight gradients' K splits: the output is small and K long, so split K until there
+// are about `fill` groups, keeping at least 8 slices of K per split; every split owns
+// at least one slice (the kernel rounds slices per split up). `out_size` elements per split
+// must stay indexable. FASTMETAL_CONV_SPLITS=N forces N (tuning hook).
+std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t depth,
+                         std::int64_t out_size, std::int64_t fill = kFillGroups) {
+  const std::int64_t slices = (depth + tile.depth - 1) / tile.depth;
+  std::int64_t splits = std::min<std::int64_t>({(fill + tiles - 1) / tiles, slices / 8,
+                                                128, kMaxIndex / out_size});
+  if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
+    splits = std::min<std::int64_t>(std::atoll(env), kMaxIndex / out_size);
+  splits = std::max<std::int64_t>(splits, 1);
+  const std::int64_t per_split = (slices + splits - 1) / splits;
+  return (slices + per_split - 1) / per_split;
+}
+
+// ---- Winograd F(2x2, 3x3) (metal/conv_winograd.metal; docs/gpu_kernels.md says why and
+// where). Four launches: weight transform, input transform, 16 GEMMs (one launch), output
+// transform; the transformed tensors are pool buffers that live until the launches that
+// read them have run (the backend keeps them alive; nothing here waits).
+
+// Stride 1, dilation 1, 3x3, one group: the shapes F(2x2, 3x3) computes.
+bool winograd_shape(const Conv2dArgs& a) {
+  return a.kH == 3 && a.kW == 3 && a.stride_h == 1 && a.stride_w == 1 && a.dil_h == 1 &&
+         a.dil_w == 1 && a.groups == 1;
+}
+
+std::int64_t winograd_tile_count(const Conv2dArgs& a) {
+  return std::int64_t(a.N) * ((a.H_out + 1) / 2) * ((a.W_out + 1) / 2);
+}
+
+// The transformed tensors (16 x channels x tiles) must be indexable with 32 bits.
+bool winograd_fits(const Conv2dArgs& a) {
+  const std::int64_t tiles = winograd_tile_count(a);
+  return 16 * std::max(a.C_in, a.C_out) * tiles <= kMaxIndex &&
+         16 * std::int64_t(a.C_in) * a.C_out <= kMaxIndex;
+}
+
+// FASTMETAL_CONV_ALGO=gemm|winograd forces the algorithm where Winograd applies (tests,
+// tour, benchmark); anything else (or unset) lets the host choose.
+int forced_algo() {
+  const char* env = std::getenv("FASTMETAL_CONV_ALGO");
+  if (env == nullptr) return -1;
+  if (std::strcmp(env, "gemm") == 0) return 0;
+  if (std::strcmp(env, "winograd") == 0) return 1;
+  return -1;
+}
+
+// Winograd where it applies and was measured faster: discrete GPUs (an H100, BENCHMARKS.md),
+// forward and input gradient with at least 16 channels on both sides (below that the
+// transforms' memory traffic outweighs the saved multiplications), weight gradient with at
+// least 64 (MNIST's 32 -> 64 layer measured 0.156 ms implicit GEMM, 0.170 ms Winograd: the
+// 64x64 product per transform point is too small to fill the GPU). Devices whose memory
+// the host sees (Apple GPUs, not measured yet; the CPU, which runs these kernels only in
+// tests) keep the implicit GEMM.
+enum class ConvPass { forward, input_grad, weight_grad };
+
+bool use_winograd(Backend& b, const Conv2dArgs& a, ConvPass pass) {
+  if (!winograd_shape(a) || !winograd_fits(a) || a.N == 0) return false;
+  const int forced = forced_algo();
+  if (forced >= 0) return forced == 1;
+  if (b.host_visible()) return false;
+  const std::int32_t least = pass == ConvPass::weight_grad ? 64 : 16;
+  return a.C_in >= least && a.C_out >= least;
+}
+
+Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t count,
+                            std::int64_t channels) {
+  Dispatch d;
+  d.grid[0] = std::uint32_t(count);
+  d.grid[1] = std::uint32_t(channels);
+  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(kernel), count));
+  return d;
+}
+
+// y = conv(x, w) (+ bias) for a Winograd shape `a`; `flip`: w is the layer weight of the
+// input gradient whose equivalent forward convolution `a` describes (see the kernels).
+void winograd_forward(Backend& b, const Conv2dArgs& a, const Array& x, const Array& w,
+                      const KernelArg& bias_arg, std::uint32_t bias_flag, bool flip,
+                      const Array& y) {
+  const std::int64_t tiles = winograd_tile_count(a);
+  Array u = Array::empty(b, {16, a.C_out, a.C_in}, DType::float32);
+  Array v = Array::empty(b, {16, a.C_in, tiles}, DType::float32);
+  Array m = Array::empty(b, {16, a.C_out, tiles}, DType::float32);
+  const std::uint32_t wflags = flip ? 1u : 0u;
+  const std::string wk = "conv2d_winograd_weight", ik = "conv2d_winograd_input",
+                    ok = "conv2d_winograd_output";
+  b.launch(wk, transform_dispatch(b, wk, std::int64_t(a.C_out) * a.C_in, 1),
+           {buf(w), buf(u), bytes(&a, sizeof a), bytes(&wflags, sizeof wflags)});
+  b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
+  launch_gemm(b, "conv2d_winograd_gemm", choose_tile(b, a.C_out, tiles, 16), a, a.C_out, tiles,
+              1, {buf(u), buf(v), buf(u), buf(m)}, 0, 16);
+  b.launch(ok, transform_dispatch(b, ok, tiles, a.C_out),
+           {buf(m), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&bias_flag, sizeof bias_flag)});
+}
+
+// The input gradient of a stride-1 3x3 convolution is the forward convolution of gy with
+// the weight rotated by 180 degrees, channels swapped, padding 2 - pad (negative: a crop).
+Conv2dArgs input_gradient_as_forward(const Conv2dArgs& a) {
+  Conv2dArgs e = a;
+  e.C_in = a.C_out;
+  e.C_out = a.C_in;
+  e.H = a.H_out;
+  e.W = a.W_out;
+  e.H_out = a.H;
+  e.W_out = a.W;
+  e.pad_h = a.kH - 1 - a.pad_h;
+  e.pad_w = a.kW - 1 - a.pad_w;
+  return e;
+}
+
+void winograd_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, const Array& x,
+                              const Array& gw) {
+  const std::int64_t tiles = winograd_tile_count(a);
+  Array v = Array::empty(b, {16, a.C_in, tiles}, DType::float32);
+  Array z = Array::empty(b, {16, a.C_out, tiles}, DType::float32);
+  const std::string ik = "conv2d_winograd_input", zk = "conv2d_winograd_grad_output",
+                    gk = "conv2d_winograd_weight_grad";
+  b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
+  b.launch(zk, transform_dispatch(b, zk, tiles, a.C_out), {buf(gy), buf(z), bytes(&a, sizeof a)});
+  // At most 64 input channels (columns): a 128-wide tile would idle half or more of its
+  // columns, so discrete GPUs take 64x64 there. The groups are split over the tiles (K) to
+  // twice kFillGroups: the K range stays long (hundreds of tiles per split).
+  const GemmTile& tile = forced_tile() < 0 && !b.host_visible() && a.C_out > 32 && a.C_in <= 64
+                             ? kTiles[kTile64x64]
+                             : choose_tile(b, a.C_out, a.C_in, 16);
+  const std::int64_t per_point = std::int64_t(a.C_out) * a.C_in;
+  const std::int64_t splits = split_count(tile, tile_count(tile, a.C_out, a.C_in, 16), tiles,
+                                          16 * per_point, 2 * kFillGroups);
+  Array du = Array::empty(b, {splits, 16, a.C_out, a.C_in}, DType::float32);
+  launch_gemm(b, "conv2d_winograd_weight_gemm", tile, a, a.C_out, a.C_in, splits,
+              {buf(z), buf(v), buf(z), buf(du)}, 0, 16);
+  const std::uint32_t n_splits = std::uint32_t(splits);
+  b.launch(gk, transform_dispatch(b, gk, per_point, 1),
+           {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
 }
 
 }  // namespace
@@ -323,9 +463,11 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
              {buf(x), buf(w), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&flags, sizeof flags)});
     return;
   }
+  if (use_winograd(b, a, ConvPass::forward))
+    return winograd_forward(b, a, x, w, bias_arg, flags, false, y);
   const std::int64_t cols = std::int64_t(a.N) * a.H_out * a.W_out;
   launch_gemm(b, "conv2d_forward", choose_tile(b, cout_g, cols, a.groups), a, cout_g, cols, 1,
-              {buf(w), buf(x), bias_arg, buf(y)}, flags);
+              {buf(w), buf(x), bias_arg, buf(y)}, flags, a.groups);
 }
 
 void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
@@ -341,9 +483,14 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
              {buf(gy), buf(w), buf(gx), bytes(&a, sizeof a)});
     return;
   }
+  if (a.N > 0 && winograd_shape(a)) {
+    const Conv2dArgs e = input_gradient_as_forward(a);
+    if (use_winograd(b, e, ConvPass::input_grad))
+      return winograd_forward(b, e, gy, w, buf(w), 0, true, gx);
+  }
   const std::int64_t cols = std::int64_t(a.N) * a.H * a.W;
   launch_gemm(b, "conv2d_backward_input", choose_tile(b, cin_g, cols, a.groups), a, cin_g, cols,
-              1, {buf(w), buf(gy), buf(w), buf(gx)}, 0);
+              1, {buf(w), buf(gy), buf(w), buf(gx)}, 0, a.groups);
 }
 
 void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
@@ -358,30 +505,21 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
     return;
   }
+  if (use_winograd(b, a, ConvPass::weight_grad))
+    return winograd_backward_weight(b, a, gy, x, gw);
   const std::int64_t cols = cin_g * a.kH * a.kW;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
-  // The output is small and K long: take the tile whose groups fill the GPU best once K
-  // is split, and split K until there are about kFillGroups groups, keeping at least 8
-  // slices of K per split.
   const GemmTile& tile = choose_tile(b, cout_g, cols, a.groups);
-  const std::int64_t tiles = tile_count(tile, cout_g, cols, a.groups);
-  const std::int64_t slices = (depth + tile.depth - 1) / tile.depth;
-  std::int64_t splits = std::min<std::int64_t>({(kFillGroups + tiles - 1) / tiles, slices / 8,
-                                                128, kMaxIndex / gw.size()});
-  if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
-    splits = std::min<std::int64_t>(std::atoll(env), kMaxIndex / gw.size());  // tuning hook
-  splits = std::max<std::int64_t>(splits, 1);
-  // Every split must own at least one slice (the kernel rounds slices per split up).
-  const std::int64_t per_split = (slices + splits - 1) / splits;
-  splits = (slices + per_split - 1) / per_split;
+  const std::int64_t splits =
+      split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth, gw.size());
   if (splits == 1) {
     launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, 1,
-                {buf(gy), buf(x), buf(gy), buf(gw)}, 0);
+                {buf(gy), buf(x), buf(gy), buf(gw)}, 0, a.groups);
     return;
   }
   Array ws = Array::empty(b, {splits, gw.size()}, DType::float32);
   launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits,
-              {buf(gy), buf(x), buf(gy), buf(ws)}, 0);
+              {buf(gy), buf(x), buf(gy), buf(ws)}, 0, a.groups);
   const std::uint32_t n_splits = std::uint32_t(splits);
   const std::string sum = "conv2d_sum_splits";
   Dispatch d;
