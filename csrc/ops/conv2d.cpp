@@ -163,10 +163,14 @@ void launch_reduce(Backend& b, const std::string& kernel, const Conv2dArgs& a,
 // are about `fill` groups, keeping at least 8 slices of K per split; every split owns
 // at least one slice (the kernel rounds slices per split up). `out_size` elements per split
 // must stay indexable. FASTMETAL_CONV_SPLITS=N forces N (tuning hook).
+// `one_wave`: at most `fill` groups (rounding the split count down), for a fill that is the
+// number of groups the GPU holds at once, so no second, mostly empty wave follows.
 std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t depth,
-                         std::int64_t out_size, std::int64_t fill = kFillGroups) {
+                         std::int64_t out_size, std::int64_t fill = kFillGroups,
+                         bool one_wave = false) {
   const std::int64_t slices = (depth + tile.depth - 1) / tile.depth;
-  std::int64_t splits = std::min<std::int64_t>({(fill + tiles - 1) / tiles, slices / 8,
+  const std::int64_t per_fill = one_wave ? fill / tiles : (fill + tiles - 1) / tiles;
+  std::int64_t splits = std::min<std::int64_t>({per_fill, slices / 8,
                                                 128, kMaxIndex / out_size});
   if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
     splits = std::min<std::int64_t>(std::atoll(env), kMaxIndex / out_size);
@@ -234,6 +238,20 @@ Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t 
   return d;
 }
 
+// The 16 products' tile. Products of at most 64 rows on discrete GPUs take 64x128 or
+// 64x64 (both 128 threads), whichever leaves the last wave of groups fuller (2 * kFillGroups
+// groups of 128 threads in flight on an H100); measured (--conv-sweep, BENCHMARKS.md): MNIST
+// conv2's 9,216 tiles run 6% faster on 64x64, ResNet-50 layer1's 25,088 on 64x128.
+const GemmTile& winograd_tile(Backend& b, std::int64_t rows, std::int64_t cols) {
+  const GemmTile& t = choose_tile(b, rows, cols, 16);
+  if (forced_tile() >= 0 || b.host_visible() || &t != &kTiles[kTile64x128]) return t;
+  const auto fullness = [&](const GemmTile& c) {
+    const std::int64_t n = tile_count(c, rows, cols, 16), slots = 2 * kFillGroups;
+    return double(n) / double((n + slots - 1) / slots * slots);
+  };
+  return fullness(kTiles[kTile64x64]) > fullness(t) + 0.05 ? kTiles[kTile64x64] : t;
+}
+
 // y = conv(x, w) (+ bias) for a Winograd shape `a`; `flip`: w is the layer weight of the
 // input gradient whose equivalent forward convolution `a` describes (see the kernels).
 void winograd_forward(Backend& b, const Conv2dArgs& a, const Array& x, const Array& w,
@@ -249,8 +267,8 @@ void winograd_forward(Backend& b, const Conv2dArgs& a, const Array& x, const Arr
   b.launch(wk, transform_dispatch(b, wk, std::int64_t(a.C_out) * a.C_in, 1),
            {buf(w), buf(u), bytes(&a, sizeof a), bytes(&wflags, sizeof wflags)});
   b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
-  launch_gemm(b, "conv2d_winograd_gemm", choose_tile(b, a.C_out, tiles, 16), a, a.C_out, tiles,
-              1, {buf(u), buf(v), buf(u), buf(m)}, 0, 16);
+  launch_gemm(b, "conv2d_winograd_gemm", winograd_tile(b, a.C_out, tiles), a, a.C_out, tiles, 1,
+              {buf(u), buf(v), buf(u), buf(m)}, 0, 16);
   b.launch(ok, transform_dispatch(b, ok, tiles, a.C_out),
            {buf(m), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&bias_flag, sizeof bias_flag)});
 }
@@ -280,14 +298,18 @@ void winograd_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, 
   b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
   b.launch(zk, transform_dispatch(b, zk, tiles, a.C_out), {buf(gy), buf(z), bytes(&a, sizeof a)});
   // At most 64 input channels (columns): a 128-wide tile would idle half or more of its
-  // columns, so discrete GPUs take 64x64 there. The groups are split over the tiles (K) to
-  // twice kFillGroups: the K range stays long (hundreds of tiles per split).
+  // columns, so discrete GPUs take 64x64 there. K (the tiles) is split into as many parts
+  // as fit one wave: kFillGroups groups of 256 threads or twice as many of 128 (an H100
+  // holds 2 or 4 of them per multiprocessor). Measured with --conv-sweep (64x128 tiles):
+  // ResNet-50 layer3 39 effective TFLOP/s at 4 splits (512 groups), 31 at 5 (640: a second
+  // wave); layer2 31 at 16 splits (512), 25 at 17 (544).
   const GemmTile& tile = forced_tile() < 0 && !b.host_visible() && a.C_out > 32 && a.C_in <= 64
                              ? kTiles[kTile64x64]
                              : choose_tile(b, a.C_out, a.C_in, 16);
   const std::int64_t per_point = std::int64_t(a.C_out) * a.C_in;
   const std::int64_t splits = split_count(tile, tile_count(tile, a.C_out, a.C_in, 16), tiles,
-                                          16 * per_point, 2 * kFillGroups);
+                                          16 * per_point, kFillGroups * 256 / tile.threads,
+                                          true);
   Array du = Array::empty(b, {splits, 16, a.C_out, a.C_in}, DType::float32);
   launch_gemm(b, "conv2d_winograd_weight_gemm", tile, a, a.C_out, a.C_in, splits,
               {buf(z), buf(v), buf(z), buf(du)}, 0, 16);
