@@ -5,14 +5,18 @@ torch autograd, on every device (on cpu: the MSL kernels under the fiber emulato
 CPU's own conv engine has no Winograd path), with the algorithm forced through
 FASTMETAL_CONV_ALGO=winograd.
 
-Tolerance: the shared bound of references.assert_close, |got - want| <= 1e-4 * scale, scale
-the same convolution of |x| and |w|. F(2x2, 3x3) rounds differently from the direct sum:
-its error is at most (terms + ~10) * eps times the convolution of |x| and |w| through the
-absolute transform matrices |A^T|, |G|, |B^T|, which is at most ~7x `scale` (2.7x per axis:
-a tap's weight enters up to three transform points, each scaled by at most 1), so for the
-channel counts here (< 100 terms) the worst case is 7 * 110 * 6e-8 = 4.6e-5 * scale, below
-the bound; an indexing or transform bug is O(scale) and fails it. The weight gradient sums
-over tiles (N * H_out * W_out / 4 terms, < 300 here) with the same factor.
+Tolerance: |got - want| <= 1e-4 * scale (references.assert_close), scale the same convolution
+of |x| and |w|, for F(2x2, 3x3); F(4x4, 3x3) gets scale = max(scale, wscale / 10), wscale
+the convolution carried out through the absolute transform matrices (|B^T| |d| |B|,
+|G| |g| |G^T|, |A^T| M |A|; winograd_abs_scale below). Why: Winograd's rounding error is
+at most (terms + ~12) * eps * wscale (every rounded intermediate is bounded by its
+absolute-value counterpart), and wscale is not bounded by a constant times scale: an output
+whose window is mostly padding has a small scale, but it shares its tile's transformed
+values with its neighbours. For F(2x2, 3x3) wscale stays within ~7x scale (2.7x per axis)
+and the shared bound holds for < 100 terms (7 * 110 * 6e-8 = 4.6e-5 * scale); for
+F(4x4, 3x3) the bound 1e-5 * wscale covers (terms + 12) * eps for up to ~150 terms. Both
+stay far below O(scale), the size of any indexing or transform bug. The weight gradient is
+F(2x2, 3x3) only and sums over tiles (N * H_out * W_out / 4 terms, < 300 here).
 """
 from __future__ import annotations
 
@@ -25,21 +29,25 @@ import pytest
 import fastmetal as fm
 from fastmetal import _core
 
-from references import (assert_close, check_backward, check_forward, msl_conv_kernels_on_cpu,
-                        ref_conv2d, ref_conv2d_backward)
+from references import (assert_close, msl_conv_kernels_on_cpu, ref_conv2d, ref_conv2d_backward,
+                        ref_pads)
 
 kernel_path = pytest.fixture(msl_conv_kernels_on_cpu)
 
 WINOGRAD_KERNELS = ("conv2d_winograd_weight", "conv2d_winograd_input", "conv2d_winograd_output",
                     "conv2d_winograd_grad_output", "conv2d_winograd_weight_grad",
-                    *(f"conv2d_winograd_{p}gemm_{t}" for p in ("", "weight_")
+                    "conv2d_winograd4_weight", "conv2d_winograd4_input", "conv2d_winograd4_output",
+                    *(f"conv2d_winograd{p}gemm_{t}" for p in ("_", "4_", "_weight_")
                       for t in ("128x128", "64x128", "64x64", "32x64")))
+# FASTMETAL_CONV_ALGO values: F(2x2, 3x3) for every pass, F(4x4, 3x3) for the forward and
+# the input gradient (the weight gradient stays F(2x2, 3x3)).
+ALGOS = ("winograd", "winograd4")
 
 
-@pytest.fixture
-def winograd(monkeypatch, device):
-    """Forces the Winograd path; on cpu the MSL kernels run (under the fiber emulator)."""
-    monkeypatch.setenv("FASTMETAL_CONV_ALGO", "winograd")
+@pytest.fixture(params=ALGOS)
+def winograd(request, monkeypatch, device):
+    """Forces a Winograd path; on cpu the MSL kernels run (under the fiber emulator)."""
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", request.param)
     if device != "cpu":
         yield
         return
@@ -51,6 +59,93 @@ def winograd(monkeypatch, device):
         os.environ.pop("FASTMETAL_EMULATOR_SEED", None)
     else:
         os.environ["FASTMETAL_EMULATOR_SEED"] = saved_seed
+
+
+# ------------------------------------------------------------------ references and bounds
+_BT = {2: np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+       4: np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                    [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)}
+_G = {2: np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]),
+      4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                   [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
+_AT = {2: np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64),
+       4: np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                    [0, 1, -1, 8, -8, 1]], np.float64)}
+
+
+def winograd_float64(x, w, pad, out_hw, m, absolute=True):
+    """The stride-1 3x3 convolution of x (N, C, H, W) with w (K, C, 3, 3) computed in float64
+    by F(m x m, 3x3), tile by tile: (N, K, *out_hw). `pad` (top, left) may be negative (a
+    crop). absolute: with |x|, |w| and the absolute transform matrices (the error scale)."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    BT, G, AT = _BT[m], _G[m], _AT[m]
+    if absolute:
+        x, w, BT, G, AT = (np.abs(t) for t in (x, w, BT, G, AT))
+    N, C, H, W = x.shape
+    th, tw = -(-out_hw[0] // m), -(-out_hw[1] // m)
+    rows, cols = np.arange(th * m + 2) - pad[0], np.arange(tw * m + 2) - pad[1]
+    ri = np.nonzero((rows >= 0) & (rows < H))[0]
+    ci = np.nonzero((cols >= 0) & (cols < W))[0]
+    xp = np.zeros((N, C, len(rows), len(cols)))
+    xp[:, :, ri[:, None], ci[None, :]] = x[:, :, rows[ri][:, None], cols[ci][None, :]]
+    a = m + 2
+    patches = np.stack([np.stack([xp[:, :, i:i + th * m:m, j:j + tw * m:m] for j in range(a)], -1)
+                        for i in range(a)], -2)  # (N, C, th, tw, a, a)
+    V = np.einsum("ir,ncturs,js->nctuij", BT, patches, BT)
+    U = np.einsum("ir,kcrs,js->kcij", G, w, G)
+    M = np.einsum("kcij,nctuij->nktuij", U, V)
+    Y = np.einsum("pi,nktuij,qj->nktupq", AT, M, AT)  # (N, K, th, tw, m, m)
+    Y = Y.transpose(0, 1, 2, 4, 3, 5).reshape(N, w.shape[0], th * m, tw * m)
+    return Y[:, :, :out_hw[0], :out_hw[1]]
+
+
+def _algo():
+    return os.environ.get("FASTMETAL_CONV_ALGO", "")
+
+
+def check_forward(x, w, b, kw):
+    y = fm.conv2d(x, w, b, **kw)
+    want = ref_conv2d(x, w, b, **kw)
+    scale = ref_conv2d(np.abs(x), np.abs(w), None if b is None else np.abs(b), **kw)
+    if _algo() == "winograd4":
+        (pt, _), (pl, _) = ref_pads(kw.get("padding", 0), (3, 3), (1, 1))
+        scale = np.maximum(scale, winograd_float64(x, w, (pt, pl), want.shape[2:], 4) / 10)
+    assert_close(y, want, scale, f"forward {x.shape} {w.shape} {kw}")
+
+
+def check_backward(x, w, kw, r):
+    ys = ref_conv2d(x, w, None, **kw).shape
+    gy = r.standard_normal(ys).astype(np.float32)
+    gx, gw, gb = fm.conv2d_backward(gy, x, w, **kw)
+    wx, ww, wb = ref_conv2d_backward(gy, x, w, **kw)
+    sx, sw, sb = ref_conv2d_backward(np.abs(gy), np.abs(x), np.abs(w), **kw)
+    if _algo() == "winograd4":  # the input gradient: gy convolved with w rotated, padding 2 - p
+        (pt, _), (pl, _) = ref_pads(kw.get("padding", 0), (3, 3), (1, 1))
+        w_eq = np.ascontiguousarray(np.asarray(w).transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        sx = np.maximum(sx, winograd_float64(gy, w_eq, (2 - pt, 2 - pl), x.shape[2:], 4) / 10)
+    where = f"{x.shape} {w.shape} {kw}"
+    for name, got, want, scale in (("input", gx, wx, sx), ("weight", gw, ww, sw),
+                                   ("bias", gb, wb, sb)):
+        assert_close(got, want, scale, f"grad_{name} {where}")
+
+
+@pytest.mark.parametrize("m", (2, 4))
+@pytest.mark.parametrize("pad", ((0, 0), (1, 1), (2, 0), (-1, 1)))
+def test_float64_winograd_reference_is_the_convolution(m, pad):
+    """The tolerance helper's tiling and matrices: signed, it is the convolution; absolute,
+    it bounds the convolution of absolute values."""
+    r = np.random.default_rng(3)
+    x = r.standard_normal((2, 3, 7, 6))
+    w = r.standard_normal((4, 3, 3, 3))
+    out_hw = (7 + 2 * pad[0] - 2, 6 + 2 * pad[1] - 2)
+    if pad[0] >= 0:
+        direct = ref_conv2d(x, w, padding=pad)
+    else:  # a crop: the convolution of the input without its first and last row
+        direct = ref_conv2d(x[:, :, 1:-1], w, padding=(0, pad[1]))
+    np.testing.assert_allclose(winograd_float64(x, w, pad, out_hw, m, absolute=False), direct,
+                               rtol=1e-10, atol=1e-10)
+    bound = winograd_float64(x, w, pad, out_hw, m)
+    assert np.all(bound >= np.abs(direct) - 1e-10)
 
 
 def winograd_problem(seed):
@@ -142,14 +237,15 @@ def test_forced_gemm_and_winograd_agree(monkeypatch, device):
     w = r.standard_normal((40, 24, 3, 3)).astype(np.float32)
     gy = r.standard_normal((2, 40, 10, 9)).astype(np.float32)
     out = {}
-    for algo in ("gemm", "winograd"):
+    for algo in ("gemm", *ALGOS):
         monkeypatch.setenv("FASTMETAL_CONV_ALGO", algo)
         out[algo] = (fm.conv2d(x, w, padding=1), *fm.conv2d_backward(gy, x, w, padding=1)[:2])
     scales = (ref_conv2d(np.abs(x), np.abs(w), padding=1),
               *ref_conv2d_backward(np.abs(gy), np.abs(x), np.abs(w), padding=1)[:2])
-    for what, a, b, s in zip(("forward", "grad_input", "grad_weight"), out["gemm"],
-                             out["winograd"], scales):
-        assert_close(a, np.asarray(b, np.float64), 2 * s, what)
+    for algo in ALGOS:
+        for what, a, b, s in zip(("forward", "grad_input", "grad_weight"), out["gemm"],
+                                 out[algo], scales):
+            assert_close(a, np.asarray(b, np.float64), 2 * s, f"{algo} {what}")
 
 
 # ------------------------------------------------------------------ the fiber emulator (cpu)
@@ -160,13 +256,15 @@ EMULATOR_CASES = [
 ]
 
 
+@pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("case", range(len(EMULATOR_CASES)))
 @pytest.mark.parametrize("threads,seed", [(0, 1), (37, 2), (300, 3), (1, 4)])
 @pytest.mark.cpu_only
-def test_under_the_emulator_in_random_thread_order(kernel_path, monkeypatch, case, threads, seed):
+def test_under_the_emulator_in_random_thread_order(kernel_path, monkeypatch, algo, case, threads,
+                                                   seed):
     """Random fiber order in every group; threads 0 = the GEMM tile's own count (the
     double-buffered path), others the passes of virtual threads."""
-    monkeypatch.setenv("FASTMETAL_CONV_ALGO", "winograd")
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", algo)
     xshape, wshape, kw = EMULATOR_CASES[case]
     if threads == 1 and np.prod(wshape) > 2000:
         pytest.skip("one thread per group: only the small cases (slow under the emulator)")
@@ -179,11 +277,11 @@ def test_under_the_emulator_in_random_thread_order(kernel_path, monkeypatch, cas
     check_backward(x, w, kw, r)
 
 
+@pytest.mark.parametrize("algo,splits", [("winograd", ""), ("winograd", "3"), ("winograd4", "")])
 @pytest.mark.parametrize("tile", ("128x128", "64x128", "64x64", "32x64"))
-@pytest.mark.parametrize("splits", ("", "3"))
 @pytest.mark.cpu_only
-def test_every_gemm_tile_and_split_count(kernel_path, monkeypatch, tile, splits):
-    monkeypatch.setenv("FASTMETAL_CONV_ALGO", "winograd")
+def test_every_gemm_tile_and_split_count(kernel_path, monkeypatch, algo, tile, splits):
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", algo)
     monkeypatch.setenv("FASTMETAL_CONV_TILE", tile)
     monkeypatch.setenv("FASTMETAL_CONV_SPLITS", splits)
     os.environ["FASTMETAL_EMULATOR_SEED"] = str(len(tile) + len(splits))

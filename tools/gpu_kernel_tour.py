@@ -90,9 +90,11 @@ def conv2d_tour(dev, cpu, on, rng) -> bool:
     saved = {k: os.environ.get(k) for k in ("FASTMETAL_CONV_ALGO", "FASTMETAL_CONV_TILE",
                                             "FASTMETAL_CONV_SPLITS")}
     try:
-        os.environ["FASTMETAL_CONV_ALGO"] = "winograd"
-        for tile, splits in (("", ""), ("128x128", ""), ("64x128", "3"), ("64x64", ""),
-                             ("32x64", "2")):
+        for algo, tile, splits in (("winograd", "", ""), ("winograd", "128x128", ""),
+                                   ("winograd", "64x128", "3"), ("winograd", "64x64", ""),
+                                   ("winograd", "32x64", "2"), ("winograd4", "", ""),
+                                   ("winograd4", "128x128", ""), ("winograd4", "32x64", "")):
+            os.environ["FASTMETAL_CONV_ALGO"] = algo
             os.environ["FASTMETAL_CONV_TILE"] = tile
             os.environ["FASTMETAL_CONV_SPLITS"] = splits
             for c in [dict(N=2, Ci=20, Co=70, H=9, W=11, padding=1),
@@ -105,15 +107,16 @@ def conv2d_tour(dev, cpu, on, rng) -> bool:
                 kw = dict(padding=c["padding"])
                 out_c = on(cpu, fm.conv2d, xin, w, bias, **kw)
                 # Winograd rounds differently from the CPU's direct sums: errors bounded
-                # relative to the largest magnitude (tests/test_conv2d_winograd.py says why).
+                # relative to the largest magnitude (tests/test_conv2d_winograd.py says why;
+                # F(4x4, 3x3) rounds more than F(2x2, 3x3)).
                 big = lambda r: 1e-4 * max(1.0, float(np.max(np.abs(r))))  # noqa: E731
-                ok &= close(f"winograd {tile or 'auto'} forward {c}",
+                ok &= close(f"{algo} {tile or 'auto'} forward {c}",
                             on(dev, fm.conv2d, xin, w, bias, **kw), out_c, rtol=1e-4, atol=big(out_c))
                 go = rng.standard_normal(out_c.shape).astype(np.float32)
                 gd = on(dev, fm.conv2d_backward, go, xin, w, **kw)
                 gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
                 for part, g, r in zip(("input", "weight", "bias"), gd, gc):
-                    ok &= close(f"  winograd {tile or 'auto'} splits {splits or 'auto'} grad {part}",
+                    ok &= close(f"  {algo} {tile or 'auto'} splits {splits or 'auto'} grad {part}",
                                 g, r, rtol=1e-4, atol=big(r))
     finally:
         for k, v in saved.items():

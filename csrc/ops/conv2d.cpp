@@ -179,54 +179,66 @@ std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t 
   return (slices + per_split - 1) / per_split;
 }
 
-// ---- Winograd F(2x2, 3x3) (metal/conv_winograd.metal; docs/gpu_kernels.md says why and
-// where). Four launches: weight transform, input transform, 16 GEMMs (one launch), output
-// transform; the transformed tensors are pool buffers that live until the launches that
-// read them have run (the backend keeps them alive; nothing here waits).
+// ---- Winograd F(m x m, 3x3), m = 2 or 4 (metal/conv_winograd.metal; docs/gpu_kernels.md
+// says why and where). Four launches: weight transform, input transform, the (m+2)^2
+// GEMMs (one launch), output transform; the transformed tensors are pool buffers that live
+// until the launches that read them have run (the backend keeps them alive; nothing here
+// waits).
 
-// Stride 1, dilation 1, 3x3, one group: the shapes F(2x2, 3x3) computes.
+// Stride 1, dilation 1, 3x3, one group: the shapes F(m x m, 3x3) computes.
 bool winograd_shape(const Conv2dArgs& a) {
   return a.kH == 3 && a.kW == 3 && a.stride_h == 1 && a.stride_w == 1 && a.dil_h == 1 &&
          a.dil_w == 1 && a.groups == 1;
 }
 
-std::int64_t winograd_tile_count(const Conv2dArgs& a) {
-  return std::int64_t(a.N) * ((a.H_out + 1) / 2) * ((a.W_out + 1) / 2);
+std::int64_t winograd_tile_count(const Conv2dArgs& a, int m) {
+  return std::int64_t(a.N) * ((a.H_out + m - 1) / m) * ((a.W_out + m - 1) / m);
 }
 
-// The transformed tensors (16 x channels x tiles) must be indexable with 32 bits.
-bool winograd_fits(const Conv2dArgs& a) {
-  const std::int64_t tiles = winograd_tile_count(a);
-  return 16 * std::max(a.C_in, a.C_out) * tiles <= kMaxIndex &&
-         16 * std::int64_t(a.C_in) * a.C_out <= kMaxIndex;
+// The transformed tensors ((m+2)^2 x channels x tiles) must be indexable with 32 bits.
+bool winograd_fits(const Conv2dArgs& a, int m) {
+  const std::int64_t points = (m + 2) * (m + 2), tiles = winograd_tile_count(a, m);
+  return points * std::max(a.C_in, a.C_out) * tiles <= kMaxIndex &&
+         points * std::int64_t(a.C_in) * a.C_out <= kMaxIndex;
 }
 
-// FASTMETAL_CONV_ALGO=gemm|winograd forces the algorithm where Winograd applies (tests,
-// tour, benchmark); anything else (or unset) lets the host choose.
+// FASTMETAL_CONV_ALGO=gemm|winograd|winograd4 forces the algorithm where Winograd applies
+// (tests, tour, benchmark): the implicit GEMM, F(2x2, 3x3), or F(4x4, 3x3) for the forward
+// and input gradient (the weight gradient has F(2x2, 3x3) only). Anything else (or unset)
+// lets the host choose.
 int forced_algo() {
   const char* env = std::getenv("FASTMETAL_CONV_ALGO");
   if (env == nullptr) return -1;
   if (std::strcmp(env, "gemm") == 0) return 0;
-  if (std::strcmp(env, "winograd") == 0) return 1;
+  if (std::strcmp(env, "winograd") == 0) return 2;
+  if (std::strcmp(env, "winograd4") == 0) return 4;
   return -1;
 }
 
-// Winograd where it applies and was measured faster: discrete GPUs (an H100, BENCHMARKS.md),
-// forward and input gradient with at least 16 channels on both sides (below that the
-// transforms' memory traffic outweighs the saved multiplications), weight gradient with at
-// least 64 (MNIST's 32 -> 64 layer measured 0.156 ms implicit GEMM, 0.170 ms Winograd: the
-// 64x64 product per transform point is too small to fill the GPU). Devices whose memory
-// the host sees (Apple GPUs, not measured yet; the CPU, which runs these kernels only in
-// tests) keep the implicit GEMM.
 enum class ConvPass { forward, input_grad, weight_grad };
 
-bool use_winograd(Backend& b, const Conv2dArgs& a, ConvPass pass) {
-  if (!winograd_shape(a) || !winograd_fits(a) || a.N == 0) return false;
+// The Winograd output tile m to use (2 or 4), or 0 for the implicit GEMM. Winograd where it
+// applies and was measured faster: discrete GPUs (an H100, BENCHMARKS.md), forward and input
+// gradient with at least 16 channels on both sides (below that the transforms' memory
+// traffic outweighs the saved multiplications) as F(4x4, 3x3); weight gradient as
+// F(2x2, 3x3) with at least 64 (MNIST's 32 -> 64 layer measured 0.156 ms implicit GEMM,
+// 0.170 ms Winograd: the 64x64 product per transform point is too small to fill the GPU).
+// Devices whose memory the host sees (Apple GPUs, not measured yet; the CPU, which runs
+// these kernels only in tests) keep the implicit GEMM.
+int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
+  if (!winograd_shape(a) || a.N == 0) return 0;
+  int m;
   const int forced = forced_algo();
-  if (forced >= 0) return forced == 1;
-  if (b.host_visible()) return false;
-  const std::int32_t least = pass == ConvPass::weight_grad ? 64 : 16;
-  return a.C_in >= least && a.C_out >= least;
+  if (forced >= 0) {
+    m = pass == ConvPass::weight_grad && forced == 4 ? 2 : forced;
+  } else if (b.host_visible()) {
+    m = 0;
+  } else if (pass == ConvPass::weight_grad) {
+    m = a.C_in >= 64 && a.C_out >= 64 ? 2 : 0;
+  } else {
+    m = a.C_in >= 16 && a.C_out >= 16 ? 4 : 0;
+  }
+  return m != 0 && winograd_fits(a, m) ? m : 0;
 }
 
 Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t count,
@@ -238,39 +250,41 @@ Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t 
   return d;
 }
 
-// The 16 products' tile. Products of at most 64 rows on discrete GPUs take 64x128 or
-// 64x64 (both 128 threads), whichever leaves the last wave of groups fuller (2 * kFillGroups
+// The products' tile. Products of at most 64 rows on discrete GPUs take 64x128 or 64x64
+// (both 128 threads), whichever leaves the last wave of groups fuller (2 * kFillGroups
 // groups of 128 threads in flight on an H100); measured (--conv-sweep, BENCHMARKS.md): MNIST
-// conv2's 9,216 tiles run 6% faster on 64x64, ResNet-50 layer1's 25,088 on 64x128.
-const GemmTile& winograd_tile(Backend& b, std::int64_t rows, std::int64_t cols) {
-  const GemmTile& t = choose_tile(b, rows, cols, 16);
+// conv2's 9,216 F(2x2) tiles run 6% faster on 64x64, ResNet-50 layer1's 25,088 on 64x128.
+const GemmTile& winograd_tile(Backend& b, std::int64_t rows, std::int64_t cols,
+                              std::int64_t points) {
+  const GemmTile& t = choose_tile(b, rows, cols, points);
   if (forced_tile() >= 0 || b.host_visible() || &t != &kTiles[kTile64x128]) return t;
   const auto fullness = [&](const GemmTile& c) {
-    const std::int64_t n = tile_count(c, rows, cols, 16), slots = 2 * kFillGroups;
+    const std::int64_t n = tile_count(c, rows, cols, points), slots = 2 * kFillGroups;
     return double(n) / double((n + slots - 1) / slots * slots);
   };
   return fullness(kTiles[kTile64x64]) > fullness(t) + 0.05 ? kTiles[kTile64x64] : t;
 }
 
-// y = conv(x, w) (+ bias) for a Winograd shape `a`; `flip`: w is the layer weight of the
-// input gradient whose equivalent forward convolution `a` describes (see the kernels).
-void winograd_forward(Backend& b, const Conv2dArgs& a, const Array& x, const Array& w,
+// y = conv(x, w) (+ bias) for a Winograd shape `a` with F(m x m, 3x3); `flip`: w is the
+// layer weight of the input gradient whose equivalent forward convolution `a` describes
+// (see the kernels).
+void winograd_forward(Backend& b, int m, const Conv2dArgs& a, const Array& x, const Array& w,
                       const KernelArg& bias_arg, std::uint32_t bias_flag, bool flip,
                       const Array& y) {
-  const std::int64_t tiles = winograd_tile_count(a);
-  Array u = Array::empty(b, {16, a.C_out, a.C_in}, DType::float32);
-  Array v = Array::empty(b, {16, a.C_in, tiles}, DType::float32);
-  Array m = Array::empty(b, {16, a.C_out, tiles}, DType::float32);
+  const std::int64_t tiles = winograd_tile_count(a, m), points = (m + 2) * (m + 2);
+  Array u = Array::empty(b, {points, a.C_out, a.C_in}, DType::float32);
+  Array v = Array::empty(b, {points, a.C_in, tiles}, DType::float32);
+  Array prod = Array::empty(b, {points, a.C_out, tiles}, DType::float32);
   const std::uint32_t wflags = flip ? 1u : 0u;
-  const std::string wk = "conv2d_winograd_weight", ik = "conv2d_winograd_input",
-                    ok = "conv2d_winograd_output";
+  const std::string base = m == 4 ? "conv2d_winograd4" : "conv2d_winograd";
+  const std::string wk = base + "_weight", ik = base + "_input", ok = base + "_output";
   b.launch(wk, transform_dispatch(b, wk, std::int64_t(a.C_out) * a.C_in, 1),
            {buf(w), buf(u), bytes(&a, sizeof a), bytes(&wflags, sizeof wflags)});
   b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
-  launch_gemm(b, "conv2d_winograd_gemm", winograd_tile(b, a.C_out, tiles), a, a.C_out, tiles, 1,
-              {buf(u), buf(v), buf(u), buf(m)}, 0, 16);
+  launch_gemm(b, (base + "_gemm").c_str(), winograd_tile(b, a.C_out, tiles, points), a, a.C_out,
+              tiles, 1, {buf(u), buf(v), buf(u), buf(prod)}, 0, points);
   b.launch(ok, transform_dispatch(b, ok, tiles, a.C_out),
-           {buf(m), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&bias_flag, sizeof bias_flag)});
+           {buf(prod), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&bias_flag, sizeof bias_flag)});
 }
 
 // The input gradient of a stride-1 3x3 convolution is the forward convolution of gy with
@@ -290,7 +304,7 @@ Conv2dArgs input_gradient_as_forward(const Conv2dArgs& a) {
 
 void winograd_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, const Array& x,
                               const Array& gw) {
-  const std::int64_t tiles = winograd_tile_count(a);
+  const std::int64_t tiles = winograd_tile_count(a, 2);
   Array v = Array::empty(b, {16, a.C_in, tiles}, DType::float32);
   Array z = Array::empty(b, {16, a.C_out, tiles}, DType::float32);
   const std::string ik = "conv2d_winograd_input", zk = "conv2d_winograd_grad_output",
@@ -485,8 +499,8 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
              {buf(x), buf(w), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&flags, sizeof flags)});
     return;
   }
-  if (use_winograd(b, a, ConvPass::forward))
-    return winograd_forward(b, a, x, w, bias_arg, flags, false, y);
+  if (const int m = winograd_choice(b, a, ConvPass::forward))
+    return winograd_forward(b, m, a, x, w, bias_arg, flags, false, y);
   const std::int64_t cols = std::int64_t(a.N) * a.H_out * a.W_out;
   launch_gemm(b, "conv2d_forward", choose_tile(b, cout_g, cols, a.groups), a, cout_g, cols, 1,
               {buf(w), buf(x), bias_arg, buf(y)}, flags, a.groups);
@@ -507,8 +521,8 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
   }
   if (a.N > 0 && winograd_shape(a)) {
     const Conv2dArgs e = input_gradient_as_forward(a);
-    if (use_winograd(b, e, ConvPass::input_grad))
-      return winograd_forward(b, e, gy, w, buf(w), 0, true, gx);
+    if (const int m = winograd_choice(b, e, ConvPass::input_grad))
+      return winograd_forward(b, m, e, gy, w, buf(w), 0, true, gx);
   }
   const std::int64_t cols = std::int64_t(a.N) * a.H * a.W;
   launch_gemm(b, "conv2d_backward_input", choose_tile(b, cin_g, cols, a.groups), a, cin_g, cols,
@@ -527,7 +541,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
     return;
   }
-  if (use_winograd(b, a, ConvPass::weight_grad))
+  if (winograd_choice(b, a, ConvPass::weight_grad) == 2)
     return winograd_backward_weight(b, a, gy, x, gw);
   const std::int64_t cols = cin_g * a.kH * a.kW;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;

@@ -212,7 +212,7 @@ def conv_rows(device, peers, rows, layers):
             forced = []
             if layer[6] == 3 and part in CONV_PASSES:
                 try:
-                    for algo in ("gemm", "winograd"):
+                    for algo in ("gemm", "winograd", "winograd4"):
                         os.environ["FASTMETAL_CONV_ALGO"] = algo
                         forced.append(f"{algo} {gpu_time(L.ours[part], fsync) * 1e3:.3f} ms")
                 finally:
