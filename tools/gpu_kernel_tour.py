@@ -54,15 +54,21 @@ def conv2d_tour(dev, cpu, on, rng) -> bool:
         kw = dict(stride=c["stride"], padding=c["padding"], dilation=c["dilation"], groups=c["groups"])
         out_d = on(dev, fm.conv2d, xin, w, bias, **kw)
         out_c = on(cpu, fm.conv2d, xin, w, bias, **kw)
-        ok &= close(f"forward {c}", out_d, out_c, rtol=1e-4, atol=1e-4)
+        # The host's own algorithm: 3x3 stride-1 layers take Winograd F(4x4, 3x3) on a
+        # discrete GPU, whose error is bounded relative to the tile's magnitudes, not each
+        # output's (tests/test_conv2d_winograd.py says why): atol from the largest output.
+        ok &= close(f"forward {c}", out_d, out_c, rtol=1e-4,
+                    atol=1e-4 * max(1.0, float(np.max(np.abs(out_c)))))
         go = rng.standard_normal(out_c.shape).astype(np.float32)
         gd = on(dev, fm.conv2d_backward, go, xin, w, **kw)
         gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
         for part, g, r in zip(("input", "weight", "bias"), gd, gc):
             ok &= close(f"  grad {part}", g, r, rtol=1e-4, atol=1e-3)
 
-    print(f"conv2d GEMM tiles on {dev} (each tile's kernels, forced)")
+    print(f"conv2d GEMM tiles on {dev} (each tile's kernels, forced; implicit GEMM forced)")
     saved_tile = os.environ.get("FASTMETAL_CONV_TILE")
+    saved_algo = os.environ.get("FASTMETAL_CONV_ALGO")
+    os.environ["FASTMETAL_CONV_ALGO"] = "gemm"
     try:
         for tile in ("128x128", "64x128", "64x64", "32x64"):
             os.environ["FASTMETAL_CONV_TILE"] = tile
@@ -81,10 +87,11 @@ def conv2d_tour(dev, cpu, on, rng) -> bool:
                 for part, g, r in zip(("input", "weight", "bias"), gd, gc):
                     ok &= close(f"  {tile} grad {part}", g, r, rtol=1e-4, atol=1e-3)
     finally:
-        if saved_tile is None:
-            os.environ.pop("FASTMETAL_CONV_TILE", None)
-        else:
-            os.environ["FASTMETAL_CONV_TILE"] = saved_tile
+        for key, value in (("FASTMETAL_CONV_TILE", saved_tile), ("FASTMETAL_CONV_ALGO", saved_algo)):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
     print(f"conv2d Winograd on {dev} (forced; every GEMM tile, split-K)")
     saved = {k: os.environ.get(k) for k in ("FASTMETAL_CONV_ALGO", "FASTMETAL_CONV_TILE",
