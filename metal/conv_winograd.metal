@@ -1,7 +1,9 @@
-// Winograd F(2x2, 3x3) transforms for stride-1, dilation-1, 3x3 convolutions of one group
-// (the non-fused scheme, as cuDNN's WINOGRAD_NONFUSED): the products between the
-// transforms are 16 independent GEMMs, one per transform point, run by conv2d_gemm with
-// the WinogradForward / WinogradWeight problems of metal/conv2d.metal.
+// Winograd transforms for stride-1, dilation-1, 3x3 convolutions of one group (the non-fused
+// scheme, as cuDNN's WINOGRAD_NONFUSED): F(2x2, 3x3) for every pass (below), F(4x4, 3x3) for
+// the forward and input gradient (at the end). The products between the transforms are
+// independent GEMMs, one per transform point (16 or 36), run by conv2d_gemm with the
+// WinogradForward<m> / WinogradWeight problems of metal/conv2d.metal. The host's choice:
+// csrc/ops/conv2d.cpp (winograd_choice); the design: docs/gpu_kernels.md.
 //
 // Each 2x2 block of outputs (a "tile") is Y = A^T [ (G g G^T) (.) (B^T d B) ] A, d the 4x4
 // input patch it reads, g a 3x3 filter, (.) the elementwise product over the 4x4 transform
