@@ -97,6 +97,7 @@ FM_FUNC Conv2dArgs thread_copy(constant Conv2dArgs& s) {
 }
 
 struct ConvForward {
+  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return a.groups; }
   static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out / a.groups; }
   static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
   static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
@@ -140,6 +141,7 @@ struct ConvForward {
 };
 
 struct ConvBackwardInput {
+  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return a.groups; }
   static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_in / a.groups; }
   static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.N * a.H * a.W; }
   static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return (a.C_out / a.groups) * a.kH * a.kW; }
@@ -195,6 +197,7 @@ struct ConvBackwardInput {
 };
 
 struct ConvBackwardWeight {
+  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return a.groups; }
   static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out / a.groups; }
   static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return (a.C_in / a.groups) * a.kH * a.kW; }
   static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return a.N * a.H_out * a.W_out; }
@@ -231,6 +234,91 @@ struct ConvBackwardWeight {
   static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) { return c; }
   static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
                                uint32_t flags, int32_t g, int32_t m) {
+    return 0.0f;
+  }
+};
+
+// ---- Winograd products (metal/conv_winograd.metal has the transforms and the layout of
+// the transformed tensors). F(m x m, 3x3) with m = 2 (16 transform points) or m = 4 (36):
+// each transform point t is one plain GEMM, batched along z in place of the groups; k has
+// one digit (r1 = r2 = 1). `a` is the argument block of the stride-1 3x3 convolution being
+// computed (for the input gradient, the equivalent forward convolution of gy),
+// tiles = N * ceil(H_out/m) * ceil(W_out/m).
+template <int TILE>
+FM_FUNC int32_t winograd_tiles(thread const Conv2dArgs& a) {
+  return a.N * ((a.H_out + TILE - 1) / TILE) * ((a.W_out + TILE - 1) / TILE);
+}
+
+// Forward: M[t][co][p] = sum_ci U[t][co][ci] * V[t][ci][p] (U transformed weights,
+// V transformed input tiles).
+template <int TILE>
+struct WinogradForward {
+  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return (TILE + 2) * (TILE + 2); }
+  static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out; }
+  static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return winograd_tiles<TILE>(a); }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return a.C_in; }
+  static FM_FUNC bool a_k_fast() { return true; }
+  static FM_FUNC bool b_k_fast() { return false; }
+  static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return 1; }
+  static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return 1; }
+  static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t t, int32_t m) {
+    return (t * a.C_out + m) * a.C_in;
+  }
+  static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t t, int32_t q, int32_t u,
+                              int32_t v) {
+    return int4(q, q * winograd_tiles<TILE>(a), 0, 0);
+  }
+  static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t t, int32_t c) {
+    return make_tap(t * a.C_in * winograd_tiles<TILE>(a) + c, 0, 0);
+  }
+  static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* v, bool in,
+                              int4 kp, Tap ct) {
+    const float x = v[in ? ct.base + kp.y : 0];
+    return in ? x : 0.0f;
+  }
+  static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t t, int32_t split, int32_t m) {
+    return (t * a.C_out + m) * winograd_tiles<TILE>(a);
+  }
+  static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) { return c; }
+  static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
+                               uint32_t flags, int32_t t, int32_t m) {
+    return 0.0f;  // added by the output transform
+  }
+};
+
+// Weight gradient (F(2x2, 3x3)): dU[split][t][co][ci] = sum_p Z[t][co][p] * V[t][ci][p] over
+// this split's tiles (Z transformed output-gradient tiles, V transformed input tiles); the
+// weight transform's adjoint adds the splits.
+struct WinogradWeight {
+  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return 16; }
+  static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out; }
+  static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.C_in; }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return winograd_tiles<2>(a); }
+  static FM_FUNC bool a_k_fast() { return true; }
+  static FM_FUNC bool b_k_fast() { return true; }
+  static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return 1; }
+  static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return 1; }
+  static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t t, int32_t m) {
+    return (t * a.C_out + m) * winograd_tiles<2>(a);
+  }
+  static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t t, int32_t q, int32_t u,
+                              int32_t v) {
+    return int4(q, q, 0, 0);
+  }
+  static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t t, int32_t c) {
+    return make_tap((t * a.C_in + c) * winograd_tiles<2>(a), 0, 0);
+  }
+  static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* v, bool in,
+                              int4 kp, Tap ct) {
+    const float x = v[in ? ct.base + kp.y : 0];
+    return in ? x : 0.0f;
+  }
+  static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t t, int32_t split, int32_t m) {
+    return ((split * 16 + t) * a.C_out + m) * a.C_in;
+  }
+  static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) { return c; }
+  static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
+                               uint32_t flags, int32_t t, int32_t m) {
     return 0.0f;
   }
 };
@@ -347,7 +435,7 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
   const int32_t M = P::rows(a), NC = P::cols(a), K = P::depth(a);
   const int32_t R1 = P::r1(a), R2 = P::r2(a);
-  const int32_t splits = int32_t(tg_count.z) / a.groups;
+  const int32_t splits = int32_t(tg_count.z) / P::batches(a);
   const int32_t g = int32_t(tg_pos.z) / splits;
   const int32_t split = int32_t(tg_pos.z) - g * splits;
   const int32_t row0 = int32_t(tg_pos.y) * BM, col0 = int32_t(tg_pos.x) * BN;
@@ -542,6 +630,18 @@ FM_INSTANTIATE("conv2d_backward_weight_128x128", conv2d_gemm, ConvBackwardWeight
 FM_INSTANTIATE("conv2d_backward_weight_64x128", conv2d_gemm, ConvBackwardWeight, 64, 128, 8, 8, 8);
 FM_INSTANTIATE("conv2d_backward_weight_64x64", conv2d_gemm, ConvBackwardWeight, 64, 64, 16, 4, 8);
 FM_INSTANTIATE("conv2d_backward_weight_32x64", conv2d_gemm, ConvBackwardWeight, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_winograd_gemm_128x128", conv2d_gemm, WinogradForward<2>, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd_gemm_64x128", conv2d_gemm, WinogradForward<2>, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd_gemm_64x64", conv2d_gemm, WinogradForward<2>, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_winograd_gemm_32x64", conv2d_gemm, WinogradForward<2>, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_winograd4_gemm_128x128", conv2d_gemm, WinogradForward<4>, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd4_gemm_64x128", conv2d_gemm, WinogradForward<4>, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd4_gemm_64x64", conv2d_gemm, WinogradForward<4>, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_winograd4_gemm_32x64", conv2d_gemm, WinogradForward<4>, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_128x128", conv2d_gemm, WinogradWeight, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128", conv2d_gemm, WinogradWeight, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64", conv2d_gemm, WinogradWeight, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64", conv2d_gemm, WinogradWeight, 32, 64, 16, 4, 4);
 
 // out[i] = sum over s of ws[s * n + i], n = C_out * C_in/groups * kH * kW (one weight).
 kernel void conv2d_sum_splits(device const float* ws [[buffer(0)]],

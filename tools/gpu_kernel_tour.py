@@ -34,9 +34,111 @@ class _ParamHolder:
         return []
 
 
+def conv2d_tour(dev, cpu, on, rng) -> bool:
+    """Every conv2d kernel on `dev` against the CPU: the forced GEMM tiles, and the Winograd
+    path (FASTMETAL_CONV_ALGO=winograd) with every GEMM tile and split-K."""
+    import os
+    ok = True
+    print(f"conv2d on {dev}")
+    cases = [dict(N=2, Ci=3, Co=5, H=11, W=9, k=(3, 3), stride=1, padding=1, dilation=1, groups=1),
+             dict(N=1, Ci=4, Co=8, H=10, W=13, k=(3, 2), stride=2, padding=(1, 0), dilation=1, groups=2),
+             dict(N=2, Ci=6, Co=6, H=9, W=9, k=(3, 3), stride=1, padding="same", dilation=2, groups=6),
+             dict(N=3, Ci=16, Co=24, H=12, W=12, k=(1, 1), stride=1, padding=0, dilation=1, groups=1),
+             dict(N=2, Ci=8, Co=4, H=14, W=14, k=(4, 4), stride=1, padding="same", dilation=1, groups=1),
+             dict(N=4, Ci=40, Co=48, H=13, W=11, k=(3, 3), stride=1, padding=1, dilation=1, groups=1),
+             dict(N=2, Ci=64, Co=80, H=17, W=15, k=(3, 3), stride=2, padding=1, dilation=1, groups=1)]
+    for c in cases:
+        xin = rng.standard_normal((c["N"], c["Ci"], c["H"], c["W"])).astype(np.float32)
+        w = rng.standard_normal((c["Co"], c["Ci"] // c["groups"], *c["k"])).astype(np.float32)
+        bias = rng.standard_normal(c["Co"]).astype(np.float32)
+        kw = dict(stride=c["stride"], padding=c["padding"], dilation=c["dilation"], groups=c["groups"])
+        out_d = on(dev, fm.conv2d, xin, w, bias, **kw)
+        out_c = on(cpu, fm.conv2d, xin, w, bias, **kw)
+        # The host's own algorithm: 3x3 stride-1 layers take Winograd F(4x4, 3x3) on a
+        # discrete GPU, whose error is bounded relative to the tile's magnitudes, not each
+        # output's (tests/test_conv2d_winograd.py says why): atol from the largest output.
+        ok &= close(f"forward {c}", out_d, out_c, rtol=1e-4,
+                    atol=1e-4 * max(1.0, float(np.max(np.abs(out_c)))))
+        go = rng.standard_normal(out_c.shape).astype(np.float32)
+        gd = on(dev, fm.conv2d_backward, go, xin, w, **kw)
+        gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
+        for part, g, r in zip(("input", "weight", "bias"), gd, gc):
+            ok &= close(f"  grad {part}", g, r, rtol=1e-4, atol=1e-3)
+
+    print(f"conv2d GEMM tiles on {dev} (each tile's kernels, forced; implicit GEMM forced)")
+    saved_tile = os.environ.get("FASTMETAL_CONV_TILE")
+    saved_algo = os.environ.get("FASTMETAL_CONV_ALGO")
+    os.environ["FASTMETAL_CONV_ALGO"] = "gemm"
+    try:
+        for tile in ("128x128", "64x128", "64x64", "32x64"):
+            os.environ["FASTMETAL_CONV_TILE"] = tile
+            for c in [dict(N=2, Ci=20, Co=70, H=9, W=11, k=(3, 3), stride=1, padding=1, groups=1),
+                      dict(N=3, Ci=9, Co=12, H=10, W=7, k=(3, 2), stride=(2, 1), padding=(1, 0), groups=3)]:
+                xin = rng.standard_normal((c["N"], c["Ci"], c["H"], c["W"])).astype(np.float32)
+                w = rng.standard_normal((c["Co"], c["Ci"] // c["groups"], *c["k"])).astype(np.float32)
+                bias = rng.standard_normal(c["Co"]).astype(np.float32)
+                kw = dict(stride=c["stride"], padding=c["padding"], groups=c["groups"])
+                out_c = on(cpu, fm.conv2d, xin, w, bias, **kw)
+                ok &= close(f"{tile} forward {c['Ci']}->{c['Co']}", on(dev, fm.conv2d, xin, w, bias, **kw),
+                            out_c, rtol=1e-4, atol=1e-4)
+                go = rng.standard_normal(out_c.shape).astype(np.float32)
+                gd = on(dev, fm.conv2d_backward, go, xin, w, **kw)
+                gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
+                for part, g, r in zip(("input", "weight", "bias"), gd, gc):
+                    ok &= close(f"  {tile} grad {part}", g, r, rtol=1e-4, atol=1e-3)
+    finally:
+        for key, value in (("FASTMETAL_CONV_TILE", saved_tile), ("FASTMETAL_CONV_ALGO", saved_algo)):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    print(f"conv2d Winograd on {dev} (forced; every GEMM tile, split-K)")
+    saved = {k: os.environ.get(k) for k in ("FASTMETAL_CONV_ALGO", "FASTMETAL_CONV_TILE",
+                                            "FASTMETAL_CONV_SPLITS")}
+    try:
+        for algo, tile, splits in (("winograd", "", ""), ("winograd", "128x128", ""),
+                                   ("winograd", "64x128", "3"), ("winograd", "64x64", ""),
+                                   ("winograd", "32x64", "2"), ("winograd4", "", ""),
+                                   ("winograd4", "128x128", ""), ("winograd4", "32x64", "")):
+            os.environ["FASTMETAL_CONV_ALGO"] = algo
+            os.environ["FASTMETAL_CONV_TILE"] = tile
+            os.environ["FASTMETAL_CONV_SPLITS"] = splits
+            for c in [dict(N=2, Ci=20, Co=70, H=9, W=11, padding=1),
+                      dict(N=1, Ci=33, Co=17, H=8, W=7, padding=0),
+                      dict(N=3, Ci=16, Co=40, H=13, W=6, padding=(2, 1)),
+                      dict(N=2, Ci=24, Co=130, H=5, W=5, padding=3)]:
+                xin = rng.standard_normal((c["N"], c["Ci"], c["H"], c["W"])).astype(np.float32)
+                w = rng.standard_normal((c["Co"], c["Ci"], 3, 3)).astype(np.float32)
+                bias = rng.standard_normal(c["Co"]).astype(np.float32)
+                kw = dict(padding=c["padding"])
+                out_c = on(cpu, fm.conv2d, xin, w, bias, **kw)
+                # Winograd rounds differently from the CPU's direct sums: errors bounded
+                # relative to the largest magnitude (tests/test_conv2d_winograd.py says why;
+                # F(4x4, 3x3) rounds more than F(2x2, 3x3)).
+                big = lambda r: 1e-4 * max(1.0, float(np.max(np.abs(r))))  # noqa: E731
+                ok &= close(f"{algo} {tile or 'auto'} forward {c}",
+                            on(dev, fm.conv2d, xin, w, bias, **kw), out_c, rtol=1e-4, atol=big(out_c))
+                go = rng.standard_normal(out_c.shape).astype(np.float32)
+                gd = on(dev, fm.conv2d_backward, go, xin, w, **kw)
+                gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
+                for part, g, r in zip(("input", "weight", "bias"), gd, gc):
+                    ok &= close(f"  {algo} {tile or 'auto'} splits {splits or 'auto'} grad {part}",
+                                g, r, rtol=1e-4, atol=big(r))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return ok
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--only", choices=("conv2d",), default=None,
+                    help="only the conv2d kernels (implicit GEMM tiles and Winograd)")
     ns = ap.parse_args(argv)
     if ns.device not in fm.devices():
         print(f"no {ns.device} device; have {fm.devices()}")
@@ -52,6 +154,11 @@ def main(argv=None) -> int:
             return tuple(np.asarray(v) if v is not None else None for v in r) if isinstance(r, tuple) else np.asarray(r)
         finally:
             fm.set_default_device(cpu)
+
+    if ns.only == "conv2d":
+        ok = conv2d_tour(dev, cpu, on, rng)
+        print("ALL OK" if ok else "FAILURES")
+        return 0 if ok else 1
 
     print(f"elementwise on {dev}")
     x = rng.standard_normal((5, 33, 17)).astype(np.float32)
@@ -80,53 +187,7 @@ def main(argv=None) -> int:
         else:
             ok &= close(name, got, ref, rtol=1e-4, atol=1e-3 * max(1.0, float(np.max(np.abs(ref)))))
 
-    print(f"conv2d on {dev}")
-    cases = [dict(N=2, Ci=3, Co=5, H=11, W=9, k=(3, 3), stride=1, padding=1, dilation=1, groups=1),
-             dict(N=1, Ci=4, Co=8, H=10, W=13, k=(3, 2), stride=2, padding=(1, 0), dilation=1, groups=2),
-             dict(N=2, Ci=6, Co=6, H=9, W=9, k=(3, 3), stride=1, padding="same", dilation=2, groups=6),
-             dict(N=3, Ci=16, Co=24, H=12, W=12, k=(1, 1), stride=1, padding=0, dilation=1, groups=1),
-             dict(N=2, Ci=8, Co=4, H=14, W=14, k=(4, 4), stride=1, padding="same", dilation=1, groups=1),
-             dict(N=4, Ci=40, Co=48, H=13, W=11, k=(3, 3), stride=1, padding=1, dilation=1, groups=1),
-             dict(N=2, Ci=64, Co=80, H=17, W=15, k=(3, 3), stride=2, padding=1, dilation=1, groups=1)]
-    for c in cases:
-        xin = rng.standard_normal((c["N"], c["Ci"], c["H"], c["W"])).astype(np.float32)
-        w = rng.standard_normal((c["Co"], c["Ci"] // c["groups"], *c["k"])).astype(np.float32)
-        bias = rng.standard_normal(c["Co"]).astype(np.float32)
-        kw = dict(stride=c["stride"], padding=c["padding"], dilation=c["dilation"], groups=c["groups"])
-        out_d = on(dev, fm.conv2d, xin, w, bias, **kw)
-        out_c = on(cpu, fm.conv2d, xin, w, bias, **kw)
-        ok &= close(f"forward {c}", out_d, out_c, rtol=1e-4, atol=1e-4)
-        go = rng.standard_normal(out_c.shape).astype(np.float32)
-        gd = on(dev, fm.conv2d_backward, go, xin, w, **kw)
-        gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
-        for part, g, r in zip(("input", "weight", "bias"), gd, gc):
-            ok &= close(f"  grad {part}", g, r, rtol=1e-4, atol=1e-3)
-
-    print(f"conv2d GEMM tiles on {dev} (each tile's kernels, forced)")
-    import os
-    saved_tile = os.environ.get("FASTMETAL_CONV_TILE")
-    try:
-        for tile in ("128x128", "64x128", "64x64", "32x64"):
-            os.environ["FASTMETAL_CONV_TILE"] = tile
-            for c in [dict(N=2, Ci=20, Co=70, H=9, W=11, k=(3, 3), stride=1, padding=1, groups=1),
-                      dict(N=3, Ci=9, Co=12, H=10, W=7, k=(3, 2), stride=(2, 1), padding=(1, 0), groups=3)]:
-                xin = rng.standard_normal((c["N"], c["Ci"], c["H"], c["W"])).astype(np.float32)
-                w = rng.standard_normal((c["Co"], c["Ci"] // c["groups"], *c["k"])).astype(np.float32)
-                bias = rng.standard_normal(c["Co"]).astype(np.float32)
-                kw = dict(stride=c["stride"], padding=c["padding"], groups=c["groups"])
-                out_c = on(cpu, fm.conv2d, xin, w, bias, **kw)
-                ok &= close(f"{tile} forward {c['Ci']}->{c['Co']}", on(dev, fm.conv2d, xin, w, bias, **kw),
-                            out_c, rtol=1e-4, atol=1e-4)
-                go = rng.standard_normal(out_c.shape).astype(np.float32)
-                gd = on(dev, fm.conv2d_backward, go, xin, w, **kw)
-                gc = on(cpu, fm.conv2d_backward, go, xin, w, **kw)
-                for part, g, r in zip(("input", "weight", "bias"), gd, gc):
-                    ok &= close(f"  {tile} grad {part}", g, r, rtol=1e-4, atol=1e-3)
-    finally:
-        if saved_tile is None:
-            os.environ.pop("FASTMETAL_CONV_TILE", None)
-        else:
-            os.environ["FASTMETAL_CONV_TILE"] = saved_tile
+    ok &= conv2d_tour(dev, cpu, on, rng)
 
     print(f"reductions on {dev}")
     r3 = rng.standard_normal((7, 300, 45)).astype(np.float32)

@@ -119,9 +119,12 @@ std::uint32_t gemm_threads(Backend& b, const std::string& kernel, const GemmTile
   return n;
 }
 
+// Grid z = batches * splits: `batches` products side by side (the groups, or Winograd's
+// 16 transform points), each split into `splits` K ranges.
 void launch_gemm(Backend& b, const char* base, const GemmTile& tile, const Conv2dArgs& a,
                  std::int64_t rows, std::int64_t cols, std::int64_t splits,
-                 const std::vector<KernelArg>& buffers, std::uint32_t flags) {
+                 const std::vector<KernelArg>& buffers, std::uint32_t flags,
+                 std::int64_t batches) {
   const std::string kernel = std::string(base) + tile.suffix;
   const std::uint64_t col_tiles = ceil_div(cols, tile.cols);
   const std::uint32_t t = gemm_threads(b, kernel, tile, col_tiles);
@@ -129,7 +132,7 @@ void launch_gemm(Backend& b, const char* base, const GemmTile& tile, const Conv2
   d.group[0] = t;
   d.grid[0] = std::uint32_t(col_tiles * t);
   d.grid[1] = ceil_div(rows, tile.rows);
-  d.grid[2] = std::uint32_t(a.groups * splits);
+  d.grid[2] = std::uint32_t(batches * splits);
   std::vector<KernelArg> args = buffers;
   args.push_back(bytes(&a, sizeof a));
   args.push_back(bytes(&flags, sizeof flags));
@@ -154,6 +157,179 @@ void launch_reduce(Backend& b, const std::string& kernel, const Conv2dArgs& a,
   d.group[0] = t;
   d.grid[0] = std::uint32_t(std::uint64_t(outputs) * t);
   b.launch(kernel, d, {buf(gy), buf(x), buf(out), bytes(&a, sizeof a)});
+}
+
+// The weight gradients' K splits: the output is small and K long, so split K until there
+// are about `fill` groups, keeping at least 8 slices of K per split; every split owns
+// at least one slice (the kernel rounds slices per split up). `out_size` elements per split
+// must stay indexable. FASTMETAL_CONV_SPLITS=N forces N (tuning hook).
+// `one_wave`: at most `fill` groups (rounding the split count down), for a fill that is the
+// number of groups the GPU holds at once, so no second, mostly empty wave follows.
+std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t depth,
+                         std::int64_t out_size, std::int64_t fill = kFillGroups,
+                         bool one_wave = false) {
+  const std::int64_t slices = (depth + tile.depth - 1) / tile.depth;
+  const std::int64_t per_fill = one_wave ? fill / tiles : (fill + tiles - 1) / tiles;
+  std::int64_t splits = std::min<std::int64_t>({per_fill, slices / 8,
+                                                128, kMaxIndex / out_size});
+  if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
+    splits = std::min<std::int64_t>(std::atoll(env), kMaxIndex / out_size);
+  splits = std::max<std::int64_t>(splits, 1);
+  const std::int64_t per_split = (slices + splits - 1) / splits;
+  return (slices + per_split - 1) / per_split;
+}
+
+// ---- Winograd F(m x m, 3x3), m = 2 or 4 (metal/conv_winograd.metal; docs/gpu_kernels.md
+// says why and where). Four launches: weight transform, input transform, the (m+2)^2
+// GEMMs (one launch), output transform; the transformed tensors are pool buffers that live
+// until the launches that read them have run (the backend keeps them alive; nothing here
+// waits).
+
+// Stride 1, dilation 1, 3x3, one group: the shapes F(m x m, 3x3) computes.
+bool winograd_shape(const Conv2dArgs& a) {
+  return a.kH == 3 && a.kW == 3 && a.stride_h == 1 && a.stride_w == 1 && a.dil_h == 1 &&
+         a.dil_w == 1 && a.groups == 1;
+}
+
+std::int64_t winograd_tile_count(const Conv2dArgs& a, int m) {
+  return std::int64_t(a.N) * ((a.H_out + m - 1) / m) * ((a.W_out + m - 1) / m);
+}
+
+// The transformed tensors ((m+2)^2 x channels x tiles) must be indexable with 32 bits.
+bool winograd_fits(const Conv2dArgs& a, int m) {
+  const std::int64_t points = (m + 2) * (m + 2), tiles = winograd_tile_count(a, m);
+  return points * std::max(a.C_in, a.C_out) * tiles <= kMaxIndex &&
+         points * std::int64_t(a.C_in) * a.C_out <= kMaxIndex;
+}
+
+// FASTMETAL_CONV_ALGO=gemm|winograd|winograd4 forces the algorithm where Winograd applies
+// (tests, tour, benchmark): the implicit GEMM, F(2x2, 3x3), or F(4x4, 3x3) for the forward
+// and input gradient (the weight gradient has F(2x2, 3x3) only). Anything else (or unset)
+// lets the host choose.
+int forced_algo() {
+  const char* env = std::getenv("FASTMETAL_CONV_ALGO");
+  if (env == nullptr) return -1;
+  if (std::strcmp(env, "gemm") == 0) return 0;
+  if (std::strcmp(env, "winograd") == 0) return 2;
+  if (std::strcmp(env, "winograd4") == 0) return 4;
+  return -1;
+}
+
+enum class ConvPass { forward, input_grad, weight_grad };
+
+// The Winograd output tile m to use (2 or 4), or 0 for the implicit GEMM. Winograd where it
+// applies and was measured faster: discrete GPUs (an H100, BENCHMARKS.md), forward and input
+// gradient with at least 16 channels on both sides (below that the transforms' memory
+// traffic outweighs the saved multiplications) as F(4x4, 3x3); weight gradient as
+// F(2x2, 3x3) with at least 64 (MNIST's 32 -> 64 layer measured 0.156 ms implicit GEMM,
+// 0.170 ms Winograd: the 64x64 product per transform point is too small to fill the GPU).
+// Devices whose memory the host sees (Apple GPUs, not measured yet; the CPU, which runs
+// these kernels only in tests) keep the implicit GEMM.
+int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
+  if (!winograd_shape(a) || a.N == 0) return 0;
+  int m;
+  const int forced = forced_algo();
+  if (forced >= 0) {
+    m = pass == ConvPass::weight_grad && forced == 4 ? 2 : forced;
+  } else if (b.host_visible()) {
+    m = 0;
+  } else if (pass == ConvPass::weight_grad) {
+    m = a.C_in >= 64 && a.C_out >= 64 ? 2 : 0;
+  } else {
+    m = a.C_in >= 16 && a.C_out >= 16 ? 4 : 0;
+  }
+  return m != 0 && winograd_fits(a, m) ? m : 0;
+}
+
+Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t count,
+                            std::int64_t channels) {
+  Dispatch d;
+  d.grid[0] = std::uint32_t(count);
+  d.grid[1] = std::uint32_t(channels);
+  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(kernel), count));
+  return d;
+}
+
+// The products' tile. Products of at most 64 rows on discrete GPUs take 64x128 or 64x64
+// (both 128 threads), whichever leaves the last wave of groups fuller (2 * kFillGroups
+// groups of 128 threads in flight on an H100); measured (--conv-sweep, BENCHMARKS.md): MNIST
+// conv2's 9,216 F(2x2) tiles run 6% faster on 64x64, ResNet-50 layer1's 25,088 on 64x128.
+const GemmTile& winograd_tile(Backend& b, std::int64_t rows, std::int64_t cols,
+                              std::int64_t points) {
+  const GemmTile& t = choose_tile(b, rows, cols, points);
+  if (forced_tile() >= 0 || b.host_visible() || &t != &kTiles[kTile64x128]) return t;
+  const auto fullness = [&](const GemmTile& c) {
+    const std::int64_t n = tile_count(c, rows, cols, points), slots = 2 * kFillGroups;
+    return double(n) / double((n + slots - 1) / slots * slots);
+  };
+  return fullness(kTiles[kTile64x64]) > fullness(t) + 0.05 ? kTiles[kTile64x64] : t;
+}
+
+// y = conv(x, w) (+ bias) for a Winograd shape `a` with F(m x m, 3x3); `flip`: w is the
+// layer weight of the input gradient whose equivalent forward convolution `a` describes
+// (see the kernels).
+void winograd_forward(Backend& b, int m, const Conv2dArgs& a, const Array& x, const Array& w,
+                      const KernelArg& bias_arg, std::uint32_t bias_flag, bool flip,
+                      const Array& y) {
+  const std::int64_t tiles = winograd_tile_count(a, m), points = (m + 2) * (m + 2);
+  Array u = Array::empty(b, {points, a.C_out, a.C_in}, DType::float32);
+  Array v = Array::empty(b, {points, a.C_in, tiles}, DType::float32);
+  Array prod = Array::empty(b, {points, a.C_out, tiles}, DType::float32);
+  const std::uint32_t wflags = flip ? 1u : 0u;
+  const std::string base = m == 4 ? "conv2d_winograd4" : "conv2d_winograd";
+  const std::string wk = base + "_weight", ik = base + "_input", ok = base + "_output";
+  b.launch(wk, transform_dispatch(b, wk, std::int64_t(a.C_out) * a.C_in, 1),
+           {buf(w), buf(u), bytes(&a, sizeof a), bytes(&wflags, sizeof wflags)});
+  b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
+  launch_gemm(b, (base + "_gemm").c_str(), winograd_tile(b, a.C_out, tiles, points), a, a.C_out,
+              tiles, 1, {buf(u), buf(v), buf(u), buf(prod)}, 0, points);
+  b.launch(ok, transform_dispatch(b, ok, tiles, a.C_out),
+           {buf(prod), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&bias_flag, sizeof bias_flag)});
+}
+
+// The input gradient of a stride-1 3x3 convolution is the forward convolution of gy with
+// the weight rotated by 180 degrees, channels swapped, padding 2 - pad (negative: a crop).
+Conv2dArgs input_gradient_as_forward(const Conv2dArgs& a) {
+  Conv2dArgs e = a;
+  e.C_in = a.C_out;
+  e.C_out = a.C_in;
+  e.H = a.H_out;
+  e.W = a.W_out;
+  e.H_out = a.H;
+  e.W_out = a.W;
+  e.pad_h = a.kH - 1 - a.pad_h;
+  e.pad_w = a.kW - 1 - a.pad_w;
+  return e;
+}
+
+void winograd_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, const Array& x,
+                              const Array& gw) {
+  const std::int64_t tiles = winograd_tile_count(a, 2);
+  Array v = Array::empty(b, {16, a.C_in, tiles}, DType::float32);
+  Array z = Array::empty(b, {16, a.C_out, tiles}, DType::float32);
+  const std::string ik = "conv2d_winograd_input", zk = "conv2d_winograd_grad_output",
+                    gk = "conv2d_winograd_weight_grad";
+  b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
+  b.launch(zk, transform_dispatch(b, zk, tiles, a.C_out), {buf(gy), buf(z), bytes(&a, sizeof a)});
+  // At most 64 input channels (columns): a 128-wide tile would idle half or more of its
+  // columns, so discrete GPUs take 64x64 there. K (the tiles) is split into as many parts
+  // as fit one wave: kFillGroups groups of 256 threads or twice as many of 128 (an H100
+  // holds 2 or 4 of them per multiprocessor). Measured with --conv-sweep (64x128 tiles):
+  // ResNet-50 layer3 39 effective TFLOP/s at 4 splits (512 groups), 31 at 5 (640: a second
+  // wave); layer2 31 at 16 splits (512), 25 at 17 (544).
+  const GemmTile& tile = forced_tile() < 0 && !b.host_visible() && a.C_out > 32 && a.C_in <= 64
+                             ? kTiles[kTile64x64]
+                             : choose_tile(b, a.C_out, a.C_in, 16);
+  const std::int64_t per_point = std::int64_t(a.C_out) * a.C_in;
+  const std::int64_t splits = split_count(tile, tile_count(tile, a.C_out, a.C_in, 16), tiles,
+                                          16 * per_point, kFillGroups * 256 / tile.threads,
+                                          true);
+  Array du = Array::empty(b, {splits, 16, a.C_out, a.C_in}, DType::float32);
+  launch_gemm(b, "conv2d_winograd_weight_gemm", tile, a, a.C_out, a.C_in, splits,
+              {buf(z), buf(v), buf(z), buf(du)}, 0, 16);
+  const std::uint32_t n_splits = std::uint32_t(splits);
+  b.launch(gk, transform_dispatch(b, gk, per_point, 1),
+           {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
 }
 
 }  // namespace
@@ -323,9 +499,11 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
              {buf(x), buf(w), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&flags, sizeof flags)});
     return;
   }
+  if (const int m = winograd_choice(b, a, ConvPass::forward))
+    return winograd_forward(b, m, a, x, w, bias_arg, flags, false, y);
   const std::int64_t cols = std::int64_t(a.N) * a.H_out * a.W_out;
   launch_gemm(b, "conv2d_forward", choose_tile(b, cout_g, cols, a.groups), a, cout_g, cols, 1,
-              {buf(w), buf(x), bias_arg, buf(y)}, flags);
+              {buf(w), buf(x), bias_arg, buf(y)}, flags, a.groups);
 }
 
 void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
@@ -341,9 +519,14 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
              {buf(gy), buf(w), buf(gx), bytes(&a, sizeof a)});
     return;
   }
+  if (a.N > 0 && winograd_shape(a)) {
+    const Conv2dArgs e = input_gradient_as_forward(a);
+    if (const int m = winograd_choice(b, e, ConvPass::input_grad))
+      return winograd_forward(b, m, e, gy, w, buf(w), 0, true, gx);
+  }
   const std::int64_t cols = std::int64_t(a.N) * a.H * a.W;
   launch_gemm(b, "conv2d_backward_input", choose_tile(b, cin_g, cols, a.groups), a, cin_g, cols,
-              1, {buf(w), buf(gy), buf(w), buf(gx)}, 0);
+              1, {buf(w), buf(gy), buf(w), buf(gx)}, 0, a.groups);
 }
 
 void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
@@ -358,30 +541,21 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
     return;
   }
+  if (winograd_choice(b, a, ConvPass::weight_grad) == 2)
+    return winograd_backward_weight(b, a, gy, x, gw);
   const std::int64_t cols = cin_g * a.kH * a.kW;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
-  // The output is small and K long: take the tile whose groups fill the GPU best once K
-  // is split, and split K until there are about kFillGroups groups, keeping at least 8
-  // slices of K per split.
   const GemmTile& tile = choose_tile(b, cout_g, cols, a.groups);
-  const std::int64_t tiles = tile_count(tile, cout_g, cols, a.groups);
-  const std::int64_t slices = (depth + tile.depth - 1) / tile.depth;
-  std::int64_t splits = std::min<std::int64_t>({(kFillGroups + tiles - 1) / tiles, slices / 8,
-                                                128, kMaxIndex / gw.size()});
-  if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
-    splits = std::min<std::int64_t>(std::atoll(env), kMaxIndex / gw.size());  // tuning hook
-  splits = std::max<std::int64_t>(splits, 1);
-  // Every split must own at least one slice (the kernel rounds slices per split up).
-  const std::int64_t per_split = (slices + splits - 1) / splits;
-  splits = (slices + per_split - 1) / per_split;
+  const std::int64_t splits =
+      split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth, gw.size());
   if (splits == 1) {
     launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, 1,
-                {buf(gy), buf(x), buf(gy), buf(gw)}, 0);
+                {buf(gy), buf(x), buf(gy), buf(gw)}, 0, a.groups);
     return;
   }
   Array ws = Array::empty(b, {splits, gw.size()}, DType::float32);
   launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits,
-              {buf(gy), buf(x), buf(gy), buf(ws)}, 0);
+              {buf(gy), buf(x), buf(gy), buf(ws)}, 0, a.groups);
   const std::uint32_t n_splits = std::uint32_t(splits);
   const std::string sum = "conv2d_sum_splits";
   Dispatch d;

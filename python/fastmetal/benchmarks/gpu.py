@@ -196,17 +196,34 @@ class ConvLayer:
 
 
 def conv_rows(device, peers, rows, layers):
+    """One row per layer and pass with the host's choice of algorithm; on 3x3 layers (where
+    Winograd applies) the note also gives both algorithms forced (FASTMETAL_CONV_ALGO), the
+    measurement behind the host's choice."""
+    import os  # noqa: PLC0415
     rng = np.random.default_rng(1)
     fsync = fm_sync(device)
+    saved = os.environ.get("FASTMETAL_CONV_ALGO")
     for layer in layers:
         L = ConvLayer(device, peers, layer, rng)
         for part in (*CONV_PASSES, "fwd+bwd"):
             flops = L.flops * (3 if part == "fwd+bwd" else 1)
             t = gpu_time(L.ours[part], fsync)
             tt = gpu_time(L.theirs[part], peers.tsync) if part in L.theirs else None
+            forced = []
+            if layer[6] == 3 and part in CONV_PASSES:
+                try:
+                    for algo in ("gemm", "winograd", "winograd4"):
+                        os.environ["FASTMETAL_CONV_ALGO"] = algo
+                        forced.append(f"{algo} {gpu_time(L.ours[part], fsync) * 1e3:.3f} ms")
+                finally:
+                    if saved is None:
+                        os.environ.pop("FASTMETAL_CONV_ALGO", None)
+                    else:
+                        os.environ["FASTMETAL_CONV_ALGO"] = saved
             rows.append(dict(workload=f"conv2d {part}, {L.name}", fastmetal_ms=t * 1e3,
                              peer_ms=None if tt is None else tt * 1e3, TFLOPs=flops / t / 1e12,
-                             peer_TFLOPs=None if tt is None else flops / tt / 1e12))
+                             peer_TFLOPs=None if tt is None else flops / tt / 1e12,
+                             note=("forced: " + ", ".join(forced)) if forced else None))
         del L
         fm.synchronize(device)
 

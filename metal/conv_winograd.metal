@@ -1,0 +1,370 @@
+// Winograd transforms for stride-1, dilation-1, 3x3 convolutions of one group (the non-fused
+// scheme, as cuDNN's WINOGRAD_NONFUSED): F(2x2, 3x3) for every pass (below), F(4x4, 3x3) for
+// the forward and input gradient (at the end). The products between the transforms are
+// independent GEMMs, one per transform point (16 or 36), run by conv2d_gemm with the
+// WinogradForward<m> / WinogradWeight problems of metal/conv2d.metal. The host's choice:
+// csrc/ops/conv2d.cpp (winograd_choice); the design: docs/gpu_kernels.md.
+//
+// Each 2x2 block of outputs (a "tile") is Y = A^T [ (G g G^T) (.) (B^T d B) ] A, d the 4x4
+// input patch it reads, g a 3x3 filter, (.) the elementwise product over the 4x4 transform
+// points t = 4 * i + j:
+//
+//   B^T = [1  0 -1  0]     G = [ 1    0    0 ]     A^T = [1  1  1  0]
+//         [0  1  1  0]         [1/2  1/2  1/2]           [0  1 -1 -1]
+//         [0 -1  1  0]         [1/2 -1/2  1/2]
+//         [0  1  0 -1]         [ 0    0    1 ]
+//
+// Summed over input channels, point by point, this is the product per t:
+// M[t][co][p] = sum_ci U[t][co][ci] * V[t][ci][p]. The weight gradient is its adjoint:
+// dU[t][co][ci] = sum_p Z[t][co][p] * V[t][ci][p] with Z = A gy_tile A^T, and
+// dg = G^T dU G.
+//
+// Tiles p = (n * tiles_h + th) * tiles_w + tw, tiles_h = ceil(H_out / 2) (likewise w);
+// the tile's outputs are rows 2*th, 2*th + 1 (those < H_out), its input patch rows
+// 2*th - pad_h .. 2*th - pad_h + 3 (zero outside the image; pad may be negative: the input
+// gradient runs as the forward of gy with padding 2 - pad). Layouts (all float32):
+//   U  [16][C_out][C_in]          transformed weights
+//   V  [16][C_in][tiles]          transformed input tiles
+//   M  [16][C_out][tiles]         products, before the output transform
+//   Z  [16][C_out][tiles]         transformed output-gradient tiles
+//   dU [splits][16][C_out][C_in]  the weight gradient's products, one slice per split
+// Every kernel here is one thread per output element, no threadgroup memory, no barriers.
+// The rounding differs from the direct sum (the transforms add and halve before the
+// products); docs/gpu_kernels.md says by how much and how the tests bound it.
+#include <metal_stdlib>
+#include "fm_kernel.h"
+#include "conv2d_args.h"
+using namespace metal;
+
+FM_FUNC int32_t wino_tiles_h(constant Conv2dArgs& a) { return (a.H_out + 1) >> 1; }
+FM_FUNC int32_t wino_tiles_w(constant Conv2dArgs& a) { return (a.W_out + 1) >> 1; }
+
+// U[t][co][ci] = (G g G^T)[t] for g = w[co][ci] (flags & 1: g = the filter of the input
+// gradient's equivalent convolution, w_orig[ci][co] rotated by 180 degrees, where w_orig
+// (C_in, C_out, 3, 3) is the layer's weight: a.C_out is the layer's C_in and vice versa).
+// Grid: x = C_out * C_in.
+kernel void conv2d_winograd_weight(device const float* w [[buffer(0)]],
+                                   device float* u [[buffer(1)]],
+                                   constant Conv2dArgs& a [[buffer(2)]],
+                                   constant uint32_t& flags [[buffer(3)]],
+                                   uint3 gid [[thread_position_in_grid]]) {
+  const int32_t kc = a.C_out * a.C_in;
+  const int32_t i = int32_t(gid.x);
+  if (i >= kc) return;
+  const int32_t co = i / a.C_in, ci = i - co * a.C_in;
+  float g[9];
+  if ((flags & 1u) != 0) {
+    device const float* src = w + (ci * a.C_out + co) * 9;
+    for (int r = 0; r < 9; ++r) g[r] = src[8 - r];
+  } else {
+    device const float* src = w + i * 9;
+    for (int r = 0; r < 9; ++r) g[r] = src[r];
+  }
+  float gg[12];  // G g: 4 x 3
+  for (int c = 0; c < 3; ++c) {
+    const float g0 = g[c], g1 = g[3 + c], g2 = g[6 + c];
+    gg[c] = g0;
+    gg[3 + c] = 0.5f * (g0 + g1 + g2);
+    gg[6 + c] = 0.5f * (g0 - g1 + g2);
+    gg[9 + c] = g2;
+  }
+  for (int r = 0; r < 4; ++r) {  // (G g) G^T: 4 x 4
+    const float g0 = gg[3 * r], g1 = gg[3 * r + 1], g2 = gg[3 * r + 2];
+    u[(4 * r + 0) * kc + i] = g0;
+    u[(4 * r + 1) * kc + i] = 0.5f * (g0 + g1 + g2);
+    u[(4 * r + 2) * kc + i] = 0.5f * (g0 - g1 + g2);
+    u[(4 * r + 3) * kc + i] = g2;
+  }
+}
+
+// V[t][ci][p] = (B^T d B)[t], d the 4x4 input patch of tile p in channel ci.
+// Grid: x = tiles, y = C_in.
+kernel void conv2d_winograd_input(device const float* x [[buffer(0)]],
+                                  device float* v [[buffer(1)]],
+                                  constant Conv2dArgs& a [[buffer(2)]],
+                                  uint3 gid [[thread_position_in_grid]]) {
+  const int32_t th_n = wino_tiles_h(a), tw_n = wino_tiles_w(a);
+  const int32_t tiles = a.N * th_n * tw_n;
+  const int32_t p = int32_t(gid.x), ci = int32_t(gid.y);
+  if (p >= tiles || ci >= a.C_in) return;
+  const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
+  const int32_t th = r / tw_n, tw = r - th * tw_n;
+  const int32_t h0 = 2 * th - a.pad_h, w0 = 2 * tw - a.pad_w;
+  device const float* plane = x + (n * a.C_in + ci) * a.H * a.W;
+  float d[16];
+  for (int i = 0; i < 4; ++i) {
+    const int32_t h = h0 + i;
+    const bool row_in = uint32_t(h) < uint32_t(a.H);
+    for (int j = 0; j < 4; ++j) {
+      const int32_t ww = w0 + j;
+      const bool in = row_in && uint32_t(ww) < uint32_t(a.W);
+      const float val = plane[in ? h * a.W + ww : 0];
+      d[4 * i + j] = in ? val : 0.0f;
+    }
+  }
+  float bd[16];  // B^T d
+  for (int j = 0; j < 4; ++j) {
+    const float d0 = d[j], d1 = d[4 + j], d2 = d[8 + j], d3 = d[12 + j];
+    bd[j] = d0 - d2;
+    bd[4 + j] = d1 + d2;
+    bd[8 + j] = d2 - d1;
+    bd[12 + j] = d1 - d3;
+  }
+  const int32_t stride = a.C_in * tiles;
+  device float* out = v + ci * tiles + p;
+  for (int i = 0; i < 4; ++i) {  // (B^T d) B
+    const float e0 = bd[4 * i], e1 = bd[4 * i + 1], e2 = bd[4 * i + 2], e3 = bd[4 * i + 3];
+    out[(4 * i + 0) * stride] = e0 - e2;
+    out[(4 * i + 1) * stride] = e1 + e2;
+    out[(4 * i + 2) * stride] = e2 - e1;
+    out[(4 * i + 3) * stride] = e1 - e3;
+  }
+}
+
+// y[n][co][2*th + i][2*tw + j] = (A^T M A)[i][j] (+ bias[co] where flags & 1), the outputs
+// inside H_out x W_out. Grid: x = tiles, y = C_out.
+kernel void conv2d_winograd_output(device const float* m [[buffer(0)]],
+                                   device const float* bias [[buffer(1)]],
+                                   device float* y [[buffer(2)]],
+                                   constant Conv2dArgs& a [[buffer(3)]],
+                                   constant uint32_t& flags [[buffer(4)]],
+                                   uint3 gid [[thread_position_in_grid]]) {
+  const int32_t th_n = wino_tiles_h(a), tw_n = wino_tiles_w(a);
+  const int32_t tiles = a.N * th_n * tw_n;
+  const int32_t p = int32_t(gid.x), co = int32_t(gid.y);
+  if (p >= tiles || co >= a.C_out) return;
+  const int32_t stride = a.C_out * tiles;
+  device const float* src = m + co * tiles + p;
+  float am[8];  // A^T M: 2 x 4
+  for (int j = 0; j < 4; ++j) {
+    const float m0 = src[j * stride], m1 = src[(4 + j) * stride], m2 = src[(8 + j) * stride],
+                m3 = src[(12 + j) * stride];
+    am[j] = m0 + m1 + m2;
+    am[4 + j] = m1 - m2 - m3;
+  }
+  const float b = (flags & 1u) != 0 ? bias[co] : 0.0f;
+  const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
+  const int32_t th = r / tw_n, tw = r - th * tw_n;
+  device float* plane = y + (n * a.C_out + co) * a.H_out * a.W_out;
+  for (int i = 0; i < 2; ++i) {  // (A^T M) A
+    const int32_t oh = 2 * th + i;
+    if (oh >= a.H_out) continue;
+    const float e0 = am[4 * i], e1 = am[4 * i + 1], e2 = am[4 * i + 2], e3 = am[4 * i + 3];
+    const int32_t ow = 2 * tw;
+    plane[oh * a.W_out + ow] = (e0 + e1 + e2) + b;
+    if (ow + 1 < a.W_out) plane[oh * a.W_out + ow + 1] = (e1 - e2 - e3) + b;
+  }
+}
+
+// Z[t][co][p] = (A z A^T)[t], z the 2x2 block of the output gradient gy[n][co] at tile p
+// (zero past H_out x W_out). Grid: x = tiles, y = C_out.
+kernel void conv2d_winograd_grad_output(device const float* gy [[buffer(0)]],
+                                        device float* z [[buffer(1)]],
+                                        constant Conv2dArgs& a [[buffer(2)]],
+                                        uint3 gid [[thread_position_in_grid]]) {
+  const int32_t th_n = wino_tiles_h(a), tw_n = wino_tiles_w(a);
+  const int32_t tiles = a.N * th_n * tw_n;
+  const int32_t p = int32_t(gid.x), co = int32_t(gid.y);
+  if (p >= tiles || co >= a.C_out) return;
+  const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
+  const int32_t th = r / tw_n, tw = r - th * tw_n;
+  device const float* plane = gy + (n * a.C_out + co) * a.H_out * a.W_out;
+  float e[4];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      const int32_t oh = 2 * th + i, ow = 2 * tw + j;
+      const bool in = oh < a.H_out && ow < a.W_out;
+      const float val = plane[in ? oh * a.W_out + ow : 0];
+      e[2 * i + j] = in ? val : 0.0f;
+    }
+  // A z: rows z0, z0 + z1, z0 - z1, -z1 (z0, z1 the rows of z).
+  float az[8];
+  for (int j = 0; j < 2; ++j) {
+    const float z0 = e[j], z1 = e[2 + j];
+    az[j] = z0;
+    az[2 + j] = z0 + z1;
+    az[4 + j] = z0 - z1;
+    az[6 + j] = -z1;
+  }
+  const int32_t stride = a.C_out * tiles;
+  device float* out = z + co * tiles + p;
+  for (int i = 0; i < 4; ++i) {  // (A z) A^T
+    const float z0 = az[2 * i], z1 = az[2 * i + 1];
+    out[(4 * i + 0) * stride] = z0;
+    out[(4 * i + 1) * stride] = z0 + z1;
+    out[(4 * i + 2) * stride] = z0 - z1;
+    out[(4 * i + 3) * stride] = -z1;
+  }
+}
+
+// gw[co][ci] = G^T (sum over splits s of dU[s][.][co][ci]) G: 3 x 3. The splits are added
+// in a fixed order (deterministic). Grid: x = C_out * C_in.
+kernel void conv2d_winograd_weight_grad(device const float* du [[buffer(0)]],
+                                        device float* gw [[buffer(1)]],
+                                        constant Conv2dArgs& a [[buffer(2)]],
+                                        constant uint32_t& splits [[buffer(3)]],
+                                        uint3 gid [[thread_position_in_grid]]) {
+  const int32_t kc = a.C_out * a.C_in;
+  const int32_t i = int32_t(gid.x);
+  if (i >= kc) return;
+  float s[16];
+  for (int t = 0; t < 16; ++t) s[t] = du[t * kc + i];
+  for (uint32_t sp = 1; sp < splits; ++sp)
+    for (int t = 0; t < 16; ++t) s[t] += du[(int32_t(sp) * 16 + t) * kc + i];
+  float gs[12];  // G^T S: 3 x 4
+  for (int j = 0; j < 4; ++j) {
+    const float s0 = s[j], s1 = s[4 + j], s2 = s[8 + j], s3 = s[12 + j];
+    gs[j] = s0 + 0.5f * (s1 + s2);
+    gs[4 + j] = 0.5f * (s1 - s2);
+    gs[8 + j] = 0.5f * (s1 + s2) + s3;
+  }
+  device float* out = gw + i * 9;
+  for (int r = 0; r < 3; ++r) {  // (G^T S) G
+    const float s0 = gs[4 * r], s1 = gs[4 * r + 1], s2 = gs[4 * r + 2], s3 = gs[4 * r + 3];
+    out[3 * r + 0] = s0 + 0.5f * (s1 + s2);
+    out[3 * r + 1] = 0.5f * (s1 - s2);
+    out[3 * r + 2] = 0.5f * (s1 + s2) + s3;
+  }
+}
+
+// ---------------------------------------------------------------- F(4x4, 3x3)
+// 4x4 output tiles from 6x6 input patches, 36 transform points t = 6 * i + j (Lavin and
+// Gray's points 0, 1, -1, 2, -2, infinity):
+//
+//   B^T = [4  0 -5  0  1  0]    G = [ 1/4     0     0  ]    A^T = [1  1  1  1  1  0]
+//         [0 -4 -4  1  1  0]        [-1/6  -1/6  -1/6 ]          [0  1 -1  2 -2  0]
+//         [0  4 -4 -1  1  0]        [-1/6   1/6  -1/6 ]          [0  1  1  4  4  0]
+//         [0 -2 -1  2  1  0]        [1/24  1/12  1/6  ]          [0  1 -1  8 -8  1]
+//         [0  2 -1 -2  1  0]        [1/24 -1/12  1/6  ]
+//         [0  4  0 -5  0  1]        [  0     0     1  ]
+//
+// Same layouts as above with 36 points and tiles = N * ceil(H_out/4) * ceil(W_out/4), the
+// tile's input patch at rows 4*th - pad_h .. 4*th - pad_h + 5. About 1.8x fewer products
+// than F(2x2, 3x3) and 1.8x less transformed data; the larger transform coefficients
+// round more (docs/gpu_kernels.md), which is why the weight gradient keeps F(2x2, 3x3).
+
+// out[k * os] = (B^T d)[k] for d[k * is], k < 6.
+FM_FUNC void wino4_bt(thread const float* d, int is, thread float* out, int os) {
+  const float d0 = d[0], d1 = d[is], d2 = d[2 * is], d3 = d[3 * is], d4 = d[4 * is],
+              d5 = d[5 * is];
+  out[0] = fma(4.0f, d0, fma(-5.0f, d2, d4));
+  out[os] = fma(-4.0f, d1 + d2, d3 + d4);
+  out[2 * os] = fma(4.0f, d1 - d2, d4 - d3);
+  out[3 * os] = fma(2.0f, d3 - d1, d4 - d2);
+  out[4 * os] = fma(2.0f, d1 - d3, d4 - d2);
+  out[5 * os] = fma(4.0f, d1, fma(-5.0f, d3, d5));
+}
+
+// out[k * os] = (G g)[k] for g[k * is], k < 3.
+FM_FUNC void wino4_g(thread const float* g, int is, thread float* out, int os) {
+  const float g0 = g[0], g1 = g[is], g2 = g[2 * is];
+  out[0] = 0.25f * g0;
+  out[os] = (-1.0f / 6.0f) * (g0 + g1 + g2);
+  out[2 * os] = (-1.0f / 6.0f) * (g0 - g1 + g2);
+  out[3 * os] = fma(1.0f / 24.0f, g0, fma(1.0f / 12.0f, g1, (1.0f / 6.0f) * g2));
+  out[4 * os] = fma(1.0f / 24.0f, g0, fma(-1.0f / 12.0f, g1, (1.0f / 6.0f) * g2));
+  out[5 * os] = g2;
+}
+
+// out[k * os] = (A^T m)[k] for m[k * is], k < 4.
+FM_FUNC void wino4_at(thread const float* m, int is, thread float* out, int os) {
+  const float m0 = m[0], m1 = m[is], m2 = m[2 * is], m3 = m[3 * is], m4 = m[4 * is],
+              m5 = m[5 * is];
+  const float s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
+  out[0] = m0 + s12 + s34;
+  out[os] = fma(2.0f, d34, d12);
+  out[2 * os] = fma(4.0f, s34, s12);
+  out[3 * os] = fma(8.0f, d34, d12) + m5;
+}
+
+// U[t][co][ci] = (G g G^T)[t]; flags & 1 as conv2d_winograd_weight. Grid: x = C_out * C_in.
+kernel void conv2d_winograd4_weight(device const float* w [[buffer(0)]],
+                                    device float* u [[buffer(1)]],
+                                    constant Conv2dArgs& a [[buffer(2)]],
+                                    constant uint32_t& flags [[buffer(3)]],
+                                    uint3 gid [[thread_position_in_grid]]) {
+  const int32_t kc = a.C_out * a.C_in;
+  const int32_t i = int32_t(gid.x);
+  if (i >= kc) return;
+  const int32_t co = i / a.C_in, ci = i - co * a.C_in;
+  float g[9];
+  if ((flags & 1u) != 0) {
+    device const float* src = w + (ci * a.C_out + co) * 9;
+    for (int r = 0; r < 9; ++r) g[r] = src[8 - r];
+  } else {
+    device const float* src = w + i * 9;
+    for (int r = 0; r < 9; ++r) g[r] = src[r];
+  }
+  float gg[18];  // G g: 6 x 3
+  for (int c = 0; c < 3; ++c) wino4_g(g + c, 3, gg + c, 3);
+  float ggg[36];  // (G g) G^T: 6 x 6
+  for (int r = 0; r < 6; ++r) wino4_g(gg + 3 * r, 1, ggg + 6 * r, 1);
+  for (int t = 0; t < 36; ++t) u[t * kc + i] = ggg[t];
+}
+
+// V[t][ci][p] = (B^T d B)[t], d the 6x6 input patch of tile p. Grid: x = tiles, y = C_in.
+kernel void conv2d_winograd4_input(device const float* x [[buffer(0)]],
+                                   device float* v [[buffer(1)]],
+                                   constant Conv2dArgs& a [[buffer(2)]],
+                                   uint3 gid [[thread_position_in_grid]]) {
+  const int32_t th_n = (a.H_out + 3) >> 2, tw_n = (a.W_out + 3) >> 2;
+  const int32_t tiles = a.N * th_n * tw_n;
+  const int32_t p = int32_t(gid.x), ci = int32_t(gid.y);
+  if (p >= tiles || ci >= a.C_in) return;
+  const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
+  const int32_t th = r / tw_n, tw = r - th * tw_n;
+  const int32_t h0 = 4 * th - a.pad_h, w0 = 4 * tw - a.pad_w;
+  device const float* plane = x + (n * a.C_in + ci) * a.H * a.W;
+  float d[36];
+  for (int i = 0; i < 6; ++i) {
+    const int32_t h = h0 + i;
+    const bool row_in = uint32_t(h) < uint32_t(a.H);
+    for (int j = 0; j < 6; ++j) {
+      const int32_t ww = w0 + j;
+      const bool in = row_in && uint32_t(ww) < uint32_t(a.W);
+      const float val = plane[in ? h * a.W + ww : 0];
+      d[6 * i + j] = in ? val : 0.0f;
+    }
+  }
+  float bd[36];  // B^T d
+  for (int j = 0; j < 6; ++j) wino4_bt(d + j, 6, bd + j, 6);
+  float bdb[36];  // (B^T d) B
+  for (int i = 0; i < 6; ++i) wino4_bt(bd + 6 * i, 1, bdb + 6 * i, 1);
+  const int32_t stride = a.C_in * tiles;
+  device float* out = v + ci * tiles + p;
+  for (int t = 0; t < 36; ++t) out[t * stride] = bdb[t];
+}
+
+// y[n][co][4*th + i][4*tw + j] = (A^T M A)[i][j] (+ bias[co] where flags & 1), inside
+// H_out x W_out. Grid: x = tiles, y = C_out.
+kernel void conv2d_winograd4_output(device const float* m [[buffer(0)]],
+                                    device const float* bias [[buffer(1)]],
+                                    device float* y [[buffer(2)]],
+                                    constant Conv2dArgs& a [[buffer(3)]],
+                                    constant uint32_t& flags [[buffer(4)]],
+                                    uint3 gid [[thread_position_in_grid]]) {
+  const int32_t th_n = (a.H_out + 3) >> 2, tw_n = (a.W_out + 3) >> 2;
+  const int32_t tiles = a.N * th_n * tw_n;
+  const int32_t p = int32_t(gid.x), co = int32_t(gid.y);
+  if (p >= tiles || co >= a.C_out) return;
+  const int32_t stride = a.C_out * tiles;
+  device const float* src = m + co * tiles + p;
+  float mm[36];
+  for (int t = 0; t < 36; ++t) mm[t] = src[t * stride];
+  float am[24];  // A^T M: 4 x 6
+  for (int j = 0; j < 6; ++j) wino4_at(mm + j, 6, am + j, 6);
+  float ama[16];  // (A^T M) A: 4 x 4
+  for (int i = 0; i < 4; ++i) wino4_at(am + 6 * i, 1, ama + 4 * i, 1);
+  const float b = (flags & 1u) != 0 ? bias[co] : 0.0f;
+  const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
+  const int32_t th = r / tw_n, tw = r - th * tw_n;
+  device float* plane = y + (n * a.C_out + co) * a.H_out * a.W_out;
+  for (int i = 0; i < 4; ++i) {
+    const int32_t oh = 4 * th + i;
+    if (oh >= a.H_out) continue;
+    for (int j = 0; j < 4; ++j) {
+      const int32_t ow = 4 * tw + j;
+      if (ow < a.W_out) plane[oh * a.W_out + ow] = ama[4 * i + j] + b;
+    }
+  }
+}
