@@ -132,8 +132,8 @@ class Backend {
   virtual std::string name() const = 0;
   // Memory readable and writable by the CPU at Storage::host (buffer protocol works).
   virtual bool host_visible() const = 0;
-  // Contiguous elementwise ops run four elements a thread through vec<T, 4> accesses (the
-  // *_v4 kernels): on a GPU one wide access per thread is what reaches memory bandwidth; the
+  // Contiguous and row-broadcast elementwise ops run in 16-byte chunks, several a thread (the
+  // *_w and *_rw kernels): on a GPU wide accesses are what reach memory bandwidth; the
   // CPU's kernels vectorise across threads instead, so it keeps the one-element kernels.
   virtual bool wide_elementwise() const { return false; }
 
