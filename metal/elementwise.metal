@@ -3,12 +3,13 @@
 //
 // Layouts (the host picks one after merging dimensions):
 //   *_v   contiguous operands and output            grid: n threads
-//   *_w   the same in 16-byte chunks (4 float or 8 half elements, one vector access each),
-//         FM_WIDE_CHUNKS chunks a thread, chunk i + k * threads_per_grid (k < FM_WIDE_CHUNKS):
-//         every access of a SIMD group is one contiguous span, and a thread has all its
-//         loads in flight before its first use (GPU devices, operands 16-byte aligned)
-//                                                   grid: n / (chunk * FM_WIDE_CHUNKS)
-//                                                   threads, the rest by *_v
+//   *_w   the same in 16-byte chunks (4 float or 8 half elements, one vector access each;
+//         GPU devices, operands 16-byte aligned): thread i takes chunks i, i + G, i + 2G, ...
+//         (G = threads_per_grid) below `chunks`, FM_WIDE_CHUNKS at a time with all their
+//         loads in flight before the first use; every access of a SIMD group is one
+//         contiguous span                         grid: G threads, chosen by the host
+//                                                 (see elementwise.cpp); the elements past
+//                                                 the last whole chunk by *_v
 //   *_sv  binary, x is one element (a scalar)       grid: n threads
 //   *_vs  binary, y is one element
 //   *_r   3 dims (fewer padded), the last with unit stride in every operand and the
@@ -80,13 +81,18 @@ kernel void unary_v(device const T* x [[buffer(0)]], device T* out [[buffer(1)]]
 
 template <typename T, typename Op>
 kernel void unary_w(device const uint4* x [[buffer(0)]], device uint4* out [[buffer(1)]],
-                    uint i [[thread_position_in_grid]], uint n [[threads_per_grid]]) {
-  uint4 v[FM_WIDE_CHUNKS];
-  FM_UNROLL
-  for (uint k = 0; k < FM_WIDE_CHUNKS; ++k) v[k] = x[i + k * n];
+                    constant uint& chunks [[buffer(2)]], uint i [[thread_position_in_grid]],
+                    uint n [[threads_per_grid]]) {
   const Op op;
-  FM_UNROLL
-  for (uint k = 0; k < FM_WIDE_CHUNKS; ++k) out[i + k * n] = fm_chunk<T>(op, v[k]);
+  uint c = i;
+  for (; c + (FM_WIDE_CHUNKS - 1) * n < chunks; c += FM_WIDE_CHUNKS * n) {
+    uint4 v[FM_WIDE_CHUNKS];
+    FM_UNROLL
+    for (uint k = 0; k < FM_WIDE_CHUNKS; ++k) v[k] = x[c + k * n];
+    FM_UNROLL
+    for (uint k = 0; k < FM_WIDE_CHUNKS; ++k) out[c + k * n] = fm_chunk<T>(op, v[k]);
+  }
+  for (; c < chunks; c += n) out[c] = fm_chunk<T>(op, x[c]);
 }
 
 template <typename T, typename Op>
@@ -123,18 +129,22 @@ kernel void binary_v(device const T* x [[buffer(0)]], device const T* y [[buffer
 
 template <typename T, typename Op>
 kernel void binary_w(device const uint4* x [[buffer(0)]], device const uint4* y [[buffer(1)]],
-                     device uint4* out [[buffer(2)]], uint i [[thread_position_in_grid]],
-                     uint n [[threads_per_grid]]) {
-  uint4 a[FM_WIDE_CHUNKS];
-  uint4 b[FM_WIDE_CHUNKS];
-  FM_UNROLL
-  for (uint k = 0; k < FM_WIDE_CHUNKS; ++k) {
-    a[k] = x[i + k * n];
-    b[k] = y[i + k * n];
-  }
+                     device uint4* out [[buffer(2)]], constant uint& chunks [[buffer(3)]],
+                     uint i [[thread_position_in_grid]], uint n [[threads_per_grid]]) {
   const Op op;
-  FM_UNROLL
-  for (uint k = 0; k < FM_WIDE_CHUNKS; ++k) out[i + k * n] = fm_chunk<T>(op, a[k], b[k]);
+  uint c = i;
+  for (; c + (FM_WIDE_CHUNKS - 1) * n < chunks; c += FM_WIDE_CHUNKS * n) {
+    uint4 a[FM_WIDE_CHUNKS];
+    uint4 b[FM_WIDE_CHUNKS];
+    FM_UNROLL
+    for (uint k = 0; k < FM_WIDE_CHUNKS; ++k) {
+      a[k] = x[c + k * n];
+      b[k] = y[c + k * n];
+    }
+    FM_UNROLL
+    for (uint k = 0; k < FM_WIDE_CHUNKS; ++k) out[c + k * n] = fm_chunk<T>(op, a[k], b[k]);
+  }
+  for (; c < chunks; c += n) out[c] = fm_chunk<T>(op, x[c], y[c]);
 }
 
 template <typename T, typename Op>

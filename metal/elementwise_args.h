@@ -6,8 +6,8 @@
 #define FM_MAX_DIMS 16
 
 // Wide kernels (*_w, *_rw) move 16-byte chunks: 4 float or 8 half elements, one vector
-// access each. A *_w thread takes FM_WIDE_CHUNKS chunks of each operand, a *_rw thread the
-// same chunk of FM_WIDE_ROWS rows: several independent loads in flight per thread.
+// access each. A *_w thread loads FM_WIDE_CHUNKS chunks of each operand at a time, a *_rw
+// thread the same chunk of FM_WIDE_ROWS rows: several independent loads in flight.
 #define FM_WIDE_BYTES 16
 #define FM_WIDE_CHUNKS 4
 #define FM_WIDE_ROWS 4

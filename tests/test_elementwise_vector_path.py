@@ -141,3 +141,20 @@ def test_every_float16_value_within_one_ulp(device, name):
     err = np.abs(got[finite].astype(np.float64) - want[finite].astype(np.float64)) / spacing
     i = int(np.argmax(err))
     assert err[i] <= 1.0, f"{name}({x[finite][i]!r}) = {got[finite][i]!r}, want {want[finite][i]!r}"
+
+
+@pytest.mark.parametrize("grid", ["1", "2", "3", "5", "64", "device"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_every_grid_of_the_wide_kernels(device, wide, monkeypatch, dtype, grid):
+    # The host's tuning hook picks how many chunks a thread takes (FASTMETAL_ELEMENTWISE_GRID:
+    # J chunks a thread, or a grid-stride loop over a device-sized grid): the kernels' main
+    # loop, 4 chunks at a time, and their one-chunk remainder loop must cover every chunk once.
+    monkeypatch.setenv("FASTMETAL_ELEMENTWISE_GRID", grid)
+    rng = np.random.default_rng(7)
+    for n in (4, 9, 100, 1001, 4099, 70001):
+        x = rng.uniform(-3, 3, n).astype(dtype)
+        y = rng.uniform(0.5, 3, n).astype(dtype)
+        hx, hy = x.astype(np.float64), y.astype(np.float64)
+        _check(fm.sigmoid(fm.asarray(x)), 1 / (1 + np.exp(-hx)), dtype)
+        np.testing.assert_array_equal(np.asarray(fm.add(fm.asarray(x), fm.asarray(y))), x + y)
+        _check(fm.divide(fm.asarray(x), fm.asarray(y)), hx / hy, dtype)

@@ -136,6 +136,9 @@ class Backend {
   // *_w and *_rw kernels): on a GPU wide accesses are what reach memory bandwidth; the
   // CPU's kernels vectorise across threads instead, so it keeps the one-element kernels.
   virtual bool wide_elementwise() const { return false; }
+  // Threads the device runs at once (multiprocessors x resident threads each), for grids
+  // sized to the device; 0 where unknown.
+  virtual std::int64_t resident_threads() const { return 0; }
 
   // Page-aligned, from a caching pool; contents undefined.
   virtual StoragePtr allocate(std::size_t nbytes) = 0;

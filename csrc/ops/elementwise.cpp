@@ -1,6 +1,8 @@
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 
@@ -28,18 +30,15 @@ std::string kernel_name(const char* kind, const char* layout, const std::string&
   return name;
 }
 
-// 1-D launch over n threads, in pieces if n does not fit a 32-bit grid (max_threads a
-// piece). Piece k's buffers start advance_bytes[i] * (threads before it) further.
+// 1-D launch over n contiguous elements, in pieces if n does not fit a 32-bit grid.
 void launch_contiguous(Backend& be, const std::string& kernel, std::vector<KernelArg> args,
-                       std::vector<std::size_t> advance_bytes, std::int64_t n,
-                       std::int64_t max_threads = kMaxGrid, std::uint64_t cost = 1) {
+                       std::vector<std::size_t> advance_bytes, std::int64_t n) {
   const std::uint32_t group = be.preferred_group_size(kernel);
-  for (std::int64_t done = 0; done < n; done += max_threads) {
-    const std::int64_t count = std::min(max_threads, n - done);
+  for (std::int64_t done = 0; done < n; done += kMaxGrid) {
+    const std::int64_t count = std::min(kMaxGrid, n - done);
     Dispatch d;
     d.grid[0] = std::uint32_t(count);
     d.group[0] = group;
-    d.cost = cost;
     be.launch(kernel, d, args);
     for (std::size_t i = 0; i < args.size(); ++i) args[i].offset += advance_bytes[i] * count;
   }
@@ -52,28 +51,57 @@ bool wide_aligned(const KernelArg& a) {
   return (base + a.offset) % FM_WIDE_BYTES == 0;
 }
 
-// Contiguous launch that GPU devices run in 16-byte chunks, FM_WIDE_CHUNKS a thread (the *_w
-// kernels: wide accesses and several loads in flight per thread are what reach memory
-// bandwidth there), when every operand is aligned to the chunk; the last elements (fewer
-// than one thread's worth), and backends without wide_elementwise(), take the one-element
-// kernel.
+// Threads of a *_w launch over `chunks` 16-byte chunks. Each thread takes every G-th chunk
+// (G = the threads launched), FM_WIDE_CHUNKS at a time. By default G = chunks /
+// FM_WIDE_CHUNKS: every thread does one such step. FASTMETAL_ELEMENTWISE_GRID (a tuning
+// hook, read on every call) overrides it: an integer J gives chunks / J threads (J chunks a
+// thread), "device" as many threads as the device runs at once (Backend::resident_threads,
+// where it knows; a grid-stride loop over the whole array).
+std::int64_t wide_threads(const Backend& be, std::int64_t chunks) {
+  std::int64_t per_thread = FM_WIDE_CHUNKS;
+  if (const char* env = std::getenv("FASTMETAL_ELEMENTWISE_GRID"); env != nullptr && *env != 0) {
+    if (std::string(env) == "device") {
+      if (const std::int64_t resident = be.resident_threads(); resident > 0)
+        return std::max<std::int64_t>(1, std::min(resident, (chunks + FM_WIDE_CHUNKS - 1) / FM_WIDE_CHUNKS));
+    } else if (const long j = std::strtol(env, nullptr, 10); j > 0) {
+      per_thread = j;
+    }
+  }
+  return std::max<std::int64_t>(1, (chunks + per_thread - 1) / per_thread);
+}
+
+// Contiguous launch that GPU devices run in 16-byte chunks (the *_w kernels: wide accesses
+// and several loads in flight per thread are what reach memory bandwidth there), when every
+// operand is aligned to the chunk; the elements past the last whole chunk, and backends
+// without wide_elementwise(), take the one-element kernel.
 void launch_contiguous_vec(Backend& be, const char* kind, const std::string& op, DType t,
                            std::vector<KernelArg> args, std::vector<std::size_t> advance_bytes,
                            std::int64_t n) {
   const std::int64_t lanes = FM_WIDE_BYTES / std::int64_t(itemsize(t));
-  const std::int64_t per_thread = lanes * FM_WIDE_CHUNKS;
-  bool wide = n >= per_thread && (be.wide_elementwise() || g_wide_everywhere.load());
+  bool wide = n >= lanes && (be.wide_elementwise() || g_wide_everywhere.load());
   for (const KernelArg& a : args) wide = wide && wide_aligned(a);
   if (wide) {
-    // Thread i of a piece takes chunks i + k * threads: a piece is at most 2^32 chunks.
-    const std::int64_t threads = n / per_thread;
-    std::vector<std::size_t> piece_advance;
-    for (std::size_t b : advance_bytes) piece_advance.push_back(std::size_t(per_thread) * b);
-    launch_contiguous(be, kernel_name(kind, "w", op, t), args, piece_advance, threads,
-                      kMaxGrid / FM_WIDE_CHUNKS, std::uint64_t(per_thread));
+    // In pieces of at most 2^31 chunks, so that the kernels' 32-bit chunk indices (up to
+    // chunks + FM_WIDE_CHUNKS * threads) cannot wrap.
+    const std::int64_t chunks = n / lanes;
+    const std::string kernel = kernel_name(kind, "w", op, t);
+    const std::uint32_t group = be.preferred_group_size(kernel);
+    constexpr std::int64_t kMaxPiece = std::int64_t(1) << 31;
+    for (std::int64_t done = 0; done < chunks; done += kMaxPiece) {
+      const std::uint32_t count = std::uint32_t(std::min(kMaxPiece, chunks - done));
+      std::vector<KernelArg> piece = args;
+      for (std::size_t i = 0; i < piece.size(); ++i)
+        piece[i].offset += advance_bytes[i] * std::size_t(lanes * done);
+      piece.push_back(KernelArg::inline_bytes(&count, sizeof(count)));
+      Dispatch d;
+      d.grid[0] = std::uint32_t(wide_threads(be, count));
+      d.group[0] = group;
+      d.cost = std::uint64_t(lanes) * ((count + d.grid[0] - 1) / d.grid[0]);
+      be.launch(kernel, d, piece);
+    }
     for (std::size_t i = 0; i < args.size(); ++i)
-      args[i].offset += advance_bytes[i] * std::size_t(per_thread * threads);
-    n -= per_thread * threads;
+      args[i].offset += advance_bytes[i] * std::size_t(lanes * chunks);
+    n -= lanes * chunks;
     if (n == 0) return;
   }
   launch_contiguous(be, kernel_name(kind, "v", op, t), std::move(args), std::move(advance_bytes), n);
