@@ -98,7 +98,8 @@ def test_row_broadcast_every_shape(device, wide, dtype, shape, rng):
     np.testing.assert_array_equal(np.asarray(fm.multiply(rd, md)), r * m)
     np.testing.assert_array_equal(np.asarray(fm.subtract(md, rd)), m - r)
     wide_m = rng.uniform(-4, 4, (rows + 1, cols + 8)).astype(dtype)
-    for view in (np.s_[:rows, :cols], np.s_[1:, :cols], np.s_[1:, 8:], np.s_[1:, 1:cols + 1]):
+    for view in (np.s_[:rows, :cols], np.s_[1:, :cols], np.s_[1:, 8:], np.s_[1:, 1:cols + 1],
+                 np.s_[rows:0:-1, :cols]):  # the last: rows in reverse order
         sub = fm.asarray(wide_m)[view]
         np.testing.assert_array_equal(np.asarray(fm.add(sub, rd)), wide_m[view] + r)
         np.testing.assert_array_equal(np.asarray(fm.multiply(sub, md)), wide_m[view] * m)
