@@ -34,6 +34,28 @@ FM_FUNC float fm_copysign(float x, float s) {
 // and x86-64 without FMA has to emulate those.
 FM_FUNC float fm_mad(float a, float b, float c) { return a * b + c; }
 
+// 1/b and a/b for the divisions inside the helpers below, where b is a normal number of
+// moderate size (1 <= b <= 32). CUDA's IEEE division is a reciprocal estimate, Newton steps
+// and a range check that branches to a slow path (about 10 instructions, the largest part
+// of gelu's cost there); its estimate (MUFU.RCP, <= 1 ulp) with one Newton step on the
+// quotient is within 1 ulp in 4 instructions. The other targets divide exactly, so their
+// results stay bit for bit what they were.
+#if defined(__CUDACC__)
+FM_FUNC float fm_recip_estimate(float b) {  // one MUFU.RCP (__fdividef adds a range check)
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  return r;
+}
+FM_FUNC float fm_div(float a, float b) {
+  const float r = fm_recip_estimate(b);
+  const float q = a * r;
+  return metal::fma(r, metal::fma(-b, q, a), q);
+}
+#else
+FM_FUNC float fm_recip_estimate(float b) { return 1.0f / b; }
+FM_FUNC float fm_div(float a, float b) { return a / b; }
+#endif
+
 // a + b = s + err exactly (Knuth's two-sum, no multiplications).
 FM_FUNC float fm_two_sum(float a, float b, thread float& err) {
   const float s = a + b;
@@ -307,7 +329,7 @@ FM_FUNC float fm_pow(float x, float y) {
 // e / (1 + e) keeps the subnormal results that 1 / (1 + e^-x) would flush to 0.
 FM_FUNC float fm_sigmoid(float x) {
   const float e = fm_exp_nonpos(-metal::fabs(x));
-  const float s = 1.0f / (1.0f + e);
+  const float s = fm_div(1.0f, 1.0f + e);
   return metal::select(s, e * s, x < 0.0f);
 }
 
@@ -334,7 +356,7 @@ FM_FUNC float fm_softplus(float x) {
 // that a scaled argument like x/sqrt2 can pass 0.5*x*x without rounding).
 FM_FUNC float fm_erfc_core(float a, float aa, float aa_lo) {
   const float den = a + 2.0f;
-  const float r = 1.0f / den;
+  const float r = fm_recip_estimate(den);
   float q = (a - 2.0f) * r;
   q = fm_mad(r, metal::fma(-q, den, a - 2.0f), q);  // one Newton step: q to full float precision
   float p = 8.733854776e-05f;
@@ -349,7 +371,7 @@ FM_FUNC float fm_erfc_core(float a, float aa, float aa_lo) {
   p = fm_mad(p, q, -1.660304438e-01f);
   p = fm_mad(p, q, -9.276381708e-02f);
   p = fm_mad(p, q, 2.769783819e-01f);
-  return (1.0f + p) / fm_mad(2.0f, a, 1.0f) * (fm_exp_nonpos(-aa) * (1.0f - aa_lo));
+  return fm_div(1.0f + p, fm_mad(2.0f, a, 1.0f)) * (fm_exp_nonpos(-aa) * (1.0f - aa_lo));
 }
 
 FM_FUNC float fm_erfc(float x) {
@@ -367,6 +389,38 @@ FM_FUNC float fm_gelu(float x) {
   const float xc = fm_clamp_nan(metal::fabs(x), 0.0f, 14.28f);  // 10.1 * sqrt2: erfc is 0 beyond
   const float xx = xc * xc;
   const float e = fm_erfc_core(a, 0.5f * xx, 0.5f * metal::fma(xc, xc, -xx));
+  const float erfc_minus_z = metal::select(e, 2.0f - e, x > 0.0f);  // erfc(-x/sqrt2)
+  return metal::select(0.5f * x * erfc_minus_z, x, metal::isnan(x));
+}
+
+// Variants for float16 results (the kernels call fm_NAME_f16 in place of fm_NAME when the
+// result is stored as half; tools/gen_kernels.py finds them by that suffix). A float16
+// result keeps 11 bits, so these need a relative error of about 1e-5, not float32's few ulp,
+// and GPUs take the hardware exp2 (float16 gelu moves half the bytes of float32 for the same
+// arithmetic, so the float32 body would make it compute-bound there). The CPU keeps
+// fm_exp_nonpos, which vectorises where a libm exp2 would not.
+#if defined(__CUDACC__) || defined(__METAL_VERSION__)
+FM_FUNC float fm_exp_nonpos_f16(float v) { return metal::exp2(v * 1.44269504088896341f); }
+#else
+FM_FUNC float fm_exp_nonpos_f16(float v) { return fm_exp_nonpos(v); }
+#endif
+
+// GELU for float16 results: fm_gelu's erfc form with a degree-7 fit of
+// (1 + 2a) e^{a^2} erfc(a) - 1 in q = (a - 2) / (a + 2) (relative error 2e-6 on [0, 10.1])
+// and reciprocal estimates; special values as fm_gelu.
+FM_FUNC float fm_gelu_f16(float x) {
+  const float z = metal::fabs(x) * 0.70710678118654752f;
+  const float a = metal::select(z, 10.1f, z > 10.1f);  // NaN stays NaN
+  const float q = (a - 2.0f) * fm_recip_estimate(a + 2.0f);
+  float p = 1.810235553e-03f;
+  p = fm_mad(p, q, 7.553198840e-03f);
+  p = fm_mad(p, q, -8.682060987e-03f);
+  p = fm_mad(p, q, -5.388904735e-02f);
+  p = fm_mad(p, q, 1.642221361e-01f);
+  p = fm_mad(p, q, -1.660654098e-01f);
+  p = fm_mad(p, q, -9.277440608e-02f);
+  p = fm_mad(p, q, 2.769790888e-01f);
+  const float e = (1.0f + p) * fm_recip_estimate(fm_mad(2.0f, a, 1.0f)) * fm_exp_nonpos_f16(-a * a);
   const float erfc_minus_z = metal::select(e, 2.0f - e, x > 0.0f);  // erfc(-x/sqrt2)
   return metal::select(0.5f * x * erfc_minus_z, x, metal::isnan(x));
 }

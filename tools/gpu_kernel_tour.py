@@ -168,6 +168,12 @@ def main(argv=None) -> int:
                        ("power 5-D", (fm.power, np.abs(rng.standard_normal((2, 3, 4, 5, 6))).astype(np.float32).transpose(4, 3, 2, 1, 0), 1.5))]:
         fn, *a = args
         ok &= close(name, on(dev, fn, *a), on(cpu, fn, *a))
+    # the wide kernels: 16-byte chunks (unary_w/binary_w, tails by *_v) and rows (binary_rw)
+    z = rng.standard_normal((7, 4104)).astype(np.float16)
+    for name, args in [("sigmoid wide float16", (fm.sigmoid, z)), ("gelu wide float32", (fm.gelu, x)),
+                       ("add rows of chunks float16", (fm.add, z[:, :4096], z[:1, 8:4104]))]:
+        fn, *a = args
+        ok &= close(name, on(dev, fn, *a), on(cpu, fn, *a), rtol=2e-3, atol=1e-3)
 
     print(f"numerics on {dev}")
     f2 = rng.standard_normal((40, 50)).astype(np.float32)

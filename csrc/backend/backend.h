@@ -132,10 +132,13 @@ class Backend {
   virtual std::string name() const = 0;
   // Memory readable and writable by the CPU at Storage::host (buffer protocol works).
   virtual bool host_visible() const = 0;
-  // Contiguous elementwise ops run four elements a thread through vec<T, 4> accesses (the
-  // *_v4 kernels): on a GPU one wide access per thread is what reaches memory bandwidth; the
+  // Contiguous and row-broadcast elementwise ops run in 16-byte chunks, several a thread (the
+  // *_w and *_rw kernels): on a GPU wide accesses are what reach memory bandwidth; the
   // CPU's kernels vectorise across threads instead, so it keeps the one-element kernels.
   virtual bool wide_elementwise() const { return false; }
+  // Threads the device runs at once (multiprocessors x resident threads each), for grids
+  // sized to the device; 0 where unknown.
+  virtual std::int64_t resident_threads() const { return 0; }
 
   // Page-aligned, from a caching pool; contents undefined.
   virtual StoragePtr allocate(std::size_t nbytes) = 0;

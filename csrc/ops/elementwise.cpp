@@ -1,6 +1,8 @@
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 
@@ -42,26 +44,99 @@ void launch_contiguous(Backend& be, const std::string& kernel, std::vector<Kerne
   }
 }
 
-// Contiguous launch that GPU devices run four elements a thread (vec<T, 4> accesses: one
-// 16-byte load or store per float4 is what reaches memory bandwidth there), when every
-// operand is aligned to the vector; the last n % 4 elements, and backends without
-// wide_elementwise(), take the one-element kernel.
+// Whether a buffer argument's address is a multiple of FM_WIDE_BYTES. Device-only
+// storage (no host pointer) comes from the pool, page-aligned.
+bool wide_aligned(const KernelArg& a) {
+  const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(a.storage->host);
+  return (base + a.offset) % FM_WIDE_BYTES == 0;
+}
+
+// Threads of a *_w launch over `chunks` 16-byte chunks. Each thread takes every G-th chunk
+// (G = the threads launched), FM_WIDE_CHUNKS at a time. By default G = chunks /
+// FM_WIDE_CHUNKS: every thread does one such step. FASTMETAL_ELEMENTWISE_GRID (a tuning
+// hook, read on every call) overrides it: an integer J gives chunks / J threads (J chunks a
+// thread), "device" as many threads as the device runs at once (Backend::resident_threads,
+// where it knows; a grid-stride loop over the whole array).
+std::int64_t wide_threads(const Backend& be, std::int64_t chunks) {
+  std::int64_t per_thread = FM_WIDE_CHUNKS;
+  if (const char* env = std::getenv("FASTMETAL_ELEMENTWISE_GRID"); env != nullptr && *env != 0) {
+    if (std::string(env) == "device") {
+      if (const std::int64_t resident = be.resident_threads(); resident > 0)
+        return std::max<std::int64_t>(1, std::min(resident, (chunks + FM_WIDE_CHUNKS - 1) / FM_WIDE_CHUNKS));
+    } else if (const long j = std::strtol(env, nullptr, 10); j > 0) {
+      per_thread = j;
+    }
+  }
+  return std::max<std::int64_t>(1, (chunks + per_thread - 1) / per_thread);
+}
+
+// Contiguous launch that GPU devices run in 16-byte chunks (the *_w kernels: wide accesses
+// and several loads in flight per thread are what reach memory bandwidth there), when every
+// operand is aligned to the chunk; the elements past the last whole chunk, and backends
+// without wide_elementwise(), take the one-element kernel.
 void launch_contiguous_vec(Backend& be, const char* kind, const std::string& op, DType t,
                            std::vector<KernelArg> args, std::vector<std::size_t> advance_bytes,
                            std::int64_t n) {
-  const std::size_t vec_bytes = 4 * itemsize(t);
-  bool wide = n >= 4 && (be.wide_elementwise() || g_wide_everywhere.load());
-  for (const KernelArg& a : args) wide = wide && a.offset % vec_bytes == 0;
+  const std::int64_t lanes = FM_WIDE_BYTES / std::int64_t(itemsize(t));
+  bool wide = n >= lanes && (be.wide_elementwise() || g_wide_everywhere.load());
+  for (const KernelArg& a : args) wide = wide && wide_aligned(a);
   if (wide) {
-    const std::int64_t body = n / 4;
-    std::vector<std::size_t> vec_advance;
-    for (std::size_t b : advance_bytes) vec_advance.push_back(4 * b);
-    launch_contiguous(be, kernel_name(kind, "v4", op, t), args, vec_advance, body);
-    for (std::size_t i = 0; i < args.size(); ++i) args[i].offset += advance_bytes[i] * 4 * body;
-    n -= 4 * body;
+    // In pieces of at most 2^31 chunks, so that the kernels' 32-bit chunk indices (up to
+    // chunks + FM_WIDE_CHUNKS * threads) cannot wrap.
+    const std::int64_t chunks = n / lanes;
+    const std::string kernel = kernel_name(kind, "w", op, t);
+    const std::uint32_t group = be.preferred_group_size(kernel);
+    constexpr std::int64_t kMaxPiece = std::int64_t(1) << 31;
+    for (std::int64_t done = 0; done < chunks; done += kMaxPiece) {
+      const std::uint32_t count = std::uint32_t(std::min(kMaxPiece, chunks - done));
+      std::vector<KernelArg> piece = args;
+      for (std::size_t i = 0; i < piece.size(); ++i)
+        piece[i].offset += advance_bytes[i] * std::size_t(lanes * done);
+      piece.push_back(KernelArg::inline_bytes(&count, sizeof(count)));
+      Dispatch d;
+      d.grid[0] = std::uint32_t(wide_threads(be, count));
+      d.group[0] = group;
+      d.cost = std::uint64_t(lanes) * ((count + d.grid[0] - 1) / d.grid[0]);
+      be.launch(kernel, d, piece);
+    }
+    for (std::size_t i = 0; i < args.size(); ++i)
+      args[i].offset += advance_bytes[i] * std::size_t(lanes * chunks);
+    n -= lanes * chunks;
     if (n == 0) return;
   }
   launch_contiguous(be, kernel_name(kind, "v", op, t), std::move(args), std::move(advance_bytes), n);
+}
+
+// Binary op over 2 dims whose last has unit stride everywhere (rows of a broadcast or
+// sliced array) in 16-byte chunks (binary_rw), when every row is whole chunks and starts
+// aligned in every operand. Returns false (nothing launched) otherwise.
+bool launch_rows_wide(Backend& be, const std::string& op, DType t, const std::vector<KernelArg>& args,
+                      const Shape& shape, const std::vector<const Strides*>& strides) {
+  if (!(be.wide_elementwise() || g_wide_everywhere.load()) || shape.size() != 2) return false;
+  const std::int64_t item = std::int64_t(itemsize(t));
+  const std::int64_t lanes = FM_WIDE_BYTES / item;
+  const std::int64_t rows = shape[0], cols = shape[1];
+  // (the kernel forms row indices up to rows + FM_WIDE_ROWS - 1 in 32 bits)
+  if (cols % lanes != 0 || cols / lanes > kMaxGrid || rows > kMaxGrid - FM_WIDE_ROWS) return false;
+  RowArgs ra{};
+  ra.rows = std::uint32_t(rows);
+  for (std::size_t k = 0; k < 3; ++k) {
+    const Strides& s = *strides[k];
+    if (s[1] != 1 || (s[0] * item) % FM_WIDE_BYTES != 0 || !wide_aligned(args[k])) return false;
+    ra.row_stride[k] = s[0] / lanes;
+  }
+  std::vector<KernelArg> full = args;
+  full.push_back(KernelArg::inline_bytes(&ra, sizeof(ra)));
+  const std::string kernel = kernel_name("binary", "rw", op, t);
+  Dispatch d;
+  d.grid[0] = std::uint32_t(cols / lanes);
+  d.grid[1] = std::uint32_t((rows + FM_WIDE_ROWS - 1) / FM_WIDE_ROWS);
+  d.group[0] = std::min<std::uint32_t>(be.preferred_group_size(kernel), d.grid[0]);
+  d.group[1] = std::min<std::uint32_t>(std::max<std::uint32_t>(1, be.preferred_group_size(kernel) / d.group[0]),
+                                       d.grid[1]);
+  d.cost = std::uint64_t(lanes * FM_WIDE_ROWS);
+  be.launch(kernel, d, full);
+  return true;
 }
 
 // Layout for arrays that are not contiguous: rows with unit stride everywhere (r) or any
@@ -171,7 +246,7 @@ void launch_binary(const std::string& op, const Array& x, const Array& y, const 
     launch_contiguous(be, kernel_name("binary", "sv", op, out.dtype), args, {0, item, item}, n);
   } else if (flat_out && unit(xs) && all_zero(ys)) {
     launch_contiguous(be, kernel_name("binary", "vs", op, out.dtype), args, {item, 0, item}, n);
-  } else {
+  } else if (!launch_rows_wide(be, op, out.dtype, args, shape, {&xs, &ys, &os})) {
     const char* layout = strided_layout(shape, {&xs, &ys, &os});
     launch_strided(be, kernel_name("binary", layout, op, out.dtype), args, shape, {&xs, &ys, &os});
   }

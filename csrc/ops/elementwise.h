@@ -1,5 +1,5 @@
-// Elementwise ops on fm::Arrays: choose the kernel layout (contiguous, scalar-broadcast,
-// or general strided) after merging dimensions, and launch it. Validation and dtype
+// Elementwise ops on fm::Arrays: choose the kernel layout (contiguous, wide contiguous,
+// scalar-broadcast, wide rows, or general strided) after merging dimensions, and launch it. Validation and dtype
 // promotion happen before this (python_ops.cpp); here all operands have out's dtype.
 #pragma once
 #include <string>
@@ -12,8 +12,8 @@ namespace fm {
 void launch_unary(const std::string& op, const Array& x, const Array& out);
 // x, y broadcast to out.shape; out must not partially overlap x or y.
 void launch_binary(const std::string& op, const Array& x, const Array& y, const Array& out);
-// Tests: let every backend take the four-elements-a-thread kernels (they otherwise run on
-// GPUs only), so that the CPU's emulation checks them too.
+// Tests: let every backend take the wide (16-byte chunk) kernels, *_w and binary_rw (they
+// otherwise run on GPUs only), so that the CPU's emulation checks them too.
 void set_wide_elementwise_everywhere(bool enabled);
 
 }  // namespace fm

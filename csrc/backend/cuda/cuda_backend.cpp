@@ -73,11 +73,17 @@ class CudaBackend final : public Backend {
             std::size_t(4) << 30) {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    int sms = 0, per_sm = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device_),
+          "cudaDeviceGetAttribute");
+    resident_threads_ = std::int64_t(sms) * per_sm;
   }
 
   std::string name() const override { return "cuda"; }
   bool host_visible() const override { return false; }
   bool wide_elementwise() const override { return true; }
+  std::int64_t resident_threads() const override { return resident_threads_; }
 
   StoragePtr allocate(std::size_t nbytes) override {
     CachingAllocator::Block b = pool_.acquire(nbytes);
@@ -195,6 +201,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
+  std::int64_t resident_threads_ = 0;
   cudaStream_t stream_ = nullptr;  // before pool_: the pool's free waits on it
   CachingAllocator pool_;
   std::mutex mu_;  // orders launches and copies of all threads on stream_
