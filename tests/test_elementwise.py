@@ -342,3 +342,27 @@ def test_too_many_non_mergeable_dimensions_is_a_value_error(device, rng):
     a = fm.asarray(rng.standard_normal((2,) * 17).astype(np.float32))
     with pytest.raises(ValueError, match="at most 16 non-mergeable dimensions"):
         fm.add(a.T, a[..., ::2])
+
+
+@pytest.mark.parametrize("case", ["broadcast", "transposed", "reversed", "out_view"])
+def test_four_dims_in_three_dim_blocks(device, rng, case):
+    """4-5 dims that do not merge, with few outer indices and large 3-dim blocks: the CPU
+    launches them block by block (each block's buffer offset advanced by its outer index,
+    negative strides included), other devices in one launch; NumPy's result either way."""
+    x = rng.standard_normal((3, 5, 16, 32, 40)).astype(np.float32)[:, 1:4]  # sliced outer dim
+    row = rng.standard_normal((1, 1, 16, 1, 40)).astype(np.float32)
+    if case == "transposed":
+        x = np.ascontiguousarray(x.transpose(4, 3, 2, 1, 0)).transpose(4, 3, 2, 1, 0)
+    if case == "reversed":
+        x = x[::-1, :, :, ::-1]
+    got = fm.add(fm.asarray(x) if case != "out_view" else x, row)
+    np.testing.assert_array_equal(np.asarray(got.numpy() if isinstance(got, fm.Array) else got),
+                                  x + row)
+    np.testing.assert_allclose(np.asarray(fm.sigmoid(x)), 1 / (1 + np.exp(-x.astype(np.float64))),
+                               rtol=1e-6, atol=1e-7)
+    if case == "out_view" and device in ("cpu", "metal"):
+        big = np.zeros((3, 3, 16, 64, 40), np.float32)
+        out = big[:, :, :, ::2]
+        assert fm.add(x, row, out=out) is out
+        np.testing.assert_array_equal(out, x + row)
+        assert not big[:, :, :, 1::2].any()  # the skipped rows stay untouched

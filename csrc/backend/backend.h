@@ -139,6 +139,10 @@ class Backend {
   // Threads the device runs at once (multiprocessors x resident threads each), for grids
   // sized to the device; 0 where unknown.
   virtual std::int64_t resident_threads() const { return 0; }
+  // Grid threads run one after another on a few cores (the CPU): per-element index division
+  // is not hidden by memory latency, so strided ops of many dims are launched as several
+  // 3-dim blocks instead of one *_g launch (GPUs pay per launch and keep the one).
+  virtual bool serial_grid() const { return false; }
 
   // Page-aligned, from a caching pool; contents undefined.
   virtual StoragePtr allocate(std::size_t nbytes) = 0;

@@ -1,6 +1,7 @@
 #include "ops/elementwise.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstdint>
@@ -188,6 +189,60 @@ void launch_strided(Backend& be, const std::string& kernel, std::vector<KernelAr
   be.launch(kernel, dsp, args);
 }
 
+// Strided launch of any rank. A *_g kernel (more than 3 dims left after merging) divides
+// every element's outer index by each extent, tens of cycles an element where grid threads
+// run serially (Backend::serial_grid); there, where the outer dims hold few indices and each
+// 3-dim block is large, one 3-dim launch per outer index is several times faster (its row
+// offsets are hoisted and its rows vectorised). GPUs keep the one *_g launch.
+// strides[k] addresses operand k (0, 1, 2 = output; nullptr where absent) through
+// args[arg_of[k]].
+constexpr std::int64_t kMaxOuterPieces = 256;
+constexpr std::int64_t kMinPieceElements = 16384;
+
+void launch_strided_any(Backend& be, const char* kind, const std::string& op, DType t,
+                        const std::vector<KernelArg>& args, Shape shape,
+                        std::array<Strides*, 3> strides, std::array<int, 3> arg_of) {
+  const std::size_t nd = shape.size();
+  std::int64_t outer = 1;
+  for (std::size_t d = 0; d + 3 < nd; ++d) outer *= shape[d];
+  const std::int64_t inner = nd > 3 ? numel(Shape(shape.end() - 3, shape.end())) : 0;
+  if (nd <= 3 || !be.serial_grid() || outer > kMaxOuterPieces || inner < kMinPieceElements) {
+    const char* layout = strided_layout(shape, {strides[0], strides[1], strides[2]});
+    launch_strided(be, kernel_name(kind, layout, op, t), args, shape,
+                   {strides[0], strides[1], strides[2]});
+    return;
+  }
+  Shape block(shape.end() - 3, shape.end());
+  std::array<Strides, 3> block_strides;
+  std::array<Strides*, 3> block_ptrs{nullptr, nullptr, nullptr};
+  for (std::size_t k = 0; k < 3; ++k)
+    if (strides[k]) {
+      block_strides[k].assign(strides[k]->end() - 3, strides[k]->end());
+      block_ptrs[k] = &block_strides[k];
+    }
+  const char* layout = strided_layout(block, {block_ptrs[0], block_ptrs[1], block_ptrs[2]});
+  const std::string kernel = kernel_name(kind, layout, op, t);
+  const std::size_t item = itemsize(t);
+  Shape index(nd - 3, 0);  // the outer multi-index, last dim fastest
+  for (std::int64_t piece = 0; piece < outer; ++piece) {
+    std::vector<KernelArg> piece_args = args;
+    for (std::size_t k = 0; k < 3; ++k) {
+      if (!strides[k]) continue;
+      std::int64_t elements = 0;
+      for (std::size_t d = 0; d + 3 < nd; ++d) elements += index[d] * (*strides[k])[d];
+      // The address of an element of the operand: never before its buffer's start.
+      KernelArg& a = piece_args[std::size_t(arg_of[k])];
+      a.offset = std::size_t(std::int64_t(a.offset) + elements * std::int64_t(item));
+    }
+    launch_strided(be, kernel, std::move(piece_args), block,
+                   {block_ptrs[0], block_ptrs[1], block_ptrs[2]});
+    for (std::size_t d = nd - 3; d-- > 0;) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 void set_wide_elementwise_everywhere(bool enabled) { g_wide_everywhere.store(enabled); }
@@ -211,8 +266,7 @@ void launch_unary(const std::string& op, const Array& x, const Array& out) {
   if (shape.empty() || (unit(xs) && unit(os))) {
     launch_contiguous_vec(be, "unary", op, out.dtype, args, {item, item}, numel(shape));
   } else {
-    const char* layout = strided_layout(shape, {&xs, &os});
-    launch_strided(be, kernel_name("unary", layout, op, out.dtype), args, shape, {&xs, nullptr, &os});
+    launch_strided_any(be, "unary", op, out.dtype, args, shape, {&xs, nullptr, &os}, {0, -1, 1});
   }
 }
 
@@ -247,8 +301,7 @@ void launch_binary(const std::string& op, const Array& x, const Array& y, const 
   } else if (flat_out && unit(xs) && all_zero(ys)) {
     launch_contiguous(be, kernel_name("binary", "vs", op, out.dtype), args, {item, 0, item}, n);
   } else if (!launch_rows_wide(be, op, out.dtype, args, shape, {&xs, &ys, &os})) {
-    const char* layout = strided_layout(shape, {&xs, &ys, &os});
-    launch_strided(be, kernel_name("binary", layout, op, out.dtype), args, shape, {&xs, &ys, &os});
+    launch_strided_any(be, "binary", op, out.dtype, args, shape, {&xs, &ys, &os}, {0, 1, 2});
   }
 }
 

@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   bool host_visible() const override { return true; }
+  bool serial_grid() const override { return true; }
 
   StoragePtr allocate(std::size_t nbytes) override {
     CachingAllocator::Block b = pool_.acquire(nbytes);
