@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -78,6 +79,10 @@ class CudaBackend final : public Backend {
     check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device_),
           "cudaDeviceGetAttribute");
     resident_threads_ = std::int64_t(sms) * per_sm;
+    // Tuning hook: FASTMETAL_CUDA_INLINE_ARGS=0 sends every argument block through device
+    // memory instead of the launch parameters (to compare the two).
+    const char* inline_env = std::getenv("FASTMETAL_CUDA_INLINE_ARGS");
+    inline_args_ = inline_env == nullptr || std::string(inline_env) != "0";
   }
 
   std::string name() const override { return "cuda"; }
@@ -118,7 +123,7 @@ class CudaBackend final : public Backend {
       }
       a.ptr[i] = nullptr;
       const std::size_t at = (used + 15) / 16 * 16;
-      if (at + args[i].size <= sizeof a.bytes) {
+      if (inline_args_ && at + args[i].size <= sizeof a.bytes) {
         std::memcpy(a.bytes + at, args[i].bytes, args[i].size);
         a.inline_at[i] = static_cast<unsigned short>(at + 1);
         used = at + args[i].size;
@@ -202,6 +207,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   std::int64_t resident_threads_ = 0;
+  bool inline_args_ = true;
   cudaStream_t stream_ = nullptr;  // before pool_: the pool's free waits on it
   CachingAllocator pool_;
   std::mutex mu_;  // orders launches and copies of all threads on stream_
