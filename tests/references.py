@@ -162,6 +162,32 @@ def assert_close(got, want, scale, what):
                            f"{err.max():.3g} (bound there {bound.flat[np.argmax(err - bound)]:.3g})")
 
 
+def check_conv2d_against_torch(x, w, b, kw, r):
+    """fastmetal's conv2d and conv2d_backward of one problem against torch autograd in
+    float64 (a random output gradient from `r`), each within the bound scaled by the
+    convolution of absolute values (assert_close)."""
+    import warnings
+
+    import torch
+    if b is None:
+        b = np.zeros(w.shape[0], np.float32)
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    bt = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 'same' with even kernels warns about a copy
+        yt = torch.nn.functional.conv2d(xt, wt, bt, **kw)
+    gy = r.standard_normal(tuple(yt.shape)).astype(np.float32)
+    yt.backward(torch.tensor(gy, dtype=torch.float64))
+    gx, gw, gb = fm.conv2d_backward(gy, x, w, **kw)
+    sx, sw, sb = ref_conv2d_backward(np.abs(gy), np.abs(x), np.abs(w), **kw)
+    assert_close(fm.conv2d(x, w, b, **kw), yt.detach().numpy(),
+                 ref_conv2d(np.abs(x), np.abs(w), np.abs(b), **kw), "torch forward")
+    assert_close(gx, xt.grad.numpy(), sx, "torch grad_input")
+    assert_close(gw, wt.grad.numpy(), sw, "torch grad_weight")
+    assert_close(gb, bt.grad.numpy(), sb, "torch grad_bias")
+
+
 # ----------------------------------------------------------------------------- configurations
 def random_config(r, small=False):
     """A random conv2d problem: (input shape, weight shape, has bias, kwargs)."""

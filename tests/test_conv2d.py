@@ -4,7 +4,6 @@ The MSL kernels: test_conv2d_kernels.py; nn.Conv2d: test_nn_conv2d.py; bad argum
 test_conv2d_errors.py."""
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pytest
@@ -12,8 +11,8 @@ import pytest
 import fastmetal as fm
 
 from references import (
+    check_conv2d_against_torch,
     ref_conv2d,
-    ref_conv2d_backward,
     assert_close,
     make_problem,
     check_forward,
@@ -175,24 +174,6 @@ def test_backward_against_finite_differences_of_the_reference(device):
 @pytest.mark.torch
 @pytest.mark.parametrize("seed", range(8))
 def test_against_torch_autograd(seed, device):
-    torch = pytest.importorskip("torch")
-    tf = torch.nn.functional
+    pytest.importorskip("torch")
     x, w, b, kw, r = make_problem(5000 + seed)
-    if b is None:
-        b = np.zeros(w.shape[0], np.float32)
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    bt = torch.tensor(b, dtype=torch.float64, requires_grad=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # 'same' with even kernels warns about a copy
-        yt = tf.conv2d(xt, wt, bt, **kw)
-    gy = r.standard_normal(tuple(yt.shape)).astype(np.float32)
-    yt.backward(torch.tensor(gy, dtype=torch.float64))
-    y = fm.conv2d(x, w, b, **kw)
-    gx, gw, gb = fm.conv2d_backward(gy, x, w, **kw)
-    sx, sw, sb = ref_conv2d_backward(np.abs(gy), np.abs(x), np.abs(w), **kw)
-    assert_close(y, yt.detach().numpy(), ref_conv2d(np.abs(x), np.abs(w), np.abs(b), **kw),
-                 "torch forward")
-    assert_close(gx, xt.grad.numpy(), sx, "torch grad_input")
-    assert_close(gw, wt.grad.numpy(), sw, "torch grad_weight")
-    assert_close(gb, bt.grad.numpy(), sb, "torch grad_bias")
+    check_conv2d_against_torch(x, w, b, kw, r)

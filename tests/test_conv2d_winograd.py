@@ -23,7 +23,6 @@ F(2x2, 3x3) only and sums over tiles (N * H_out * W_out / 4 terms, < 300 here).
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 import pytest
@@ -31,8 +30,8 @@ import pytest
 import fastmetal as fm
 from fastmetal import _core
 
-from references import (assert_close, msl_conv_kernels_on_cpu, ref_conv2d, ref_conv2d_backward,
-                        ref_pads)
+from references import (assert_close, check_conv2d_against_torch, msl_conv_kernels_on_cpu,
+                        ref_conv2d, ref_conv2d_backward, ref_pads)
 
 kernel_path = pytest.fixture(msl_conv_kernels_on_cpu)
 
@@ -223,25 +222,9 @@ def test_many_channels_stay_within_the_bound(winograd, device):
 @pytest.mark.torch
 @pytest.mark.parametrize("seed", range(3))
 def test_against_torch_autograd(winograd, seed, device):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     x, w, b, kw, r = winograd_problem(700 + seed)
-    if b is None:
-        b = np.zeros(w.shape[0], np.float32)
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    bt = torch.tensor(b, dtype=torch.float64, requires_grad=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yt = torch.nn.functional.conv2d(xt, wt, bt, **kw)
-    gy = r.standard_normal(tuple(yt.shape)).astype(np.float32)
-    yt.backward(torch.tensor(gy, dtype=torch.float64))
-    gx, gw, gb = fm.conv2d_backward(gy, x, w, **kw)
-    sx, sw, sb = ref_conv2d_backward(np.abs(gy), np.abs(x), np.abs(w), **kw)
-    assert_close(fm.conv2d(x, w, b, **kw), yt.detach().numpy(),
-                 ref_conv2d(np.abs(x), np.abs(w), np.abs(b), **kw), "torch forward")
-    assert_close(gx, xt.grad.numpy(), sx, "torch grad_input")
-    assert_close(gw, wt.grad.numpy(), sw, "torch grad_weight")
-    assert_close(gb, bt.grad.numpy(), sb, "torch grad_bias")
+    check_conv2d_against_torch(x, w, b, kw, r)
 
 
 def test_forced_gemm_and_winograd_agree(monkeypatch, device):

@@ -354,3 +354,30 @@ def test_metal_device_discovery_is_wired():
     assert '"-framework CoreGraphics"' in cmake
     assert "MTLCopyAllDevices()" in mm and "metal_unavailable_reason" in mm
     assert "MTLCopyAllDevices" in (REPO / "tools/objc_stubs/Metal/Metal.h").read_text()
+
+
+def test_cuda_wrappers_read_device_buffers_directly():
+    """CUDA wrappers pass `device` buffers as a.ptr[i] and only `constant` argument blocks
+    through arg_ptr (which may point into the launch parameters); each kernel's inline_ok
+    mask names exactly its constant blocks, so the host never inlines bytes bound to a
+    device parameter. (Through arg_ptr's select, every pointer was generic and ptxas spilled
+    twice as much in the conv2d GEMMs.)"""
+    import re
+    fe = _load("msl_frontend")
+    gen = _load("gen_kernels")
+    instances = fe.parse_metal(REPO / "metal/conv2d.metal", [REPO / "metal"])
+    cuda = gen.cuda_entries("conv2d", instances)
+    checked = 0
+    for inst in (i for i in instances if "cuda" in i.targets):
+        body = cuda[cuda.index(f"void k_{inst.host_name}("):]
+        body = body[: body.index("\n}\n")]
+        mask = int(re.search(rf'table\.add\("{inst.host_name}", .*, (\d+)u\);', cuda).group(1))
+        for p in inst.kernel.params:
+            if p.buffer is None:
+                continue
+            constant = p.decl.startswith("constant")
+            assert (f"arg_ptr(a, {p.buffer}))" in body) == constant, (inst.host_name, p.decl)
+            assert (f"(a.ptr[{p.buffer}])" in body) == (not constant), (inst.host_name, p.decl)
+            assert bool(mask >> p.buffer & 1) == constant, (inst.host_name, p.decl, mask)
+            checked += 1
+    assert checked > 20

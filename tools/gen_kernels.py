@@ -143,6 +143,12 @@ def cpu_entries(stem: str, instances: list[Instance]) -> str:
 
 
 # ----------------------------------------------------------------------------- CUDA entries
+def is_constant_block(p) -> bool:
+    """A `constant T&` argument block (small host data that may travel inside the launch
+    parameters), as opposed to a `device` buffer (always a pointer to device memory)."""
+    return p.decl.lstrip().startswith("constant")
+
+
 
 def cuda_entries(stem: str, instances: list[Instance]) -> str:
     out = [
@@ -158,7 +164,12 @@ def cuda_entries(stem: str, instances: list[Instance]) -> str:
     for inst in instances:
         args = []
         for i, p in enumerate(inst.kernel.params):
-            if p.buffer is not None:
+            if p.buffer is not None and not is_constant_block(p):
+                # Device memory: always a pointer. Read straight from the launch parameters
+                # (not through arg_ptr's select, whose generic pointer made ptxas keep more
+                # live values and spill twice as much in the conv GEMMs).
+                args.append(f"::fm::cudak::arg<F, {i}>(a.ptr[{p.buffer}])")
+            elif p.buffer is not None:
                 args.append(f"::fm::cudak::arg<F, {i}>(::fm::cudak::arg_ptr(a, {p.buffer}))")
             else:
                 args.append(f"::fm::cudak::builtin<F, {i}>(t.{BUILTINS[p.builtin]})")
@@ -174,7 +185,10 @@ def cuda_entries(stem: str, instances: list[Instance]) -> str:
     out.append(f"void register_{stem}(::fm::cudak::KernelTable& table) {{")
     for inst in instances:
         sync = "true" if inst.kernel.synchronizes else "false"
-        out.append(f'  table.add("{inst.host_name}", (const void*)&k_{inst.host_name}, {sync});')
+        inline_ok = sum(1 << p.buffer for p in inst.kernel.params
+                        if p.buffer is not None and is_constant_block(p))
+        out.append(f'  table.add("{inst.host_name}", (const void*)&k_{inst.host_name}, {sync}, '
+                   f'{inline_ok}u);')
     out.append("}")
     out.append("}  // namespace fm::cuda_kernels")
     return "\n".join(out) + "\n"

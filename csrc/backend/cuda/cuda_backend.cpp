@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
       }
       a.ptr[i] = nullptr;
       const std::size_t at = (used + 15) / 16 * 16;
-      if (inline_args_ && at + args[i].size <= sizeof a.bytes) {
+      if (inline_args_ && ((info->inline_ok >> i) & 1u) != 0 && at + args[i].size <= sizeof a.bytes) {
         std::memcpy(a.bytes + at, args[i].bytes, args[i].size);
         a.inline_at[i] = static_cast<unsigned short>(at + 1);
         used = at + args[i].size;

@@ -43,6 +43,10 @@ struct Dims {
 struct KernelInfo {
   const void* fn;
   bool synchronizes;
+  // Bit i: [[buffer(i)]] is a `constant` argument block, which may travel inline (the
+  // kernel reads it through arg_ptr). `device` buffers are read as a.ptr[i] directly, so an
+  // argument block bound to one is copied to device memory.
+  std::uint32_t inline_ok;
 };
 
 using KernelTable = ::fm::KernelTable<KernelInfo>;
