@@ -15,20 +15,6 @@ std::pair<const char*, const char*> Array::host_extent() const {
   return {base + lo, base + hi + item - 1};
 }
 
-Array Array::empty(Backend& backend, const Shape& shape, DType dtype, const char* op) {
-  if (!fits_in_memory(shape, itemsize(dtype)))
-    throw ValueError(std::string("[fastmetal") + (op ? std::string(".") + op : "") +
-                     "] expected an array of at most 2**63 - 1 bytes, got shape " +
-                     shape_str(shape) + " of " + dtype_name(dtype) + " (" +
-                     std::to_string(itemsize(dtype)) + " bytes each)");
-  Array a;
-  a.shape = shape;
-  a.strides = contiguous_strides(shape);
-  a.dtype = dtype;
-  a.storage = backend.allocate(std::size_t(numel(shape)) * itemsize(dtype));
-  return a;
-}
-
 void check_writable(const Array& a, const std::string& op, const char* arg) {
   if (a.readonly)
     throw ValueError(message(op, "expected a writeable ", arg, ", got a read-only array (it views "

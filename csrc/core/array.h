@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/backend.h"
 #include "dtype.h"
 #include "shape.h"
+#include "storage.h"
 
 namespace fm {
 
@@ -35,6 +35,7 @@ struct Array {
   // A new contiguous array. ValueError (naming `op`) where the byte count does not fit a
   // signed 64-bit size, MemoryError where the device cannot allocate it; nothing is
   // allocated in either case.
+  // (Defined in csrc/backend/array_alloc.cpp: allocating is the backend's job.)
   static Array empty(Backend& backend, const Shape& shape, DType dtype, const char* op = nullptr);
 };
 

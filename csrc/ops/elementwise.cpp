@@ -9,6 +9,7 @@
 
 #include "core/errors.h"
 #include "elementwise_args.h"
+#include "backend/backend.h"
 
 namespace fm {
 namespace {

@@ -18,6 +18,7 @@
 
 #include "core/array.h"
 #include "core/errors.h"
+#include "backend/backend.h"
 
 // Shapes and strides (fm::SmallVector) cross into Python as lists, as std::vector did.
 namespace pybind11::detail {
