@@ -102,7 +102,28 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
   return metal::select(y, x_hi, metal::isnan(x_hi));
 }
 
-FM_FUNC float fm_exp(float x) { return fm_exp_dd(x, 0.0f); }
+// e^x: fm_exp_dd(x, 0) bit for bit, in fewer operations (about 22 vector instructions a
+// vector instead of 35 on AVX-512). A NaN passes the clamp, gives a NaN p, and NaN times
+// any scale is NaN, so it needs no select; an arithmetic shift halves n (floor instead of
+// truncation changes which half is odd, not the product: p * 2^n1 is exact, normal, and
+// the one rounding is the second multiplication, subnormal results included).
+FM_FUNC float fm_exp(float x) {
+  const float xs = fm_clamp_nan(x, -104.0f, 89.0f);
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: rounds to integer
+  const float t = xs * 1.44269504088896341f + shifter;
+  const float n = t - shifter;
+  float r = xs - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  const float p = fm_exp_taylor7(r);
+  // n in [-150, 128]; for a NaN x, t's bits minus the shifter's are garbage but in range.
+  const int32_t ni = metal::as_type<int32_t>(t) - metal::as_type<int32_t>(shifter);
+  const int32_t n1 = ni >> 1;
+  const int32_t n2 = ni - n1;
+  // Shifted as unsigned: the garbage of a NaN must not meet a signed left shift (UB).
+  const float s1 = metal::as_type<float>(uint32_t(n1 + 127) << 23);
+  const float s2 = metal::as_type<float>(uint32_t(n2 + 127) << 23);
+  return (p * s1) * s2;
+}
 
 // e^v for v <= 0 (NaN stays NaN): fm_exp bit for bit, in fewer operations for the ops
 // whose argument is never positive (sigmoid, softplus, erfc). With n in [-150, 0] one fixed
