@@ -21,7 +21,8 @@
 // The weight gradient has a long K (N*H_out*W_out) and a small output: it is split over
 // K ("split-K"): threadgroups_per_grid.z = groups * splits, each split writes its partial
 // product to its own slice of a workspace and conv2d_sum_splits adds the slices
-// (deterministic: no atomics).
+// (deterministic: no atomics). The input gradient does the same where its tiles are too few
+// to fill the GPU (a 1x1 layer with many output channels).
 //
 // Where the GEMM has only a few rows (depthwise convolutions: one channel per group) most
 // of a tile would idle, so the host (csrc/ops/conv2d.cpp) uses direct kernels instead:
@@ -59,8 +60,7 @@ FM_FUNC float load_padded(thread const Conv2dArgs& a, device const float* x, boo
                           int32_t base, int32_t ih, int32_t iw) {
   // One unsigned compare per axis: negative coordinates wrap to huge values.
   const bool inside = in && uint32_t(ih) < uint32_t(a.H) && uint32_t(iw) < uint32_t(a.W);
-  const float v = x[inside ? base + ih * a.W + iw : 0];
-  return inside ? v : 0.0f;
+  return load_or_zero(x, inside, base + ih * a.W + iw);
 }
 
 struct ConvForward {
@@ -146,11 +146,11 @@ struct ConvBackwardInput {
       in = in && th >= 0 && tw >= 0 && oh * a.stride_h == th && ow * a.stride_w == tw;
     }
     const bool inside = in && uint32_t(oh) < uint32_t(a.H_out) && uint32_t(ow) < uint32_t(a.W_out);
-    const float v = gy[inside ? ct.base + kp.y + oh * a.W_out + ow : 0];
-    return inside ? v : 0.0f;
+    return load_or_zero(gy, inside, ct.base + kp.y + oh * a.W_out + ow);
   }
+  // Split s (split-K, where the host asks for it) writes the s-th input-sized slice.
   static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
-    return (g * rows(a) + m) * a.H * a.W;
+    return split * a.N * a.C_in * a.H * a.W + (g * rows(a) + m) * a.H * a.W;
   }
   static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) {
     const int32_t hw = a.H * a.W;
@@ -240,8 +240,7 @@ struct WinogradForward {
   }
   static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* v, bool in,
                               int4 kp, Tap ct) {
-    const float x = v[in ? ct.base + kp.y : 0];
-    return in ? x : 0.0f;
+    return load_or_zero(v, in, ct.base + kp.y);
   }
   static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t t, int32_t split, int32_t m) {
     return (t * a.C_out + m) * winograd_tiles<TILE>(a);
@@ -277,8 +276,7 @@ struct WinogradWeight {
   }
   static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* v, bool in,
                               int4 kp, Tap ct) {
-    const float x = v[in ? ct.base + kp.y : 0];
-    return in ? x : 0.0f;
+    return load_or_zero(v, in, ct.base + kp.y);
   }
   static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t t, int32_t split, int32_t m) {
     return ((split * 16 + t) * a.C_out + m) * a.C_in;
@@ -321,13 +319,13 @@ FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128", conv2d_gemm, WinogradWeight
 FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64", conv2d_gemm, WinogradWeight, 64, 64, 16, 4, 8);
 FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64", conv2d_gemm, WinogradWeight, 32, 64, 16, 4, 4);
 
-// out[i] = sum over s of ws[s * n + i], n = C_out * C_in/groups * kH * kW (one weight).
+// out[i] = sum over s of ws[s * n + i], the split-K slices of one output (a weight
+// gradient, or an input gradient), added in a fixed order.
 kernel void conv2d_sum_splits(device const float* ws [[buffer(0)]],
                               device float* out [[buffer(1)]],
-                              constant Conv2dArgs& a [[buffer(2)]],
+                              constant uint32_t& n [[buffer(2)]],
                               constant uint32_t& splits [[buffer(3)]],
                               uint32_t i [[thread_position_in_grid]]) {
-  const uint32_t n = uint32_t(a.C_out * (a.C_in / a.groups) * a.kH * a.kW);
   if (i >= n) return;
   float s = 0.0f;
   for (uint32_t p = 0; p < splits; ++p) s += ws[p * n + i];

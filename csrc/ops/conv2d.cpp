@@ -159,6 +159,16 @@ void launch_reduce(Backend& b, const std::string& kernel, const Conv2dArgs& a,
   b.launch(kernel, d, {buf(gy), buf(x), buf(out), bytes(&a, sizeof a)});
 }
 
+// out = the sum of the `splits` slices of ws (n elements each), in a fixed order.
+void sum_splits(Backend& b, const Array& ws, const Array& out, std::int64_t splits) {
+  const std::uint32_t n = std::uint32_t(out.size()), n_splits = std::uint32_t(splits);
+  const std::string sum = "conv2d_sum_splits";
+  Dispatch d;
+  d.grid[0] = n;
+  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(sum), n));
+  b.launch(sum, d, {buf(ws), buf(out), bytes(&n, sizeof n), bytes(&n_splits, sizeof n_splits)});
+}
+
 // The weight gradients' K splits: the output is small and K long, so split K until there
 // are about `fill` groups, keeping at least 8 slices of K per split; every split owns
 // at least one slice (the kernel rounds slices per split up). `out_size` elements per split
@@ -177,6 +187,21 @@ std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t 
   splits = std::max<std::int64_t>(splits, 1);
   const std::int64_t per_split = (slices + splits - 1) / splits;
   return (slices + per_split - 1) / per_split;
+}
+
+// The input gradient's K splits: only where its tiles fill less than half of one wave of
+// groups (kFillGroups groups of 256 threads, twice as many of 128) and K is long (a 1x1
+// layer expanding to many channels: ResNet-50's 256 -> 1024 at 14x14 has 98 tiles of
+// 128x128 and K = 1024); then as many splits as fit that wave. Discrete GPUs only (measured
+// on an H100, BENCHMARKS.md); FASTMETAL_CONV_SPLITS forces a count on any device.
+std::int64_t input_grad_splits(Backend& b, const Conv2dArgs& a, const GemmTile& tile,
+                               std::int64_t tiles, std::int64_t out_size) {
+  const std::int64_t depth = std::int64_t(a.C_out / a.groups) * a.kH * a.kW;
+  const std::int64_t wave = kFillGroups * 256 / tile.threads;
+  const char* env = std::getenv("FASTMETAL_CONV_SPLITS");
+  const bool forced = env != nullptr && *env != 0;
+  if (!forced && (b.host_visible() || 2 * tiles > wave)) return 1;
+  return split_count(tile, tiles, depth, out_size, wave, true);
 }
 
 // ---- Winograd F(m x m, 3x3), m = 2 or 4 (metal/conv_winograd.metal; docs/gpu_kernels.md
@@ -525,8 +550,18 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
       return winograd_forward(b, m, e, gy, w, buf(w), 0, true, gx);
   }
   const std::int64_t cols = std::int64_t(a.N) * a.H * a.W;
-  launch_gemm(b, "conv2d_backward_input", choose_tile(b, cin_g, cols, a.groups), a, cin_g, cols,
-              1, {buf(w), buf(gy), buf(w), buf(gx)}, 0, a.groups);
+  const GemmTile& tile = choose_tile(b, cin_g, cols, a.groups);
+  const std::int64_t splits = input_grad_splits(b, a, tile, tile_count(tile, cin_g, cols, a.groups),
+                                                gx.size());
+  if (splits == 1) {
+    launch_gemm(b, "conv2d_backward_input", tile, a, cin_g, cols, 1,
+                {buf(w), buf(gy), buf(w), buf(gx)}, 0, a.groups);
+    return;
+  }
+  Array ws = Array::empty(b, {splits, gx.size()}, DType::float32);
+  launch_gemm(b, "conv2d_backward_input", tile, a, cin_g, cols, splits,
+              {buf(w), buf(gy), buf(w), buf(ws)}, 0, a.groups);
+  sum_splits(b, ws, gx, splits);
 }
 
 void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
@@ -556,12 +591,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   Array ws = Array::empty(b, {splits, gw.size()}, DType::float32);
   launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits,
               {buf(gy), buf(x), buf(gy), buf(ws)}, 0, a.groups);
-  const std::uint32_t n_splits = std::uint32_t(splits);
-  const std::string sum = "conv2d_sum_splits";
-  Dispatch d;
-  d.grid[0] = std::uint32_t(gw.size());
-  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(sum), gw.size()));
-  b.launch(sum, d, {buf(ws), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
+  sum_splits(b, ws, gw, splits);
 }
 
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb) {
