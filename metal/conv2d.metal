@@ -252,34 +252,35 @@ struct WinogradForward {
   }
 };
 
-// Weight gradient (F(2x2, 3x3)): dU[split][t][co][ci] = sum_p Z[t][co][p] * V[t][ci][p] over
-// this split's tiles (Z transformed output-gradient tiles, V transformed input tiles); the
-// weight transform's adjoint adds the splits.
+// Weight gradient (F(m x m, 3x3), m = 2 or 4): dU[split][t][co][ci] = sum_p Z[t][co][p] *
+// V[t][ci][p] over this split's tiles (Z transformed output-gradient tiles, V transformed
+// input tiles); the weight transform's adjoint adds the splits.
+template <int TILE>
 struct WinogradWeight {
-  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return 16; }
+  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return (TILE + 2) * (TILE + 2); }
   static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out; }
   static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.C_in; }
-  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return winograd_tiles<2>(a); }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return winograd_tiles<TILE>(a); }
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return true; }
   static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return 1; }
   static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return 1; }
   static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t t, int32_t m) {
-    return (t * a.C_out + m) * winograd_tiles<2>(a);
+    return (t * a.C_out + m) * winograd_tiles<TILE>(a);
   }
   static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t t, int32_t q, int32_t u,
                               int32_t v) {
     return int4(q, q, 0, 0);
   }
   static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t t, int32_t c) {
-    return make_tap((t * a.C_in + c) * winograd_tiles<2>(a), 0, 0);
+    return make_tap((t * a.C_in + c) * winograd_tiles<TILE>(a), 0, 0);
   }
   static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* v, bool in,
                               int4 kp, Tap ct) {
     return load_or_zero(v, in, ct.base + kp.y);
   }
   static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t t, int32_t split, int32_t m) {
-    return ((split * 16 + t) * a.C_out + m) * a.C_in;
+    return ((split * batches(a) + t) * a.C_out + m) * a.C_in;
   }
   static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) { return c; }
   static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
@@ -314,10 +315,14 @@ FM_INSTANTIATE("conv2d_winograd4_gemm_128x128", conv2d_gemm, WinogradForward<4>,
 FM_INSTANTIATE("conv2d_winograd4_gemm_64x128", conv2d_gemm, WinogradForward<4>, 64, 128, 8, 8, 8);
 FM_INSTANTIATE("conv2d_winograd4_gemm_64x64", conv2d_gemm, WinogradForward<4>, 64, 64, 16, 4, 8);
 FM_INSTANTIATE("conv2d_winograd4_gemm_32x64", conv2d_gemm, WinogradForward<4>, 32, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_128x128", conv2d_gemm, WinogradWeight, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128", conv2d_gemm, WinogradWeight, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64", conv2d_gemm, WinogradWeight, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64", conv2d_gemm, WinogradWeight, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_128x128", conv2d_gemm, WinogradWeight<2>, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128", conv2d_gemm, WinogradWeight<2>, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64", conv2d_gemm, WinogradWeight<2>, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64", conv2d_gemm, WinogradWeight<2>, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_128x128", conv2d_gemm, WinogradWeight<4>, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x128", conv2d_gemm, WinogradWeight<4>, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x64", conv2d_gemm, WinogradWeight<4>, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_32x64", conv2d_gemm, WinogradWeight<4>, 32, 64, 16, 4, 4);
 
 // out[i] = sum over s of ws[s * n + i], the split-K slices of one output (a weight
 // gradient, or an input gradient), added in a fixed order.

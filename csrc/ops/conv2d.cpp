@@ -228,9 +228,8 @@ bool winograd_fits(const Conv2dArgs& a, int m) {
 }
 
 // FASTMETAL_CONV_ALGO=gemm|winograd|winograd4 forces the algorithm where Winograd applies
-// (tests, tour, benchmark): the implicit GEMM, F(2x2, 3x3), or F(4x4, 3x3) for the forward
-// and input gradient (the weight gradient has F(2x2, 3x3) only). Anything else (or unset)
-// lets the host choose.
+// (tests, tour, benchmark): the implicit GEMM, F(2x2, 3x3), or F(4x4, 3x3), for every pass.
+// Anything else (or unset) lets the host choose.
 int forced_algo() {
   const char* env = std::getenv("FASTMETAL_CONV_ALGO");
   if (env == nullptr) return -1;
@@ -255,11 +254,11 @@ int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
   int m;
   const int forced = forced_algo();
   if (forced >= 0) {
-    m = pass == ConvPass::weight_grad && forced == 4 ? 2 : forced;
+    m = forced;
   } else if (b.host_visible()) {
     m = 0;
   } else if (pass == ConvPass::weight_grad) {
-    m = a.C_in >= 64 && a.C_out >= 64 ? 2 : 0;
+    m = a.C_in >= 64 && a.C_out >= 64 ? 4 : 0;
   } else {
     m = a.C_in >= 16 && a.C_out >= 16 ? 4 : 0;
   }
@@ -327,13 +326,13 @@ Conv2dArgs input_gradient_as_forward(const Conv2dArgs& a) {
   return e;
 }
 
-void winograd_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, const Array& x,
-                              const Array& gw) {
-  const std::int64_t tiles = winograd_tile_count(a, 2);
-  Array v = Array::empty(b, {16, a.C_in, tiles}, DType::float32);
-  Array z = Array::empty(b, {16, a.C_out, tiles}, DType::float32);
-  const std::string ik = "conv2d_winograd_input", zk = "conv2d_winograd_grad_output",
-                    gk = "conv2d_winograd_weight_grad";
+void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Array& gy,
+                              const Array& x, const Array& gw) {
+  const std::int64_t tiles = winograd_tile_count(a, m), points = (m + 2) * (m + 2);
+  Array v = Array::empty(b, {points, a.C_in, tiles}, DType::float32);
+  Array z = Array::empty(b, {points, a.C_out, tiles}, DType::float32);
+  const std::string base = m == 4 ? "conv2d_winograd4" : "conv2d_winograd";
+  const std::string ik = base + "_input", zk = base + "_grad_output", gk = base + "_weight_grad";
   b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
   b.launch(zk, transform_dispatch(b, zk, tiles, a.C_out), {buf(gy), buf(z), bytes(&a, sizeof a)});
   // At most 64 input channels (columns): a 128-wide tile would idle half or more of its
@@ -344,14 +343,14 @@ void winograd_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, 
   // wave); layer2 31 at 16 splits (512), 25 at 17 (544).
   const GemmTile& tile = forced_tile() < 0 && !b.host_visible() && a.C_out > 32 && a.C_in <= 64
                              ? kTiles[kTile64x64]
-                             : choose_tile(b, a.C_out, a.C_in, 16);
+                             : choose_tile(b, a.C_out, a.C_in, points);
   const std::int64_t per_point = std::int64_t(a.C_out) * a.C_in;
-  const std::int64_t splits = split_count(tile, tile_count(tile, a.C_out, a.C_in, 16), tiles,
-                                          16 * per_point, kFillGroups * 256 / tile.threads,
+  const std::int64_t splits = split_count(tile, tile_count(tile, a.C_out, a.C_in, points), tiles,
+                                          points * per_point, kFillGroups * 256 / tile.threads,
                                           true);
-  Array du = Array::empty(b, {splits, 16, a.C_out, a.C_in}, DType::float32);
-  launch_gemm(b, "conv2d_winograd_weight_gemm", tile, a, a.C_out, a.C_in, splits,
-              {buf(z), buf(v), buf(z), buf(du)}, 0, 16);
+  Array du = Array::empty(b, {splits, points, a.C_out, a.C_in}, DType::float32);
+  launch_gemm(b, (base + "_weight_gemm").c_str(), tile, a, a.C_out, a.C_in, splits,
+              {buf(z), buf(v), buf(z), buf(du)}, 0, points);
   const std::uint32_t n_splits = std::uint32_t(splits);
   b.launch(gk, transform_dispatch(b, gk, per_point, 1),
            {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
@@ -576,8 +575,8 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
     return;
   }
-  if (winograd_choice(b, a, ConvPass::weight_grad) == 2)
-    return winograd_backward_weight(b, a, gy, x, gw);
+  if (const int m = winograd_choice(b, a, ConvPass::weight_grad))
+    return winograd_backward_weight(b, m, a, gy, x, gw);
   const std::int64_t cols = cin_g * a.kH * a.kW;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
   const GemmTile& tile = choose_tile(b, cout_g, cols, a.groups);
