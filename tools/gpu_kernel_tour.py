@@ -118,7 +118,8 @@ def conv2d_tour(dev, cpu, on, rng) -> bool:
         for algo, tile, splits in (("winograd", "", ""), ("winograd", "128x128", ""),
                                    ("winograd", "64x128", "3"), ("winograd", "64x64", ""),
                                    ("winograd", "32x64", "2"), ("winograd4", "", ""),
-                                   ("winograd4", "128x128", ""), ("winograd4", "32x64", "")):
+                                   ("winograd4", "128x128", ""), ("winograd4", "64x128", "3"),
+                                   ("winograd4", "32x64", "")):
             os.environ["FASTMETAL_CONV_ALGO"] = algo
             os.environ["FASTMETAL_CONV_TILE"] = tile
             os.environ["FASTMETAL_CONV_SPLITS"] = splits
