@@ -593,14 +593,13 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
   // Split-K fills the GPU whatever the tile count, so discrete GPUs take the 128x128 tile
   // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
-  // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128), and split until at least
-  // one wave of groups (wave_groups); Apple GPUs (not measured) keep kFillGroups groups.
+  // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128, 17 splits), and split
+  // until there are at least kFillGroups groups.
   const bool discrete = forced_tile() < 0 && !b.host_visible();
   const GemmTile& tile = discrete && cout_g > 64 ? kTiles[kTile128x128]
                                                  : choose_tile(b, cout_g, cols, a.groups);
-  const std::int64_t splits =
-      split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth, gw.size(),
-                  b.host_visible() ? kFillGroups : wave_groups(tile), Fill::at_least);
+  const std::int64_t splits = split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth,
+                                          gw.size(), kFillGroups, Fill::at_least);
   if (splits == 1) {
     launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, 1,
                 {buf(gy), buf(x), buf(gy), buf(gw)}, 0, a.groups);
