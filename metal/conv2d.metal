@@ -54,8 +54,7 @@ using namespace metal;
 // C[m][c] goes to out[out_row(m) + out_col(c)].
 
 // x(ih, iw) of the channel plane at `base` where `in` and the point is inside the image,
-// else 0. Branch-free: the load always reads a valid address (element 0 when out of range),
-// so a thread's loads issue back to back.
+// else 0 (a predicated load: load_or_zero in metal/conv_gemm.h says why).
 FM_FUNC float load_padded(thread const Conv2dArgs& a, device const float* x, bool in,
                           int32_t base, int32_t ih, int32_t iw) {
   // One unsigned compare per axis: negative coordinates wrap to huge values.
