@@ -21,7 +21,8 @@
 // The weight gradient has a long K (N*H_out*W_out) and a small output: it is split over
 // K ("split-K"): threadgroups_per_grid.z = groups * splits, each split writes its partial
 // product to its own slice of a workspace and conv2d_sum_splits adds the slices
-// (deterministic: no atomics).
+// (deterministic: no atomics). The input gradient does the same where its tiles are too few
+// to fill the GPU (a 1x1 layer with many output channels).
 //
 // Where the GEMM has only a few rows (depthwise convolutions: one channel per group) most
 // of a tile would idle, so the host (csrc/ops/conv2d.cpp) uses direct kernels instead:
@@ -53,14 +54,12 @@ using namespace metal;
 // C[m][c] goes to out[out_row(m) + out_col(c)].
 
 // x(ih, iw) of the channel plane at `base` where `in` and the point is inside the image,
-// else 0. Branch-free: the load always reads a valid address (element 0 when out of range),
-// so a thread's loads issue back to back.
+// else 0 (a predicated load: load_or_zero in metal/conv_gemm.h says why).
 FM_FUNC float load_padded(thread const Conv2dArgs& a, device const float* x, bool in,
                           int32_t base, int32_t ih, int32_t iw) {
   // One unsigned compare per axis: negative coordinates wrap to huge values.
   const bool inside = in && uint32_t(ih) < uint32_t(a.H) && uint32_t(iw) < uint32_t(a.W);
-  const float v = x[inside ? base + ih * a.W + iw : 0];
-  return inside ? v : 0.0f;
+  return load_or_zero(x, inside, base + ih * a.W + iw);
 }
 
 struct ConvForward {
@@ -146,11 +145,11 @@ struct ConvBackwardInput {
       in = in && th >= 0 && tw >= 0 && oh * a.stride_h == th && ow * a.stride_w == tw;
     }
     const bool inside = in && uint32_t(oh) < uint32_t(a.H_out) && uint32_t(ow) < uint32_t(a.W_out);
-    const float v = gy[inside ? ct.base + kp.y + oh * a.W_out + ow : 0];
-    return inside ? v : 0.0f;
+    return load_or_zero(gy, inside, ct.base + kp.y + oh * a.W_out + ow);
   }
+  // Split s (split-K, where the host asks for it) writes the s-th input-sized slice.
   static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t g, int32_t split, int32_t m) {
-    return (g * rows(a) + m) * a.H * a.W;
+    return split * a.N * a.C_in * a.H * a.W + (g * rows(a) + m) * a.H * a.W;
   }
   static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) {
     const int32_t hw = a.H * a.W;
@@ -240,8 +239,7 @@ struct WinogradForward {
   }
   static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* v, bool in,
                               int4 kp, Tap ct) {
-    const float x = v[in ? ct.base + kp.y : 0];
-    return in ? x : 0.0f;
+    return load_or_zero(v, in, ct.base + kp.y);
   }
   static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t t, int32_t split, int32_t m) {
     return (t * a.C_out + m) * winograd_tiles<TILE>(a);
@@ -253,35 +251,35 @@ struct WinogradForward {
   }
 };
 
-// Weight gradient (F(2x2, 3x3)): dU[split][t][co][ci] = sum_p Z[t][co][p] * V[t][ci][p] over
-// this split's tiles (Z transformed output-gradient tiles, V transformed input tiles); the
-// weight transform's adjoint adds the splits.
+// Weight gradient (F(m x m, 3x3), m = 2 or 4): dU[split][t][co][ci] = sum_p Z[t][co][p] *
+// V[t][ci][p] over this split's tiles (Z transformed output-gradient tiles, V transformed
+// input tiles); the weight transform's adjoint adds the splits.
+template <int TILE>
 struct WinogradWeight {
-  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return 16; }
+  static FM_FUNC int32_t batches(thread const Conv2dArgs& a) { return (TILE + 2) * (TILE + 2); }
   static FM_FUNC int32_t rows(thread const Conv2dArgs& a) { return a.C_out; }
   static FM_FUNC int32_t cols(thread const Conv2dArgs& a) { return a.C_in; }
-  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return winograd_tiles<2>(a); }
+  static FM_FUNC int32_t depth(thread const Conv2dArgs& a) { return winograd_tiles<TILE>(a); }
   static FM_FUNC bool a_k_fast() { return true; }
   static FM_FUNC bool b_k_fast() { return true; }
   static FM_FUNC int32_t r1(thread const Conv2dArgs& a) { return 1; }
   static FM_FUNC int32_t r2(thread const Conv2dArgs& a) { return 1; }
   static FM_FUNC int32_t a_row(thread const Conv2dArgs& a, int32_t t, int32_t m) {
-    return (t * a.C_out + m) * winograd_tiles<2>(a);
+    return (t * a.C_out + m) * winograd_tiles<TILE>(a);
   }
   static FM_FUNC int4 k_parts(thread const Conv2dArgs& a, int32_t t, int32_t q, int32_t u,
                               int32_t v) {
     return int4(q, q, 0, 0);
   }
   static FM_FUNC Tap col_tap(thread const Conv2dArgs& a, int32_t t, int32_t c) {
-    return make_tap((t * a.C_in + c) * winograd_tiles<2>(a), 0, 0);
+    return make_tap((t * a.C_in + c) * winograd_tiles<TILE>(a), 0, 0);
   }
   static FM_FUNC float load_b(thread const Conv2dArgs& a, device const float* v, bool in,
                               int4 kp, Tap ct) {
-    const float x = v[in ? ct.base + kp.y : 0];
-    return in ? x : 0.0f;
+    return load_or_zero(v, in, ct.base + kp.y);
   }
   static FM_FUNC int32_t out_row(thread const Conv2dArgs& a, int32_t t, int32_t split, int32_t m) {
-    return ((split * 16 + t) * a.C_out + m) * a.C_in;
+    return ((split * batches(a) + t) * a.C_out + m) * a.C_in;
   }
   static FM_FUNC int32_t out_col(thread const Conv2dArgs& a, int32_t c) { return c; }
   static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
@@ -316,18 +314,22 @@ FM_INSTANTIATE("conv2d_winograd4_gemm_128x128", conv2d_gemm, WinogradForward<4>,
 FM_INSTANTIATE("conv2d_winograd4_gemm_64x128", conv2d_gemm, WinogradForward<4>, 64, 128, 8, 8, 8);
 FM_INSTANTIATE("conv2d_winograd4_gemm_64x64", conv2d_gemm, WinogradForward<4>, 64, 64, 16, 4, 8);
 FM_INSTANTIATE("conv2d_winograd4_gemm_32x64", conv2d_gemm, WinogradForward<4>, 32, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_128x128", conv2d_gemm, WinogradWeight, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128", conv2d_gemm, WinogradWeight, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64", conv2d_gemm, WinogradWeight, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64", conv2d_gemm, WinogradWeight, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_128x128", conv2d_gemm, WinogradWeight<2>, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128", conv2d_gemm, WinogradWeight<2>, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64", conv2d_gemm, WinogradWeight<2>, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64", conv2d_gemm, WinogradWeight<2>, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_128x128", conv2d_gemm, WinogradWeight<4>, 128, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x128", conv2d_gemm, WinogradWeight<4>, 64, 128, 8, 8, 8);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x64", conv2d_gemm, WinogradWeight<4>, 64, 64, 16, 4, 8);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_32x64", conv2d_gemm, WinogradWeight<4>, 32, 64, 16, 4, 4);
 
-// out[i] = sum over s of ws[s * n + i], n = C_out * C_in/groups * kH * kW (one weight).
+// out[i] = sum over s of ws[s * n + i], the split-K slices of one output (a weight
+// gradient, or an input gradient), added in a fixed order.
 kernel void conv2d_sum_splits(device const float* ws [[buffer(0)]],
                               device float* out [[buffer(1)]],
-                              constant Conv2dArgs& a [[buffer(2)]],
+                              constant uint32_t& n [[buffer(2)]],
                               constant uint32_t& splits [[buffer(3)]],
                               uint32_t i [[thread_position_in_grid]]) {
-  const uint32_t n = uint32_t(a.C_out * (a.C_in / a.groups) * a.kH * a.kW);
   if (i >= n) return;
   float s = 0.0f;
   for (uint32_t p = 0; p < splits; ++p) s += ws[p * n + i];

@@ -1,8 +1,8 @@
 // Winograd transforms for stride-1, dilation-1, 3x3 convolutions of one group (the non-fused
-// scheme, as cuDNN's WINOGRAD_NONFUSED): F(2x2, 3x3) for every pass (below), F(4x4, 3x3) for
-// the forward and input gradient (at the end). The products between the transforms are
-// independent GEMMs, one per transform point (16 or 36), run by conv2d_gemm with the
-// WinogradForward<m> / WinogradWeight problems of metal/conv2d.metal. The host's choice:
+// scheme, as cuDNN's WINOGRAD_NONFUSED): F(2x2, 3x3) (below) and F(4x4, 3x3) (at the end), each
+// for every pass. The products between the transforms are independent GEMMs, one per
+// transform point (16 or 36), run by conv2d_gemm with the WinogradForward<m> /
+// WinogradWeight<m> problems of metal/conv2d.metal. The host's choice:
 // csrc/ops/conv2d.cpp (winograd_choice); the design: docs/gpu_kernels.md.
 //
 // Each 2x2 block of outputs (a "tile") is Y = A^T [ (G g G^T) (.) (B^T d B) ] A, d the 4x4
@@ -241,7 +241,7 @@ kernel void conv2d_winograd_weight_grad(device const float* du [[buffer(0)]],
 // Same layouts as above with 36 points and tiles = N * ceil(H_out/4) * ceil(W_out/4), the
 // tile's input patch at rows 4*th - pad_h .. 4*th - pad_h + 5. About 1.8x fewer products
 // than F(2x2, 3x3) and 1.8x less transformed data; the larger transform coefficients
-// round more (docs/gpu_kernels.md), which is why the weight gradient keeps F(2x2, 3x3).
+// round more (docs/gpu_kernels.md; the weight gradient's adjoint transforms likewise).
 
 // out[k * os] = (B^T d)[k] for d[k * is], k < 6.
 FM_FUNC void wino4_bt(thread const float* d, int is, thread float* out, int os) {
@@ -367,4 +367,86 @@ kernel void conv2d_winograd4_output(device const float* m [[buffer(0)]],
       if (ow < a.W_out) plane[oh * a.W_out + ow] = ama[4 * i + j] + b;
     }
   }
+}
+
+// ---- F(4x4, 3x3) weight gradient: the adjoint of the forward above, as for F(2x2):
+// Z = A z A^T of each 4x4 block z of gy (A = (A^T)^T, 6 x 4), dU[t] = Z[t] . V[t]^T over
+// the tiles (the WinogradWeight<4> GEMMs), dg = G^T dU G.
+
+// out[k * os] = (A z)[k] for z[k * is], k < 6 (rows of A: 1 0 0 0 | 1 1 1 1 | 1 -1 1 -1 |
+// 1 2 4 8 | 1 -2 4 -8 | 0 0 0 1).
+FM_FUNC void wino4_a(thread const float* z, int is, thread float* out, int os) {
+  const float z0 = z[0], z1 = z[is], z2 = z[2 * is], z3 = z[3 * is];
+  const float s02 = z0 + z2, s13 = z1 + z3;
+  const float e = fma(4.0f, z2, z0), f = fma(4.0f, z3, z1);
+  out[0] = z0;
+  out[os] = s02 + s13;
+  out[2 * os] = s02 - s13;
+  out[3 * os] = fma(2.0f, f, e);
+  out[4 * os] = fma(-2.0f, f, e);
+  out[5 * os] = z3;
+}
+
+// out[k * os] = (G^T s)[k] for s[k * is], k < 3.
+FM_FUNC void wino4_gt(thread const float* s, int is, thread float* out, int os) {
+  const float s0 = s[0], s1 = s[is], s2 = s[2 * is], s3 = s[3 * is], s4 = s[4 * is],
+              s5 = s[5 * is];
+  const float p12 = s1 + s2, p34 = s3 + s4;
+  out[0] = fma(0.25f, s0, fma(-1.0f / 6.0f, p12, (1.0f / 24.0f) * p34));
+  out[os] = fma(1.0f / 6.0f, s2 - s1, (1.0f / 12.0f) * (s3 - s4));
+  out[2 * os] = fma(1.0f / 6.0f, p34 - p12, s5);
+}
+
+// Z[t][co][p] = (A z A^T)[t], z the 4x4 block of gy[n][co] at tile p (zero past
+// H_out x W_out). Grid: x = tiles, y = C_out.
+kernel void conv2d_winograd4_grad_output(device const float* gy [[buffer(0)]],
+                                         device float* z [[buffer(1)]],
+                                         constant Conv2dArgs& a [[buffer(2)]],
+                                         uint3 gid [[thread_position_in_grid]]) {
+  const int32_t th_n = (a.H_out + 3) >> 2, tw_n = (a.W_out + 3) >> 2;
+  const int32_t tiles = a.N * th_n * tw_n;
+  const int32_t p = int32_t(gid.x), co = int32_t(gid.y);
+  if (p >= tiles || co >= a.C_out) return;
+  const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
+  const int32_t th = r / tw_n, tw = r - th * tw_n;
+  device const float* plane = gy + (n * a.C_out + co) * a.H_out * a.W_out;
+  float e[16];
+  for (int i = 0; i < 4; ++i) {
+    const int32_t oh = 4 * th + i;
+    for (int j = 0; j < 4; ++j) {
+      const int32_t ow = 4 * tw + j;
+      const bool in = oh < a.H_out && ow < a.W_out;
+      const float val = plane[in ? oh * a.W_out + ow : 0];
+      e[4 * i + j] = in ? val : 0.0f;
+    }
+  }
+  float az[24];  // A z: 6 x 4
+  for (int j = 0; j < 4; ++j) wino4_a(e + j, 4, az + j, 4);
+  float aza[36];  // (A z) A^T: 6 x 6
+  for (int i = 0; i < 6; ++i) wino4_a(az + 4 * i, 1, aza + 6 * i, 1);
+  const int32_t stride = a.C_out * tiles;
+  device float* out = z + co * tiles + p;
+  for (int t = 0; t < 36; ++t) out[t * stride] = aza[t];
+}
+
+// gw[co][ci] = G^T (sum over splits s of dU[s][.][co][ci]) G: 3 x 3, the splits added in a
+// fixed order. Grid: x = C_out * C_in.
+kernel void conv2d_winograd4_weight_grad(device const float* du [[buffer(0)]],
+                                         device float* gw [[buffer(1)]],
+                                         constant Conv2dArgs& a [[buffer(2)]],
+                                         constant uint32_t& splits [[buffer(3)]],
+                                         uint3 gid [[thread_position_in_grid]]) {
+  const int32_t kc = a.C_out * a.C_in;
+  const int32_t i = int32_t(gid.x);
+  if (i >= kc) return;
+  float s[36];
+  for (int t = 0; t < 36; ++t) s[t] = du[t * kc + i];
+  for (uint32_t sp = 1; sp < splits; ++sp)
+    for (int t = 0; t < 36; ++t) s[t] += du[(int32_t(sp) * 36 + t) * kc + i];
+  float gs[18];  // G^T S: 3 x 6
+  for (int j = 0; j < 6; ++j) wino4_gt(s + j, 6, gs + j, 6);
+  float gsg[9];  // (G^T S) G: 3 x 3
+  for (int r = 0; r < 3; ++r) wino4_gt(gs + 6 * r, 1, gsg + 3 * r, 1);
+  device float* out = gw + i * 9;
+  for (int k = 0; k < 9; ++k) out[k] = gsg[k];
 }

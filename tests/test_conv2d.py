@@ -49,7 +49,10 @@ def test_layer_shapes_of_the_benchmarks(device):
     r = np.random.default_rng(7)
     for xshape, wshape, kw in [((4, 1, 28, 28), (32, 1, 3, 3), {}),
                                ((2, 32, 26, 26), (64, 32, 3, 3), {}),
-                               ((1, 64, 20, 20), (64, 64, 3, 3), dict(padding=1))]:
+                               ((1, 64, 20, 20), (64, 64, 3, 3), dict(padding=1)),
+                               # 1x1 expanding to many channels: few input-gradient tiles
+                               # and a long K (a discrete GPU splits K there)
+                               ((2, 96, 7, 7), (512, 96, 1, 1), {})]:
         x = r.standard_normal(xshape).astype(np.float32)
         w = r.standard_normal(wshape).astype(np.float32)
         b = r.standard_normal(wshape[0]).astype(np.float32)

@@ -103,6 +103,24 @@ def test_every_gemm_tile_on_both_paths(kernel_path, forced_tile, tile, threads, 
         check_backward(x, w, kw, r)
 
 
+@pytest.mark.parametrize("splits", ["2", "3", "7"])
+@pytest.mark.parametrize("threads,seed", [(0, 1), (45, 2)])
+@pytest.mark.cpu_only
+def test_forced_split_k_of_both_gradients(kernel_path, monkeypatch, splits, threads, seed):
+    """FASTMETAL_CONV_SPLITS splits K of the weight gradient and of the input gradient (whose
+    split-K a discrete GPU takes for 1x1 layers with few tiles), every split a slice of the
+    workspace, the slices added in order; K ranges that end inside a slice, groups, strides."""
+    monkeypatch.setenv("FASTMETAL_CONV_SPLITS", splits)
+    _core._set_conv_group_size(threads)
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    r = np.random.default_rng(700 + seed)
+    for xshape, wshape, kw in [((2, 6, 5, 7), (70, 6, 1, 1), dict()),
+                               ((1, 8, 9, 8), (36, 4, 3, 3), dict(stride=2, padding=1, groups=2))]:
+        x = r.standard_normal(xshape).astype(np.float32)
+        w = r.standard_normal(wshape).astype(np.float32)
+        check_backward(x, w, kw, r, needs=("input", "weight"))
+
+
 @pytest.mark.cpu_only
 def test_msl_reductions_for_any_group_size(kernel_path):
     # threadgroup memory outlives a launch on the CPU: a large group first leaves every

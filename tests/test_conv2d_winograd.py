@@ -3,8 +3,7 @@ WinogradForward / WinogradWeight GEMMs of metal/conv2d.metal): forward, input gr
 stride-1, dilation-1, 3x3, single-group convolutions, against the NumPy float64 reference and
 torch autograd, on every device (on cpu: the MSL kernels under the fiber emulator, since the
 CPU's own conv engine has no Winograd path), with the algorithm forced through
-FASTMETAL_CONV_ALGO=winograd (F(2x2) for every pass) or winograd4 (F(4x4) for the forward
-and the input gradient).
+FASTMETAL_CONV_ALGO=winograd (F(2x2) for every pass) or winograd4 (F(4x4) for every pass).
 
 Tolerance: |got - want| <= 1e-4 * scale (references.assert_close), scale the same convolution
 of |x| and |w|, for F(2x2, 3x3); F(4x4, 3x3) gets scale = max(scale, wscale / 10), wscale
@@ -17,8 +16,10 @@ values with its neighbours. For F(2x2, 3x3) wscale is ~7x scale in the interior 
 axis) and up to ~16x at padded borders; the observed F(2x2) errors stay below 1.3e-7 of
 scale (docs/gpu_kernels.md), far inside the shared bound; for
 F(4x4, 3x3) the bound 1e-5 * wscale covers (terms + 12) * eps for up to ~150 terms. Both
-stay far below O(scale), the size of any indexing or transform bug. The weight gradient is
-F(2x2, 3x3) only and sums over tiles (N * H_out * W_out / 4 terms, < 300 here).
+stay far below O(scale), the size of any indexing or transform bug. The weight gradient sums
+over tiles (N * H_out * W_out / m^2 terms, < 300 here); under F(4x4) it gets the same
+max(scale, wscale / 10), wscale its adjoint carried out through the absolute matrices
+(|G^T| [sum over tiles of (|A| |z| |A^T|) * (|B^T| |d| |B|)] |G|; winograd_wgrad_float64).
 """
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ kernel_path = pytest.fixture(msl_conv_kernels_on_cpu)
 WINOGRAD_KERNELS = ("conv2d_winograd_weight", "conv2d_winograd_input", "conv2d_winograd_output",
                     "conv2d_winograd_grad_output", "conv2d_winograd_weight_grad",
                     "conv2d_winograd4_weight", "conv2d_winograd4_input", "conv2d_winograd4_output",
-                    *(f"conv2d_winograd{p}gemm_{t}" for p in ("_", "4_", "_weight_")
+                    "conv2d_winograd4_grad_output", "conv2d_winograd4_weight_grad",
+                    *(f"conv2d_winograd{p}gemm_{t}" for p in ("_", "4_", "_weight_", "4_weight_")
                       for t in ("128x128", "64x128", "64x64", "32x64")))
-# FASTMETAL_CONV_ALGO values: F(2x2, 3x3) for every pass, F(4x4, 3x3) for the forward and
-# the input gradient (the weight gradient stays F(2x2, 3x3)).
+# FASTMETAL_CONV_ALGO values: F(2x2, 3x3) or F(4x4, 3x3), each for every pass.
 ALGOS = ("winograd", "winograd4")
 
 
@@ -74,6 +75,41 @@ _AT = {2: np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64),
                     [0, 1, -1, 8, -8, 1]], np.float64)}
 
 
+def _input_patches(x, pad, out_hw, m):
+    """The (m+2) x (m+2) input patch of every m x m output tile: (N, C, th, tw, m+2, m+2),
+    zero outside the image."""
+    N, C, H, W = x.shape
+    th, tw = -(-out_hw[0] // m), -(-out_hw[1] // m)
+    rows, cols = np.arange(th * m + 2) - pad[0], np.arange(tw * m + 2) - pad[1]
+    ri = np.nonzero((rows >= 0) & (rows < H))[0]
+    ci = np.nonzero((cols >= 0) & (cols < W))[0]
+    xp = np.zeros((N, C, len(rows), len(cols)))
+    xp[:, :, ri[:, None], ci[None, :]] = x[:, :, rows[ri][:, None], cols[ci][None, :]]
+    a = m + 2
+    return np.stack([np.stack([xp[:, :, i:i + th * m:m, j:j + tw * m:m] for j in range(a)], -1)
+                     for i in range(a)], -2)
+
+
+def winograd_wgrad_float64(gy, x, pad, m, absolute=True):
+    """The weight gradient (K, C, 3, 3) of the stride-1 3x3 convolution of x (N, C, H, W)
+    whose output gradient is gy (N, K, H_out, W_out), computed in float64 through the
+    adjoint of F(m x m, 3x3): G^T [sum over tiles of (A z A^T) * (B^T d B)] G. absolute: with
+    |gy|, |x| and the absolute matrices (the error scale)."""
+    gy, x = np.asarray(gy, np.float64), np.asarray(x, np.float64)
+    BT, G, AT = _BT[m], _G[m], _AT[m]
+    if absolute:
+        gy, x, BT, G, AT = (np.abs(t) for t in (gy, x, BT, G, AT))
+    N, K, Ho, Wo = gy.shape
+    th, tw = -(-Ho // m), -(-Wo // m)
+    V = np.einsum("ir,ncturs,js->nctuij", BT, _input_patches(x, pad, (Ho, Wo), m), BT)
+    gp = np.zeros((N, K, th * m, tw * m))
+    gp[:, :, :Ho, :Wo] = gy
+    z = gp.reshape(N, K, th, m, tw, m).transpose(0, 1, 2, 4, 3, 5)  # (N, K, th, tw, m, m)
+    Z = np.einsum("pi,nktupq,qj->nktuij", AT, z, AT)
+    dU = np.einsum("nktuij,nctuij->kcij", Z, V)
+    return np.einsum("ir,kcij,js->kcrs", G, dU, G)
+
+
 def winograd_float64(x, w, pad, out_hw, m, absolute=True):
     """The stride-1 3x3 convolution of x (N, C, H, W) with w (K, C, 3, 3) computed in float64
     by F(m x m, 3x3), tile by tile: (N, K, *out_hw). `pad` (top, left) may be negative (a
@@ -84,15 +120,7 @@ def winograd_float64(x, w, pad, out_hw, m, absolute=True):
         x, w, BT, G, AT = (np.abs(t) for t in (x, w, BT, G, AT))
     N, C, H, W = x.shape
     th, tw = -(-out_hw[0] // m), -(-out_hw[1] // m)
-    rows, cols = np.arange(th * m + 2) - pad[0], np.arange(tw * m + 2) - pad[1]
-    ri = np.nonzero((rows >= 0) & (rows < H))[0]
-    ci = np.nonzero((cols >= 0) & (cols < W))[0]
-    xp = np.zeros((N, C, len(rows), len(cols)))
-    xp[:, :, ri[:, None], ci[None, :]] = x[:, :, rows[ri][:, None], cols[ci][None, :]]
-    a = m + 2
-    patches = np.stack([np.stack([xp[:, :, i:i + th * m:m, j:j + tw * m:m] for j in range(a)], -1)
-                        for i in range(a)], -2)  # (N, C, th, tw, a, a)
-    V = np.einsum("ir,ncturs,js->nctuij", BT, patches, BT)
+    V = np.einsum("ir,ncturs,js->nctuij", BT, _input_patches(x, pad, out_hw, m), BT)
     U = np.einsum("ir,kcrs,js->kcij", G, w, G)
     M = np.einsum("kcij,nctuij->nktuij", U, V)
     Y = np.einsum("pi,nktuij,qj->nktupq", AT, M, AT)  # (N, K, th, tw, m, m)
@@ -123,6 +151,15 @@ def input_grad_scale(gy, x, w, kw):
     return scale
 
 
+def weight_grad_scale(gy, x, w, kw):
+    """Likewise for the weight gradient: its adjoint's absolute-value bound under F(4x4)."""
+    scale = ref_conv2d_backward(np.abs(gy), np.abs(x), np.abs(w), **kw)[1]
+    if _algo() == "winograd4":
+        (pt, _), (pl, _) = ref_pads(kw.get("padding", 0), (3, 3), (1, 1))
+        scale = np.maximum(scale, winograd_wgrad_float64(gy, x, (pt, pl), 4) / 10)
+    return scale
+
+
 def check_forward(x, w, b, kw):
     y = fm.conv2d(x, w, b, **kw)
     assert_close(y, ref_conv2d(x, w, b, **kw), forward_scale(x, w, b, kw),
@@ -134,8 +171,8 @@ def check_backward(x, w, kw, r):
     gy = r.standard_normal(ys).astype(np.float32)
     gx, gw, gb = fm.conv2d_backward(gy, x, w, **kw)
     wx, ww, wb = ref_conv2d_backward(gy, x, w, **kw)
-    _, sw, sb = ref_conv2d_backward(np.abs(gy), np.abs(x), np.abs(w), **kw)
-    sx = input_grad_scale(gy, x, w, kw)
+    _, _, sb = ref_conv2d_backward(np.abs(gy), np.abs(x), np.abs(w), **kw)
+    sx, sw = input_grad_scale(gy, x, w, kw), weight_grad_scale(gy, x, w, kw)
     where = f"{x.shape} {w.shape} {kw}"
     for name, got, want, scale in (("input", gx, wx, sx), ("weight", gw, ww, sw),
                                    ("bias", gb, wb, sb)):
@@ -159,6 +196,12 @@ def test_float64_winograd_reference_is_the_convolution(m, pad):
                                rtol=1e-10, atol=1e-10)
     bound = winograd_float64(x, w, pad, out_hw, m)
     assert np.all(bound >= np.abs(direct) - 1e-10)
+    if pad[0] >= 0:  # the weight gradient's adjoint, likewise
+        gy = r.standard_normal(direct.shape)
+        dw = ref_conv2d_backward(gy, x, w, padding=pad)[1]
+        np.testing.assert_allclose(winograd_wgrad_float64(gy, x, pad, m, absolute=False), dw,
+                                   rtol=1e-10, atol=1e-10)
+        assert np.all(winograd_wgrad_float64(gy, x, pad, m) >= np.abs(dw) - 1e-10)
 
 
 def winograd_problem(seed):

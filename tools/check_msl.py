@@ -384,7 +384,7 @@ MUTATIONS = [
     Mutation("mutable program-scope variable", "conv_gemm.h",
              "struct Tap {", "int32_t fm_launch_count = 0;\nstruct Tap {", "program-scope-var"),
     Mutation("write through a constant reference", "conv2d.metal",
-             "  if (i >= n) return;\n", "  if (i >= n) return;\n  a.groups = 1;\n", "read-only-write"),
+             "  if (i >= n) return;\n", "  if (i >= n) return;\n  splits = 1;\n", "read-only-write"),
     Mutation("recursion", "conv_gemm.h",
              "struct Tap {",
              "FM_FUNC int32_t fm_depth(int32_t n) { return n > 0 ? fm_depth(n - 1) + 1 : 0; }\n"

@@ -93,6 +93,24 @@ def conv2d_tour(dev, cpu, on, rng) -> bool:
             else:
                 os.environ[key] = value
 
+    print(f"conv2d split-K of both gradients on {dev} (forced split counts)")
+    saved_splits = os.environ.get("FASTMETAL_CONV_SPLITS")
+    try:
+        for splits in ("2", "5"):
+            os.environ["FASTMETAL_CONV_SPLITS"] = splits
+            xin = rng.standard_normal((2, 24, 9, 10)).astype(np.float32)
+            w = rng.standard_normal((72, 24, 1, 1)).astype(np.float32)
+            go = rng.standard_normal((2, 72, 9, 10)).astype(np.float32)
+            gd = on(dev, fm.conv2d_backward, go, xin, w)
+            gc = on(cpu, fm.conv2d_backward, go, xin, w)
+            for part, g, r in zip(("input", "weight", "bias"), gd, gc):
+                ok &= close(f"  1x1 splits {splits} grad {part}", g, r, rtol=1e-4, atol=1e-3)
+    finally:
+        if saved_splits is None:
+            os.environ.pop("FASTMETAL_CONV_SPLITS", None)
+        else:
+            os.environ["FASTMETAL_CONV_SPLITS"] = saved_splits
+
     print(f"conv2d Winograd on {dev} (forced; every GEMM tile, split-K)")
     saved = {k: os.environ.get(k) for k in ("FASTMETAL_CONV_ALGO", "FASTMETAL_CONV_TILE",
                                             "FASTMETAL_CONV_SPLITS")}
@@ -100,7 +118,8 @@ def conv2d_tour(dev, cpu, on, rng) -> bool:
         for algo, tile, splits in (("winograd", "", ""), ("winograd", "128x128", ""),
                                    ("winograd", "64x128", "3"), ("winograd", "64x64", ""),
                                    ("winograd", "32x64", "2"), ("winograd4", "", ""),
-                                   ("winograd4", "128x128", ""), ("winograd4", "32x64", "")):
+                                   ("winograd4", "128x128", ""), ("winograd4", "64x128", "3"),
+                                   ("winograd4", "32x64", "")):
             os.environ["FASTMETAL_CONV_ALGO"] = algo
             os.environ["FASTMETAL_CONV_TILE"] = tile
             os.environ["FASTMETAL_CONV_SPLITS"] = splits

@@ -159,17 +159,32 @@ void launch_reduce(Backend& b, const std::string& kernel, const Conv2dArgs& a,
   b.launch(kernel, d, {buf(gy), buf(x), buf(out), bytes(&a, sizeof a)});
 }
 
-// The weight gradients' K splits: the output is small and K long, so split K until there
-// are about `fill` groups, keeping at least 8 slices of K per split; every split owns
-// at least one slice (the kernel rounds slices per split up). `out_size` elements per split
-// must stay indexable. FASTMETAL_CONV_SPLITS=N forces N (tuning hook).
-// `one_wave`: at most `fill` groups (rounding the split count down), for a fill that is the
-// number of groups the GPU holds at once, so no second, mostly empty wave follows.
+// out = the sum of the `splits` slices of ws (n elements each), in a fixed order.
+void sum_splits(Backend& b, const Array& ws, const Array& out, std::int64_t splits) {
+  const std::uint32_t n = std::uint32_t(out.size()), n_splits = std::uint32_t(splits);
+  const std::string sum = "conv2d_sum_splits";
+  Dispatch d;
+  d.grid[0] = n;
+  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(sum), n));
+  b.launch(sum, d, {buf(ws), buf(out), bytes(&n, sizeof n), bytes(&n_splits, sizeof n_splits)});
+}
+
+// How a split count relates to a `fill` of groups: at least `fill` groups (rounding up), at
+// most (rounding down: for a fill that is the number of groups the GPU holds at once, so no
+// second, mostly empty wave follows), or at most unless that fills less than two thirds of
+// `fill`, then one split more (the few groups of a second wave cost less than a third of
+// the GPU idling through the first).
+enum class Fill { at_least, at_most, two_thirds };
+
+// The gradients' K splits: the output is small and K long, so split K until there are about
+// `fill` groups, keeping at least 8 slices of K per split; every split owns at least one
+// slice (the kernel rounds slices per split up). `out_size` elements per split must stay
+// indexable. FASTMETAL_CONV_SPLITS=N forces N (tuning hook).
 std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t depth,
-                         std::int64_t out_size, std::int64_t fill = kFillGroups,
-                         bool one_wave = false) {
+                         std::int64_t out_size, std::int64_t fill, Fill how) {
   const std::int64_t slices = (depth + tile.depth - 1) / tile.depth;
-  const std::int64_t per_fill = one_wave ? fill / tiles : (fill + tiles - 1) / tiles;
+  std::int64_t per_fill = how == Fill::at_least ? (fill + tiles - 1) / tiles : fill / tiles;
+  if (how == Fill::two_thirds && 3 * per_fill * tiles < 2 * fill) ++per_fill;
   std::int64_t splits = std::min<std::int64_t>({per_fill, slices / 8,
                                                 128, kMaxIndex / out_size});
   if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
@@ -177,6 +192,25 @@ std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t 
   splits = std::max<std::int64_t>(splits, 1);
   const std::int64_t per_split = (slices + splits - 1) / splits;
   return (slices + per_split - 1) / per_split;
+}
+
+// Groups of a tile's threads that one wave holds on a large GPU (kFillGroups of 256 threads,
+// twice as many of 128).
+std::int64_t wave_groups(const GemmTile& tile) { return kFillGroups * 256 / tile.threads; }
+
+// The input gradient's K splits: only where its tiles fill less than half of one wave of
+// groups (kFillGroups groups of 256 threads, twice as many of 128) and K is long (a 1x1
+// layer expanding to many channels: ResNet-50's 256 -> 1024 at 14x14 has 98 tiles of
+// 128x128 and K = 1024); then as many splits as fit that wave. Discrete GPUs only (measured
+// on an H100, BENCHMARKS.md); FASTMETAL_CONV_SPLITS forces a count on any device.
+std::int64_t input_grad_splits(Backend& b, const Conv2dArgs& a, const GemmTile& tile,
+                               std::int64_t tiles, std::int64_t out_size) {
+  const std::int64_t depth = std::int64_t(a.C_out / a.groups) * a.kH * a.kW;
+  const std::int64_t wave = wave_groups(tile);
+  const char* env = std::getenv("FASTMETAL_CONV_SPLITS");
+  const bool forced = env != nullptr && *env != 0;
+  if (!forced && (b.host_visible() || 2 * tiles > wave)) return 1;
+  return split_count(tile, tiles, depth, out_size, wave, Fill::at_most);
 }
 
 // ---- Winograd F(m x m, 3x3), m = 2 or 4 (metal/conv_winograd.metal; docs/gpu_kernels.md
@@ -203,9 +237,8 @@ bool winograd_fits(const Conv2dArgs& a, int m) {
 }
 
 // FASTMETAL_CONV_ALGO=gemm|winograd|winograd4 forces the algorithm where Winograd applies
-// (tests, tour, benchmark): the implicit GEMM, F(2x2, 3x3), or F(4x4, 3x3) for the forward
-// and input gradient (the weight gradient has F(2x2, 3x3) only). Anything else (or unset)
-// lets the host choose.
+// (tests, tour, benchmark): the implicit GEMM, F(2x2, 3x3), or F(4x4, 3x3), for every pass.
+// Anything else (or unset) lets the host choose.
 int forced_algo() {
   const char* env = std::getenv("FASTMETAL_CONV_ALGO");
   if (env == nullptr) return -1;
@@ -221,8 +254,9 @@ enum class ConvPass { forward, input_grad, weight_grad };
 // applies and was measured faster: discrete GPUs (an H100, BENCHMARKS.md), forward and input
 // gradient with at least 16 channels on both sides (below that the transforms' memory
 // traffic outweighs the saved multiplications) as F(4x4, 3x3); weight gradient as
-// F(2x2, 3x3) with at least 64 (MNIST's 32 -> 64 layer measured 0.156 ms implicit GEMM,
-// 0.170 ms Winograd: the 64x64 product per transform point is too small to fill the GPU).
+// F(4x4, 3x3) with at least 64 (ResNet-50 layer1 0.196 ms against 0.255 for F(2x2), layer2
+// 0.133 against 0.181; MNIST's 32 -> 64 layer 0.092 ms implicit GEMM, 0.102 F(2x2), 0.105
+// F(4x4): the 64x32 product per transform point is too small to fill the GPU).
 // Devices whose memory the host sees (Apple GPUs, not measured yet; the CPU, which runs
 // these kernels only in tests) keep the implicit GEMM.
 int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
@@ -230,11 +264,11 @@ int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
   int m;
   const int forced = forced_algo();
   if (forced >= 0) {
-    m = pass == ConvPass::weight_grad && forced == 4 ? 2 : forced;
+    m = forced;
   } else if (b.host_visible()) {
     m = 0;
   } else if (pass == ConvPass::weight_grad) {
-    m = a.C_in >= 64 && a.C_out >= 64 ? 2 : 0;
+    m = a.C_in >= 64 && a.C_out >= 64 ? 4 : 0;
   } else {
     m = a.C_in >= 16 && a.C_out >= 16 ? 4 : 0;
   }
@@ -302,31 +336,33 @@ Conv2dArgs input_gradient_as_forward(const Conv2dArgs& a) {
   return e;
 }
 
-void winograd_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, const Array& x,
-                              const Array& gw) {
-  const std::int64_t tiles = winograd_tile_count(a, 2);
-  Array v = Array::empty(b, {16, a.C_in, tiles}, DType::float32);
-  Array z = Array::empty(b, {16, a.C_out, tiles}, DType::float32);
-  const std::string ik = "conv2d_winograd_input", zk = "conv2d_winograd_grad_output",
-                    gk = "conv2d_winograd_weight_grad";
+void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Array& gy,
+                              const Array& x, const Array& gw) {
+  const std::int64_t tiles = winograd_tile_count(a, m), points = (m + 2) * (m + 2);
+  Array v = Array::empty(b, {points, a.C_in, tiles}, DType::float32);
+  Array z = Array::empty(b, {points, a.C_out, tiles}, DType::float32);
+  const std::string base = m == 4 ? "conv2d_winograd4" : "conv2d_winograd";
+  const std::string ik = base + "_input", zk = base + "_grad_output", gk = base + "_weight_grad";
   b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
   b.launch(zk, transform_dispatch(b, zk, tiles, a.C_out), {buf(gy), buf(z), bytes(&a, sizeof a)});
-  // At most 64 input channels (columns): a 128-wide tile would idle half or more of its
-  // columns, so discrete GPUs take 64x64 there. K (the tiles) is split into as many parts
-  // as fit one wave: kFillGroups groups of 256 threads or twice as many of 128 (an H100
-  // holds 2 or 4 of them per multiprocessor). Measured with --conv-sweep (64x128 tiles):
-  // ResNet-50 layer3 39 effective TFLOP/s at 4 splits (512 groups), 31 at 5 (640: a second
-  // wave); layer2 31 at 16 splits (512), 25 at 17 (544).
-  const GemmTile& tile = forced_tile() < 0 && !b.host_visible() && a.C_out > 32 && a.C_in <= 64
-                             ? kTiles[kTile64x64]
-                             : choose_tile(b, a.C_out, a.C_in, 16);
+  // Discrete GPUs: 64x64 where there are at most 64 input channels (columns; a 128-wide tile
+  // would idle half or more of them), else 64x128. K (the tiles) is split to fill one wave
+  // (wave_groups; Fill::two_thirds). Measured with --conv-sweep on an H100 (BENCHMARKS.md),
+  // F(4x4, 3x3): ResNet-50 layer3 (256 channels, 512 tiles) 46.9 effective TFLOP/s on
+  // 128x128 unsplit (144 groups), 51.2 on 64x128 unsplit (288 of a wave of 528), 54.7 on
+  // 64x128 in 2 splits (576), 50.2 in 4; layer2 (128 channels) 55.5 on 64x128 in 7 splits
+  // (504 groups); layer1 (64) 37.8 on 64x64 in 14 (504).
+  const bool discrete = forced_tile() < 0 && !b.host_visible();
+  const GemmTile& tile = !discrete          ? choose_tile(b, a.C_out, a.C_in, points)
+                         : a.C_out <= 32    ? kTiles[kTile32x64]
+                         : a.C_in <= 64     ? kTiles[kTile64x64]
+                                            : kTiles[kTile64x128];
   const std::int64_t per_point = std::int64_t(a.C_out) * a.C_in;
-  const std::int64_t splits = split_count(tile, tile_count(tile, a.C_out, a.C_in, 16), tiles,
-                                          16 * per_point, kFillGroups * 256 / tile.threads,
-                                          true);
-  Array du = Array::empty(b, {splits, 16, a.C_out, a.C_in}, DType::float32);
-  launch_gemm(b, "conv2d_winograd_weight_gemm", tile, a, a.C_out, a.C_in, splits,
-              {buf(z), buf(v), buf(z), buf(du)}, 0, 16);
+  const std::int64_t splits = split_count(tile, tile_count(tile, a.C_out, a.C_in, points), tiles,
+                                          points * per_point, wave_groups(tile), Fill::two_thirds);
+  Array du = Array::empty(b, {splits, points, a.C_out, a.C_in}, DType::float32);
+  launch_gemm(b, (base + "_weight_gemm").c_str(), tile, a, a.C_out, a.C_in, splits,
+              {buf(z), buf(v), buf(z), buf(du)}, 0, points);
   const std::uint32_t n_splits = std::uint32_t(splits);
   b.launch(gk, transform_dispatch(b, gk, per_point, 1),
            {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
@@ -525,8 +561,18 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
       return winograd_forward(b, m, e, gy, w, buf(w), 0, true, gx);
   }
   const std::int64_t cols = std::int64_t(a.N) * a.H * a.W;
-  launch_gemm(b, "conv2d_backward_input", choose_tile(b, cin_g, cols, a.groups), a, cin_g, cols,
-              1, {buf(w), buf(gy), buf(w), buf(gx)}, 0, a.groups);
+  const GemmTile& tile = choose_tile(b, cin_g, cols, a.groups);
+  const std::int64_t splits = input_grad_splits(b, a, tile, tile_count(tile, cin_g, cols, a.groups),
+                                                gx.size());
+  if (splits == 1) {
+    launch_gemm(b, "conv2d_backward_input", tile, a, cin_g, cols, 1,
+                {buf(w), buf(gy), buf(w), buf(gx)}, 0, a.groups);
+    return;
+  }
+  Array ws = Array::empty(b, {splits, gx.size()}, DType::float32);
+  launch_gemm(b, "conv2d_backward_input", tile, a, cin_g, cols, splits,
+              {buf(w), buf(gy), buf(w), buf(ws)}, 0, a.groups);
+  sum_splits(b, ws, gx, splits);
 }
 
 void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
@@ -541,13 +587,19 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
     return;
   }
-  if (winograd_choice(b, a, ConvPass::weight_grad) == 2)
-    return winograd_backward_weight(b, a, gy, x, gw);
+  if (const int m = winograd_choice(b, a, ConvPass::weight_grad))
+    return winograd_backward_weight(b, m, a, gy, x, gw);
   const std::int64_t cols = cin_g * a.kH * a.kW;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
-  const GemmTile& tile = choose_tile(b, cout_g, cols, a.groups);
-  const std::int64_t splits =
-      split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth, gw.size());
+  // Split-K fills the GPU whatever the tile count, so discrete GPUs take the 128x128 tile
+  // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
+  // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128, 17 splits), and split
+  // until there are at least kFillGroups groups.
+  const bool discrete = forced_tile() < 0 && !b.host_visible();
+  const GemmTile& tile = discrete && cout_g > 64 ? kTiles[kTile128x128]
+                                                 : choose_tile(b, cout_g, cols, a.groups);
+  const std::int64_t splits = split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth,
+                                          gw.size(), kFillGroups, Fill::at_least);
   if (splits == 1) {
     launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, 1,
                 {buf(gy), buf(x), buf(gy), buf(gw)}, 0, a.groups);
@@ -556,12 +608,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   Array ws = Array::empty(b, {splits, gw.size()}, DType::float32);
   launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits,
               {buf(gy), buf(x), buf(gy), buf(ws)}, 0, a.groups);
-  const std::uint32_t n_splits = std::uint32_t(splits);
-  const std::string sum = "conv2d_sum_splits";
-  Dispatch d;
-  d.grid[0] = std::uint32_t(gw.size());
-  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(sum), gw.size()));
-  b.launch(sum, d, {buf(ws), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
+  sum_splits(b, ws, gw, splits);
 }
 
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb) {

@@ -245,7 +245,7 @@ def conv_rows(device, peers, rows, layers):
 
 def conv_sweep(device, peers, layers, tiles=("128x128", "64x128", "64x64", "32x64"),
                splits=()):
-    """Tuning: every GEMM tile (and weight-gradient split count) on every layer and pass,
+    """Tuning: every GEMM tile (and split count of the gradients) on every layer and pass,
     through the host's FASTMETAL_CONV_TILE / FASTMETAL_CONV_SPLITS hooks."""
     import os  # noqa: PLC0415
     rng = np.random.default_rng(2)
@@ -263,16 +263,20 @@ def conv_sweep(device, peers, layers, tiles=("128x128", "64x128", "64x64", "32x6
             tt = gpu_time(L.theirs[part], peers.tsync, budget_s=0.1) if part in L.theirs else None
             cells.append("" if tt is None else f"{L.flops / tt / 1e12:.1f}")
             print(f"| {L.name} | {part} | " + " | ".join(cells) + " |", flush=True)
-        cells = []
-        for tile in ("", "128x128", "64x128") if splits else ():
-            for sp in splits:
-                os.environ["FASTMETAL_CONV_TILE"] = tile
-                os.environ["FASTMETAL_CONV_SPLITS"] = sp
-                t = gpu_time(L.ours["wgrad"], fsync, budget_s=0.1)
-                cells.append(f"{tile or 'auto'}/{sp or 'auto'}: {L.flops / t / 1e12:.1f}")
-        os.environ["FASTMETAL_CONV_TILE"] = os.environ["FASTMETAL_CONV_SPLITS"] = ""
-        if cells:
-            print(f"  wgrad splits, {L.name}: " + ", ".join(cells), flush=True)
+        # Split counts: the weight gradient's (every layer) and the input gradient's (where
+        # it takes the implicit GEMM: the 1x1 layers).
+        for part in ("wgrad", "dgrad") if splits else ():
+            if part == "dgrad" and layer[6] != 1:
+                continue
+            cells = []
+            for tile in ("", "128x128", "64x128", "64x64"):
+                for sp in splits:
+                    os.environ["FASTMETAL_CONV_TILE"] = tile
+                    os.environ["FASTMETAL_CONV_SPLITS"] = sp
+                    t = gpu_time(L.ours[part], fsync, budget_s=0.1)
+                    cells.append(f"{tile or 'auto'}/{sp or 'auto'}: {L.flops / t / 1e12:.1f}")
+            os.environ["FASTMETAL_CONV_TILE"] = os.environ["FASTMETAL_CONV_SPLITS"] = ""
+            print(f"  {part} splits, {L.name}: " + ", ".join(cells), flush=True)
         del L
         fm.synchronize(device)
 
@@ -342,6 +346,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the rows to this JSON file")
     ap.add_argument("--conv-sweep", action="store_true",
                     help="tuning: TFLOP/s of every conv2d GEMM tile and split count, then exit")
+    ap.add_argument("--conv-splits", default="",
+                    help="with --conv-sweep: gradient split counts to try, e.g. 1,2,4,8")
     ns = ap.parse_args(argv)
     device = next((d for d in GPU_DEVICES if d in fm.devices()), None)
     if device is None:
@@ -353,7 +359,8 @@ def main(argv=None) -> int:
     print(f"peers: torch {'(' + peers.tdev + ')' if peers.torch is not None else 'not available'}, "
           f"CuPy {'yes' if peers.cupy is not None else 'not available'}\n")
     if ns.conv_sweep:
-        conv_sweep(device, peers, CONV_LAYERS)
+        conv_sweep(device, peers, CONV_LAYERS,
+                   splits=tuple(s for s in ns.conv_splits.split(",") if s))
         return 0
     parts = ns.only or ["elementwise", "conv2d", "fourier"]
     rows: list[dict] = []
