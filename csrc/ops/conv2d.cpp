@@ -169,6 +169,22 @@ void sum_splits(Backend& b, const Array& ws, const Array& out, std::int64_t spli
   b.launch(sum, d, {buf(ws), buf(out), bytes(&n, sizeof n), bytes(&n_splits, sizeof n_splits)});
 }
 
+// A gradient's GEMM (operands lhs and rhs as the kernel reads them) into `out`; with K split
+// into `splits` ranges, each writes its slice of a workspace and sum_splits adds them.
+void launch_split_gemm(Backend& b, const char* base, const GemmTile& tile, const Conv2dArgs& a,
+                       std::int64_t rows, std::int64_t cols, std::int64_t splits,
+                       const Array& lhs, const Array& rhs, const Array& out) {
+  if (splits == 1) {
+    launch_gemm(b, base, tile, a, rows, cols, 1, {buf(lhs), buf(rhs), buf(lhs), buf(out)}, 0,
+                a.groups);
+    return;
+  }
+  Array ws = Array::empty(b, {splits, out.size()}, DType::float32);
+  launch_gemm(b, base, tile, a, rows, cols, splits, {buf(lhs), buf(rhs), buf(lhs), buf(ws)}, 0,
+              a.groups);
+  sum_splits(b, ws, out, splits);
+}
+
 // How a split count relates to a `fill` of groups: at least `fill` groups (rounding up), at
 // most (rounding down: for a fill that is the number of groups the GPU holds at once, so no
 // second, mostly empty wave follows), or at most unless that fills less than two thirds of
@@ -564,15 +580,7 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
   const GemmTile& tile = choose_tile(b, cin_g, cols, a.groups);
   const std::int64_t splits = input_grad_splits(b, a, tile, tile_count(tile, cin_g, cols, a.groups),
                                                 gx.size());
-  if (splits == 1) {
-    launch_gemm(b, "conv2d_backward_input", tile, a, cin_g, cols, 1,
-                {buf(w), buf(gy), buf(w), buf(gx)}, 0, a.groups);
-    return;
-  }
-  Array ws = Array::empty(b, {splits, gx.size()}, DType::float32);
-  launch_gemm(b, "conv2d_backward_input", tile, a, cin_g, cols, splits,
-              {buf(w), buf(gy), buf(w), buf(ws)}, 0, a.groups);
-  sum_splits(b, ws, gx, splits);
+  launch_split_gemm(b, "conv2d_backward_input", tile, a, cin_g, cols, splits, w, gy, gx);
 }
 
 void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
@@ -600,15 +608,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
                                                  : choose_tile(b, cout_g, cols, a.groups);
   const std::int64_t splits = split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth,
                                           gw.size(), kFillGroups, Fill::at_least);
-  if (splits == 1) {
-    launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, 1,
-                {buf(gy), buf(x), buf(gy), buf(gw)}, 0, a.groups);
-    return;
-  }
-  Array ws = Array::empty(b, {splits, gw.size()}, DType::float32);
-  launch_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits,
-              {buf(gy), buf(x), buf(gy), buf(ws)}, 0, a.groups);
-  sum_splits(b, ws, gw, splits);
+  launch_split_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits, gy, x, gw);
 }
 
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb) {
