@@ -109,27 +109,17 @@ FM_FUNC KCounter k_step(KCounter c, KCounter d, int32_t r1, int32_t r2) {
 // buffer(0) = A source, buffer(1) = B source, buffer(2) = bias (read only where flags & 1),
 // buffer(3) = output, buffer(4) = Conv2dArgs, buffer(5) = flags.
 
-// Element e of a slice's A tile: row m and depth kk (k-major or m-major, whichever reads
-// memory contiguously along a SIMD group).
-template <typename P, int BM, int BK>
-FM_FUNC void a_coords(int32_t e, thread int32_t& m, thread int32_t& kk) {
-  if (P::a_k_fast()) {
-    m = e / BK;
-    kk = e - m * BK;
+// Element e of a slice's tile of ROWS rows (A: its rows m; B: its columns c) and depth BK:
+// row r and depth kk, k-major or row-major (k_fast: the problem's P::a_k_fast() or
+// P::b_k_fast()), whichever reads memory contiguously along a SIMD group.
+template <int ROWS, int BK>
+FM_FUNC void tile_coords(bool k_fast, int32_t e, thread int32_t& r, thread int32_t& kk) {
+  if (k_fast) {
+    r = e / BK;
+    kk = e - r * BK;
   } else {
-    kk = e / BM;
-    m = e - kk * BM;
-  }
-}
-
-template <typename P, int BN, int BK>
-FM_FUNC void b_coords(int32_t e, thread int32_t& c, thread int32_t& kk) {
-  if (P::b_k_fast()) {
-    c = e / BK;
-    kk = e - c * BK;
-  } else {
-    kk = e / BN;
-    c = e - kk * BN;
+    kk = e / ROWS;
+    r = e - kk * ROWS;
   }
 }
 
@@ -146,14 +136,7 @@ FM_FUNC void fast_coords(bool k_fast, int32_t t, int j, thread int32_t& r, threa
     kk = t / ROWS + j * (V / ROWS);
     r = t % ROWS;
   } else {
-    const int32_t e = t + j * V;
-    if (k_fast) {
-      r = e / BK;
-      kk = e - r * BK;
-    } else {
-      kk = e / ROWS;
-      r = e - kk * ROWS;
-    }
+    tile_coords<ROWS, BK>(k_fast, t + j * V, r, kk);
   }
 }
 
@@ -316,14 +299,14 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
       // Slice k0 into buffer `cur` (last read two slices ago, before the previous barrier).
       for (uint32_t e = tid; e < uint32_t(BM * BK); e += T) {
         int32_t m, kk;
-        a_coords<P, BM, BK>(int32_t(e), m, kk);
+        tile_coords<BM, BK>(P::a_k_fast(), int32_t(e), m, kk);
         const int32_t gm = row0 + m, gk = k0 + kk;
         As[(cur * BK + kk) * AW + (m >> 2)][m & 3] =
             (gm < M && gk < k_end) ? asrc[P::a_row(a, g, gm) + k_tab[cur * BK + kk].x] : 0.0f;
       }
       for (uint32_t e = tid; e < uint32_t(BN * BK); e += T) {
         int32_t c, kk;
-        b_coords<P, BN, BK>(int32_t(e), c, kk);
+        tile_coords<BN, BK>(P::b_k_fast(), int32_t(e), c, kk);
         Bs[(cur * BK + kk) * BW + (c >> 2)][c & 3] =
             P::load_b(a, bsrc, col0 + c < NC && k0 + kk < k_end, k_tab[cur * BK + kk],
                       make_tap(col_base[c], col_h[c], col_w[c]));
