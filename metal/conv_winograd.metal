@@ -156,6 +156,30 @@ kernel void conv2d_winograd_output(device const float* m [[buffer(0)]],
   }
 }
 
+// The M x M block z of an output-gradient plane at tile (th, tw), in row-major order; zero
+// past H_out x W_out (the read goes to a valid address and is replaced).
+template <int M>
+FM_FUNC void wino_gy_block(device const float* plane, constant Conv2dArgs& a, int32_t th,
+                           int32_t tw, thread float* e) {
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < M; ++j) {
+      const int32_t oh = M * th + i, ow = M * tw + j;
+      const bool in = oh < a.H_out && ow < a.W_out;
+      const float val = plane[in ? oh * a.W_out + ow : 0];
+      e[M * i + j] = in ? val : 0.0f;
+    }
+}
+
+// s[t] = the sum over splits sp of du[sp][t][i] (POINTS transform points of kc weights each),
+// the splits added in a fixed order (deterministic).
+template <int POINTS>
+FM_FUNC void wino_sum_splits(device const float* du, int32_t kc, int32_t i, uint32_t splits,
+                             thread float* s) {
+  for (int t = 0; t < POINTS; ++t) s[t] = du[t * kc + i];
+  for (uint32_t sp = 1; sp < splits; ++sp)
+    for (int t = 0; t < POINTS; ++t) s[t] += du[(int32_t(sp) * POINTS + t) * kc + i];
+}
+
 // Z[t][co][p] = (A z A^T)[t], z the 2x2 block of the output gradient gy[n][co] at tile p
 // (zero past H_out x W_out). Grid: x = tiles, y = C_out.
 kernel void conv2d_winograd_grad_output(device const float* gy [[buffer(0)]],
@@ -170,13 +194,7 @@ kernel void conv2d_winograd_grad_output(device const float* gy [[buffer(0)]],
   const int32_t th = r / tw_n, tw = r - th * tw_n;
   device const float* plane = gy + (n * a.C_out + co) * a.H_out * a.W_out;
   float e[4];
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j) {
-      const int32_t oh = 2 * th + i, ow = 2 * tw + j;
-      const bool in = oh < a.H_out && ow < a.W_out;
-      const float val = plane[in ? oh * a.W_out + ow : 0];
-      e[2 * i + j] = in ? val : 0.0f;
-    }
+  wino_gy_block<2>(plane, a, th, tw, e);
   // A z: rows z0, z0 + z1, z0 - z1, -z1 (z0, z1 the rows of z).
   float az[8];
   for (int j = 0; j < 2; ++j) {
@@ -197,8 +215,8 @@ kernel void conv2d_winograd_grad_output(device const float* gy [[buffer(0)]],
   }
 }
 
-// gw[co][ci] = G^T (sum over splits s of dU[s][.][co][ci]) G: 3 x 3. The splits are added
-// in a fixed order (deterministic). Grid: x = C_out * C_in.
+// gw[co][ci] = G^T (sum over splits s of dU[s][.][co][ci]) G: 3 x 3 (wino_sum_splits).
+// Grid: x = C_out * C_in.
 kernel void conv2d_winograd_weight_grad(device const float* du [[buffer(0)]],
                                         device float* gw [[buffer(1)]],
                                         constant Conv2dArgs& a [[buffer(2)]],
@@ -208,9 +226,7 @@ kernel void conv2d_winograd_weight_grad(device const float* du [[buffer(0)]],
   const int32_t i = int32_t(gid.x);
   if (i >= kc) return;
   float s[16];
-  for (int t = 0; t < 16; ++t) s[t] = du[t * kc + i];
-  for (uint32_t sp = 1; sp < splits; ++sp)
-    for (int t = 0; t < 16; ++t) s[t] += du[(int32_t(sp) * 16 + t) * kc + i];
+  wino_sum_splits<16>(du, kc, i, splits, s);
   float gs[12];  // G^T S: 3 x 4
   for (int j = 0; j < 4; ++j) {
     const float s0 = s[j], s1 = s[4 + j], s2 = s[8 + j], s3 = s[12 + j];
@@ -411,15 +427,7 @@ kernel void conv2d_winograd4_grad_output(device const float* gy [[buffer(0)]],
   const int32_t th = r / tw_n, tw = r - th * tw_n;
   device const float* plane = gy + (n * a.C_out + co) * a.H_out * a.W_out;
   float e[16];
-  for (int i = 0; i < 4; ++i) {
-    const int32_t oh = 4 * th + i;
-    for (int j = 0; j < 4; ++j) {
-      const int32_t ow = 4 * tw + j;
-      const bool in = oh < a.H_out && ow < a.W_out;
-      const float val = plane[in ? oh * a.W_out + ow : 0];
-      e[4 * i + j] = in ? val : 0.0f;
-    }
-  }
+  wino_gy_block<4>(plane, a, th, tw, e);
   float az[24];  // A z: 6 x 4
   for (int j = 0; j < 4; ++j) wino4_a(e + j, 4, az + j, 4);
   float aza[36];  // (A z) A^T: 6 x 6
@@ -440,9 +448,7 @@ kernel void conv2d_winograd4_weight_grad(device const float* du [[buffer(0)]],
   const int32_t i = int32_t(gid.x);
   if (i >= kc) return;
   float s[36];
-  for (int t = 0; t < 36; ++t) s[t] = du[t * kc + i];
-  for (uint32_t sp = 1; sp < splits; ++sp)
-    for (int t = 0; t < 36; ++t) s[t] += du[(int32_t(sp) * 36 + t) * kc + i];
+  wino_sum_splits<36>(du, kc, i, splits, s);
   float gs[18];  // G^T S: 3 x 6
   for (int j = 0; j < 6; ++j) wino4_gt(s + j, 6, gs + j, 6);
   float gsg[9];  // (G^T S) G: 3 x 3
