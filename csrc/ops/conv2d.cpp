@@ -192,6 +192,13 @@ void launch_split_gemm(Backend& b, const char* base, const GemmTile& tile, const
 // the GPU idling through the first).
 enum class Fill { at_least, at_most, two_thirds };
 
+// Tuning hook: FASTMETAL_CONV_SPLITS=N forces the gradients' split count (the value as
+// set, read by split_count), or null where it is unset or empty.
+const char* forced_splits() {
+  const char* env = std::getenv("FASTMETAL_CONV_SPLITS");
+  return env != nullptr && *env != 0 ? env : nullptr;
+}
+
 // The gradients' K splits: the output is small and K long, so split K until there are about
 // `fill` groups, keeping at least 8 slices of K per split; every split owns at least one
 // slice (the kernel rounds slices per split up). `out_size` elements per split must stay
@@ -203,8 +210,8 @@ std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t 
   if (how == Fill::two_thirds && 3 * per_fill * tiles < 2 * fill) ++per_fill;
   std::int64_t splits = std::min<std::int64_t>({per_fill, slices / 8,
                                                 128, kMaxIndex / out_size});
-  if (const char* env = std::getenv("FASTMETAL_CONV_SPLITS"); env != nullptr && *env != 0)
-    splits = std::min<std::int64_t>(std::atoll(env), kMaxIndex / out_size);
+  if (const char* forced = forced_splits())
+    splits = std::min<std::int64_t>(std::atoll(forced), kMaxIndex / out_size);
   splits = std::max<std::int64_t>(splits, 1);
   const std::int64_t per_split = (slices + splits - 1) / splits;
   return (slices + per_split - 1) / per_split;
@@ -223,9 +230,7 @@ std::int64_t input_grad_splits(Backend& b, const Conv2dArgs& a, const GemmTile& 
                                std::int64_t tiles, std::int64_t out_size) {
   const std::int64_t depth = std::int64_t(a.C_out / a.groups) * a.kH * a.kW;
   const std::int64_t wave = wave_groups(tile);
-  const char* env = std::getenv("FASTMETAL_CONV_SPLITS");
-  const bool forced = env != nullptr && *env != 0;
-  if (!forced && (b.host_visible() || 2 * tiles > wave)) return 1;
+  if (!forced_splits() && (b.host_visible() || 2 * tiles > wave)) return 1;
   return split_count(tile, tiles, depth, out_size, wave, Fill::at_most);
 }
 
