@@ -607,12 +607,15 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   // Split-K fills the GPU whatever the tile count, so discrete GPUs take the 128x128 tile
   // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
   // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128, 17 splits), and split
-  // until there are at least kFillGroups groups.
+  // until there is at least one wave of the tile's groups (MNIST conv2, 3 tiles of 64x128:
+  // 128 splits 0.085 ms, 88 splits, half a wave, 0.093 ms; --conv-splits sweep on an H100,
+  // BENCHMARKS.md). Other devices keep kFillGroups groups (not measured there).
   const bool discrete = forced_tile() < 0 && !b.host_visible();
   const GemmTile& tile = discrete && cout_g > 64 ? kTiles[kTile128x128]
                                                  : choose_tile(b, cout_g, cols, a.groups);
   const std::int64_t splits = split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth,
-                                          gw.size(), kFillGroups, Fill::at_least);
+                                          gw.size(), discrete ? wave_groups(tile) : kFillGroups,
+                                          Fill::at_least);
   launch_split_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits, gy, x, gw);
 }
 

@@ -210,6 +210,22 @@ class ConvLayer:
             }
 
 
+def autotuned_time(peers, fn):
+    """Seconds per call of a torch conv pass with cudnn.benchmark on (cuDNN times its
+    algorithms on the first call of a shape and keeps the fastest), or None without torch
+    on cuda. The table's torch column is cuDNN's default heuristic choice, which differs
+    from run to run on some shapes; this is the best cuDNN has."""
+    if fn is None or peers.tdev != "cuda":
+        return None
+    cudnn = peers.torch.backends.cudnn
+    saved = cudnn.benchmark
+    cudnn.benchmark = True
+    try:
+        return gpu_time(fn, peers.tsync)
+    finally:
+        cudnn.benchmark = saved
+
+
 def conv_rows(device, peers, rows, layers):
     """One row per layer and pass with the host's choice of algorithm; on 3x3 layers (where
     Winograd applies) the note also gives both algorithms forced (FASTMETAL_CONV_ALGO), the
@@ -224,6 +240,7 @@ def conv_rows(device, peers, rows, layers):
             flops = L.flops * (3 if part == "fwd+bwd" else 1)
             t = gpu_time(L.ours[part], fsync)
             tt = gpu_time(L.theirs[part], peers.tsync) if part in L.theirs else None
+            tuned = autotuned_time(peers, L.theirs.get(part))
             forced = []
             if layer[6] == 3 and part in CONV_PASSES:
                 try:
@@ -238,7 +255,11 @@ def conv_rows(device, peers, rows, layers):
             rows.append(dict(workload=f"conv2d {part}, {L.name}", fastmetal_ms=t * 1e3,
                              peer_ms=None if tt is None else tt * 1e3, TFLOPs=flops / t / 1e12,
                              peer_TFLOPs=None if tt is None else flops / tt / 1e12,
-                             note=("forced: " + ", ".join(forced)) if forced else None))
+                             note="; ".join(n for n in (
+                                 None if tuned is None else
+                                 f"cuDNN autotuned {tuned * 1e3:.3f} ms ({tuned / t:.2f}x)",
+                                 ("forced: " + ", ".join(forced)) if forced else None) if n)
+                             or None))
         del L
         fm.synchronize(device)
 
