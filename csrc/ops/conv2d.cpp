@@ -305,14 +305,19 @@ Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t 
   return d;
 }
 
-// The products' tile. Products of at most 64 rows on discrete GPUs take 64x128 or 64x64
-// (both 128 threads), whichever leaves the last wave of groups fuller (2 * kFillGroups
-// groups of 128 threads in flight on an H100); measured (--conv-sweep, BENCHMARKS.md): MNIST
-// conv2's 9,216 F(2x2) tiles run 6% faster on 64x64, ResNet-50 layer1's 25,088 on 64x128.
+// The products' tile. On discrete GPUs, products of more than 64 rows take 64x128, not
+// choose_tile's 128x128 (F(4x4) on an H100, --conv-sweep, BENCHMARKS.md: ResNet-50 layer3
+// forward 58.0 against 51.5 effective TFLOP/s, input gradient 57.2 against 50.9; layer2
+// 57.4 / 57.1 against 55.0 / 54.8); products of at most 64 rows take 64x128 or 64x64 (both
+// 128 threads), whichever leaves the last wave of groups fuller (2 * kFillGroups groups of
+// 128 threads in flight on an H100): MNIST conv2's 9,216 F(2x2) tiles run 6% faster on
+// 64x64, ResNet-50 layer1's 25,088 on 64x128.
 const GemmTile& winograd_tile(Backend& b, std::int64_t rows, std::int64_t cols,
                               std::int64_t points) {
   const GemmTile& t = choose_tile(b, rows, cols, points);
-  if (forced_tile() >= 0 || b.host_visible() || &t != &kTiles[kTile64x128]) return t;
+  if (forced_tile() >= 0 || b.host_visible()) return t;
+  if (&t == &kTiles[kTile128x128]) return kTiles[kTile64x128];
+  if (&t != &kTiles[kTile64x128]) return t;
   const auto fullness = [&](const GemmTile& c) {
     const std::int64_t n = tile_count(c, rows, cols, points), slots = 2 * kFillGroups;
     return double(n) / double((n + slots - 1) / slots * slots);
