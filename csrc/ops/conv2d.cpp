@@ -613,8 +613,8 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
   // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128, 17 splits), and split
   // until there is at least one wave of the tile's groups (MNIST conv2, 3 tiles of 64x128:
-  // 128 splits 0.085 ms, 88 splits, half a wave, 0.093 ms; --conv-splits sweep on an H100,
-  // BENCHMARKS.md). Other devices keep kFillGroups groups (not measured there).
+  // 128 splits 0.085 ms, 88 splits, half a wave, 0.093 ms; tools/conv_wgrad_sweep.py on an
+  // H100, BENCHMARKS.md). Other devices keep kFillGroups groups (not measured there).
   const bool discrete = forced_tile() < 0 && !b.host_visible();
   const GemmTile& tile = discrete && cout_g > 64 ? kTiles[kTile128x128]
                                                  : choose_tile(b, cout_g, cols, a.groups);

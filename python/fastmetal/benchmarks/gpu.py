@@ -226,6 +226,17 @@ def autotuned_time(peers, fn):
         cudnn.benchmark = saved
 
 
+def conv_note(ours_s, tuned_s, forced):
+    """A conv row's note: cuDNN's autotuned time (and torch / ours for it), the forced
+    algorithms' times; None when there is neither."""
+    notes = []
+    if tuned_s is not None:
+        notes.append(f"cuDNN autotuned {tuned_s * 1e3:.3f} ms ({tuned_s / ours_s:.2f}x)")
+    if forced:
+        notes.append("forced: " + ", ".join(forced))
+    return "; ".join(notes) or None
+
+
 def conv_rows(device, peers, rows, layers):
     """One row per layer and pass with the host's choice of algorithm; on 3x3 layers (where
     Winograd applies) the note also gives both algorithms forced (FASTMETAL_CONV_ALGO), the
@@ -255,11 +266,7 @@ def conv_rows(device, peers, rows, layers):
             rows.append(dict(workload=f"conv2d {part}, {L.name}", fastmetal_ms=t * 1e3,
                              peer_ms=None if tt is None else tt * 1e3, TFLOPs=flops / t / 1e12,
                              peer_TFLOPs=None if tt is None else flops / tt / 1e12,
-                             note="; ".join(n for n in (
-                                 None if tuned is None else
-                                 f"cuDNN autotuned {tuned * 1e3:.3f} ms ({tuned / t:.2f}x)",
-                                 ("forced: " + ", ".join(forced)) if forced else None) if n)
-                             or None))
+                             note=conv_note(t, tuned, forced)))
         del L
         fm.synchronize(device)
 
