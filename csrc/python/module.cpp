@@ -11,6 +11,7 @@
 #include "ops/convert.h"
 #include "ops/elementwise.h"
 #include "core/errors.h"
+#include "python/dlpack.h"
 #include "python/pyarray.h"
 #include "backend/env_config.h"
 
@@ -186,12 +187,10 @@ PYBIND11_MODULE(_core, m) {
           },
           py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack__",
-           [](py::object self, py::kwargs kwargs) {
+           [](py::object self, py::kwargs kwargs) -> py::object {
              const Array& a = self.cast<const Array&>();
-             if (!a.backend().host_visible())
-               throw py::buffer_error("fastmetal.Array on '" + a.backend().name() +
-                                      "' exports __cuda_array_interface__, not DLPack yet");
-             return numpy_view(a, self).attr("__dlpack__")(**kwargs);
+             if (a.backend().host_visible()) return numpy_view(a, self).attr("__dlpack__")(**kwargs);
+             return dlpack_device_capsule(a, self, kwargs);
            })
       .def_property_readonly(
           "__cuda_array_interface__",
