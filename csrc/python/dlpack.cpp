@@ -14,7 +14,7 @@ namespace {
 
 // The DLPack ABI (dlpack.h, v0.8; unversioned capsules): the layout is the standard's.
 struct DLDevice {
-  std::int32_t device_type;  // 2 = kDLCUDA
+  std::int32_t device_type;  // dlpack_device
   std::int32_t device_id;
 };
 struct DLDataType {
@@ -73,13 +73,19 @@ DLDataType dl_dtype(DType t) {
 
 }  // namespace
 
+py::tuple dlpack_device(const Array& a) {
+  return a.backend().host_visible() ? py::make_tuple(1, 0) : py::make_tuple(2, 0);
+}
+
 py::capsule dlpack_device_capsule(const Array& a, py::handle owner, const py::kwargs& kwargs) {
   static_assert(sizeof(DLTensor) == 48 && sizeof(DLManagedTensor) == 64, "DLPack ABI layout");
   py::object copy = py::none(), dl_device = py::none();
   if (kwargs.contains("copy")) copy = kwargs["copy"];
   if (kwargs.contains("dl_device")) dl_device = kwargs["dl_device"];
-  if (!dl_device.is_none() && !dl_device.equal(py::make_tuple(2, 0)))
-    throw py::buffer_error("fastmetal.Array.__dlpack__: the array is on CUDA device 0, got dl_device=" +
+  const py::tuple device = dlpack_device(a);
+  if (!dl_device.is_none() && !dl_device.equal(device))
+    throw py::buffer_error("fastmetal.Array.__dlpack__: the array is on DLPack device " +
+                           std::string(py::repr(device)) + ", got dl_device=" +
                            std::string(py::repr(dl_device)));
   if (!copy.is_none() && copy.cast<bool>())
     throw py::buffer_error("fastmetal.Array.__dlpack__: copy=True is not supported (the export "
@@ -98,7 +104,7 @@ py::capsule dlpack_device_capsule(const Array& a, py::handle owner, const py::kw
   e->strides.assign(a.strides.begin(), a.strides.end());
   DLTensor& t = e->managed.dl_tensor;
   t.data = static_cast<char*>(a.storage->handle) + a.byte_offset();
-  t.device = {2, 0};  // kDLCUDA, the one device the cuda backend uses
+  t.device = {device[0].cast<std::int32_t>(), device[1].cast<std::int32_t>()};
   t.ndim = std::int32_t(a.shape.size());
   t.dtype = dl_dtype(a.dtype);
   t.shape = e->shape.data();

@@ -4,6 +4,10 @@
 
 namespace fm::python {
 
+// __dlpack_device__: (1, 0) (kDLCPU) for host-visible memory, else (2, 0) (kDLCUDA, device 0:
+// the one device the cuda backend uses).
+py::tuple dlpack_device(const Array& a);
+
 // __dlpack__(**kwargs) of a device array: a "dltensor" capsule sharing a's memory; `owner`
 // (the Python Array) stays alive until the consumer releases the tensor. stream and
 // max_version need nothing (the data is complete on return; the unversioned capsule is

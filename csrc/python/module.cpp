@@ -214,11 +214,7 @@ PYBIND11_MODULE(_core, m) {
             d["version"] = 3;
             return d;
           })
-      .def("__dlpack_device__",
-           [](const Array& a) {
-             if (a.backend().host_visible()) return py::make_tuple(1, 0);  // kDLCPU
-             return py::make_tuple(2, 0);                                   // kDLCUDA
-           })
+      .def("__dlpack_device__", &dlpack_device)
       .def_property_readonly("_offset", [](const Array& a) { return a.offset; },
                              "Element index of [0, ..., 0] inside the storage.")
       .def_property_readonly(
