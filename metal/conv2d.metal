@@ -294,34 +294,52 @@ struct WinogradWeight {
 //   64x128,  8x8 per thread, 128 threads, BK 8: 64-row products, or too few 128x128 tiles
 //   64x64,   4x8 per thread, 128 threads, BK 16: Apple GPUs (MLX's 64x64x16 shape)
 //   32x64,   4x4 per thread, 128 threads, BK 16: at most 32 rows
-FM_INSTANTIATE("conv2d_forward_128x128", conv2d_gemm, ConvForward, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_forward_64x128", conv2d_gemm, ConvForward, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_forward_64x64", conv2d_gemm, ConvForward, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_forward_32x64", conv2d_gemm, ConvForward, 32, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_backward_input_128x128", conv2d_gemm, ConvBackwardInput, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_backward_input_64x128", conv2d_gemm, ConvBackwardInput, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_backward_input_64x64", conv2d_gemm, ConvBackwardInput, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_backward_input_32x64", conv2d_gemm, ConvBackwardInput, 32, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_backward_weight_128x128", conv2d_gemm, ConvBackwardWeight, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_backward_weight_64x128", conv2d_gemm, ConvBackwardWeight, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_backward_weight_64x64", conv2d_gemm, ConvBackwardWeight, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_backward_weight_32x64", conv2d_gemm, ConvBackwardWeight, 32, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_winograd_gemm_128x128", conv2d_gemm, WinogradForward<2>, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd_gemm_64x128", conv2d_gemm, WinogradForward<2>, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd_gemm_64x64", conv2d_gemm, WinogradForward<2>, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_winograd_gemm_32x64", conv2d_gemm, WinogradForward<2>, 32, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_winograd4_gemm_128x128", conv2d_gemm, WinogradForward<4>, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd4_gemm_64x128", conv2d_gemm, WinogradForward<4>, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd4_gemm_64x64", conv2d_gemm, WinogradForward<4>, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_winograd4_gemm_32x64", conv2d_gemm, WinogradForward<4>, 32, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_128x128", conv2d_gemm, WinogradWeight<2>, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128", conv2d_gemm, WinogradWeight<2>, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64", conv2d_gemm, WinogradWeight<2>, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64", conv2d_gemm, WinogradWeight<2>, 32, 64, 16, 4, 4);
-FM_INSTANTIATE("conv2d_winograd4_weight_gemm_128x128", conv2d_gemm, WinogradWeight<4>, 128, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x128", conv2d_gemm, WinogradWeight<4>, 64, 128, 8, 8, 8);
-FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x64", conv2d_gemm, WinogradWeight<4>, 64, 64, 16, 4, 8);
-FM_INSTANTIATE("conv2d_winograd4_weight_gemm_32x64", conv2d_gemm, WinogradWeight<4>, 32, 64, 16, 4, 4);
+FM_INSTANTIATE("conv2d_forward_128x128", conv2d_gemm, ConvForward, 128, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_forward_64x128", conv2d_gemm, ConvForward, 64, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_forward_64x64", conv2d_gemm, ConvForward, 64, 64, 16, 4, 8, false);
+FM_INSTANTIATE("conv2d_forward_32x64", conv2d_gemm, ConvForward, 32, 64, 16, 4, 4, false);
+FM_INSTANTIATE("conv2d_backward_input_128x128", conv2d_gemm, ConvBackwardInput, 128, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_backward_input_64x128", conv2d_gemm, ConvBackwardInput, 64, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_backward_input_64x64", conv2d_gemm, ConvBackwardInput, 64, 64, 16, 4, 8, false);
+FM_INSTANTIATE("conv2d_backward_input_32x64", conv2d_gemm, ConvBackwardInput, 32, 64, 16, 4, 4, false);
+FM_INSTANTIATE("conv2d_backward_weight_128x128", conv2d_gemm, ConvBackwardWeight, 128, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_backward_weight_64x128", conv2d_gemm, ConvBackwardWeight, 64, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_backward_weight_64x64", conv2d_gemm, ConvBackwardWeight, 64, 64, 16, 4, 8, false);
+FM_INSTANTIATE("conv2d_backward_weight_32x64", conv2d_gemm, ConvBackwardWeight, 32, 64, 16, 4, 4, false);
+FM_INSTANTIATE("conv2d_winograd_gemm_128x128", conv2d_gemm, WinogradForward<2>, 128, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_winograd_gemm_64x128", conv2d_gemm, WinogradForward<2>, 64, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_winograd_gemm_64x64", conv2d_gemm, WinogradForward<2>, 64, 64, 16, 4, 8, false);
+FM_INSTANTIATE("conv2d_winograd_gemm_32x64", conv2d_gemm, WinogradForward<2>, 32, 64, 16, 4, 4, false);
+FM_INSTANTIATE("conv2d_winograd4_gemm_128x128", conv2d_gemm, WinogradForward<4>, 128, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_winograd4_gemm_64x128", conv2d_gemm, WinogradForward<4>, 64, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_winograd4_gemm_64x64", conv2d_gemm, WinogradForward<4>, 64, 64, 16, 4, 8, false);
+FM_INSTANTIATE("conv2d_winograd4_gemm_32x64", conv2d_gemm, WinogradForward<4>, 32, 64, 16, 4, 4, false);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_128x128", conv2d_gemm, WinogradWeight<2>, 128, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128", conv2d_gemm, WinogradWeight<2>, 64, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64", conv2d_gemm, WinogradWeight<2>, 64, 64, 16, 4, 8, false);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64", conv2d_gemm, WinogradWeight<2>, 32, 64, 16, 4, 4, false);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_128x128", conv2d_gemm, WinogradWeight<4>, 128, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x128", conv2d_gemm, WinogradWeight<4>, 64, 128, 8, 8, 8, false);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x64", conv2d_gemm, WinogradWeight<4>, 64, 64, 16, 4, 8, false);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_32x64", conv2d_gemm, WinogradWeight<4>, 32, 64, 16, 4, 4, false);
+// The same products with 16-byte loads, where the host finds every operand row 16-byte
+// aligned and a multiple of 4 long (csrc/ops/conv2d.cpp, winograd_vec4).
+FM_INSTANTIATE("conv2d_winograd_gemm_128x128_vec4", conv2d_gemm, WinogradForward<2>, 128, 128, 8, 8, 8, true);
+FM_INSTANTIATE("conv2d_winograd_gemm_64x128_vec4", conv2d_gemm, WinogradForward<2>, 64, 128, 8, 8, 8, true);
+FM_INSTANTIATE("conv2d_winograd_gemm_64x64_vec4", conv2d_gemm, WinogradForward<2>, 64, 64, 16, 4, 8, true);
+FM_INSTANTIATE("conv2d_winograd_gemm_32x64_vec4", conv2d_gemm, WinogradForward<2>, 32, 64, 16, 4, 4, true);
+FM_INSTANTIATE("conv2d_winograd4_gemm_128x128_vec4", conv2d_gemm, WinogradForward<4>, 128, 128, 8, 8, 8, true);
+FM_INSTANTIATE("conv2d_winograd4_gemm_64x128_vec4", conv2d_gemm, WinogradForward<4>, 64, 128, 8, 8, 8, true);
+FM_INSTANTIATE("conv2d_winograd4_gemm_64x64_vec4", conv2d_gemm, WinogradForward<4>, 64, 64, 16, 4, 8, true);
+FM_INSTANTIATE("conv2d_winograd4_gemm_32x64_vec4", conv2d_gemm, WinogradForward<4>, 32, 64, 16, 4, 4, true);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_128x128_vec4", conv2d_gemm, WinogradWeight<2>, 128, 128, 8, 8, 8, true);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x128_vec4", conv2d_gemm, WinogradWeight<2>, 64, 128, 8, 8, 8, true);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_64x64_vec4", conv2d_gemm, WinogradWeight<2>, 64, 64, 16, 4, 8, true);
+FM_INSTANTIATE("conv2d_winograd_weight_gemm_32x64_vec4", conv2d_gemm, WinogradWeight<2>, 32, 64, 16, 4, 4, true);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_128x128_vec4", conv2d_gemm, WinogradWeight<4>, 128, 128, 8, 8, 8, true);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x128_vec4", conv2d_gemm, WinogradWeight<4>, 64, 128, 8, 8, 8, true);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x64_vec4", conv2d_gemm, WinogradWeight<4>, 64, 64, 16, 4, 8, true);
+FM_INSTANTIATE("conv2d_winograd4_weight_gemm_32x64_vec4", conv2d_gemm, WinogradWeight<4>, 32, 64, 16, 4, 4, true);
 
 // out[i] = sum over s of ws[s * n + i], the split-K slices of one output (a weight
 // gradient, or an input gradient), added in a fixed order.

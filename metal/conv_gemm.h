@@ -41,6 +41,14 @@ FM_FUNC float load_or_zero(device const float* p, bool in, int32_t i) {
   return v;
 }
 
+// p[i..i+3] as one 16-byte load where `in`, else zeros (VEC4 problems: the host asks for
+// them only where every quad is 16-byte aligned and wholly inside or outside the operand).
+FM_FUNC float4 load4_or_zero(device const float* p, bool in, int32_t i) {
+  float4 v = float4(0.0f);
+  if (in) v = *((device const float4*)(p + i));
+  return v;
+}
+
 struct Tap {
   int32_t base, h, w;
 };
@@ -140,7 +148,7 @@ FM_FUNC void fast_coords(bool k_fast, int32_t t, int j, thread int32_t& r, threa
   }
 }
 
-template <typename P, int BM, int BN, int BK, int TM, int TN>
+template <typename P, int BM, int BN, int BK, int TM, int TN, bool VEC4>
 kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
                         device const float* bsrc [[buffer(1)]],
                         device const float* bias [[buffer(2)]],
@@ -157,6 +165,8 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
   constexpr int AW = BM / 4 + 1, BW = BN / 4 + 1;    // float4 per staged row
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BM % TM == 0 && BN % TN == 0, "tile shape");
   static_assert(LA * V == BM * BK && LB * V == BN * BK, "loads divide evenly");
+  constexpr int QA = VEC4 ? LA / 4 : 1, QB = VEC4 ? LB / 4 : 1;  // quads per thread (VEC4)
+  static_assert(!VEC4 || (LA % 4 == 0 && LB % 4 == 0 && BK % 4 == 0), "quads divide evenly");
 
   // Two buffers of each operand tile, the column parts of B's addresses, and the k parts
   // {A offset, B offset, B row, B column} of two slices.
@@ -203,31 +213,92 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
     // ---- fast path: one virtual thread per thread, double buffered
     const int32_t tr = int32_t(tid) / NT, tc = int32_t(tid) - tr * NT;
     for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
-    // This thread's loads: fixed rows / columns, their address parts in registers.
+    // Scalar loads (!VEC4): this thread's fixed rows / columns, their address parts in
+    // registers.
     int32_t a_m[LA], a_kk[LA], a_off[LA], b_c[LB], b_kk[LB];
     bool b_in[LB];
     Tap b_tap[LB];
-    for (int j = 0; j < LA; ++j) {
-      fast_coords<BM, BK, V>(P::a_k_fast(), int32_t(tid), j, a_m[j], a_kk[j]);
-      a_off[j] = row0 + a_m[j] < M ? P::a_row(a, g, row0 + a_m[j]) : -1;
-    }
-    for (int j = 0; j < LB; ++j) {
-      fast_coords<BN, BK, V>(P::b_k_fast(), int32_t(tid), j, b_c[j], b_kk[j]);
-      b_tap[j] = make_tap(col_base[b_c[j]], col_h[b_c[j]], col_w[b_c[j]]);
-      b_in[j] = col0 + b_c[j] < NC;
+    // Quad loads (VEC4): quad j of A is row qa_r[j], depths kq_a..kq_a+3; of B, column
+    // qb_c[j] (k-fast B, depths kq_b..+3) or depth qb_k[j], columns qb_c[j]..+3.
+    int32_t qa_r[QA], qa_off[QA], qb_c[QB], qb_k[QB], qb_base[QB];
+    bool qb_in[QB];
+    int32_t kq_a = 0, kq_b = 0;
+    if (VEC4) {
+      for (int j = 0; j < QA; ++j) {
+        fast_coords<BM, BK / 4, V>(true, int32_t(tid), j, qa_r[j], kq_a);
+        qa_off[j] = row0 + qa_r[j] < M ? P::a_row(a, g, row0 + qa_r[j]) : -1;
+      }
+      kq_a *= 4;
+      for (int j = 0; j < QB; ++j) {
+        if (P::b_k_fast()) {
+          fast_coords<BN, BK / 4, V>(true, int32_t(tid), j, qb_c[j], kq_b);
+          qb_k[j] = 0;
+        } else {
+          fast_coords<BN / 4, BK, V>(false, int32_t(tid), j, qb_c[j], qb_k[j]);
+          qb_c[j] *= 4;
+        }
+        qb_in[j] = col0 + qb_c[j] < NC;
+        qb_base[j] = qb_in[j] ? P::col_tap(a, g, col0 + qb_c[j]).base : 0;
+      }
+      kq_b *= 4;
+    } else {
+      for (int j = 0; j < LA; ++j) {
+        fast_coords<BM, BK, V>(P::a_k_fast(), int32_t(tid), j, a_m[j], a_kk[j]);
+        a_off[j] = row0 + a_m[j] < M ? P::a_row(a, g, row0 + a_m[j]) : -1;
+      }
+      for (int j = 0; j < LB; ++j) {
+        fast_coords<BN, BK, V>(P::b_k_fast(), int32_t(tid), j, b_c[j], b_kk[j]);
+        b_tap[j] = make_tap(col_base[b_c[j]], col_h[b_c[j]], col_w[b_c[j]]);
+        b_in[j] = col0 + b_c[j] < NC;
+      }
     }
     // The k parts of slice k0 + 2 * BK + tid, kept by the first BK threads.
     KCounter kc_next = k_split(k_begin + 2 * BK + int32_t(tid), R1, R2);
     float ra[LA], rb[LB];
+    float4 qa[QA], qb[QB];
     int32_t k0 = k_begin;
-    for (int j = 0; j < LA; ++j) {
-      ra[j] = load_or_zero(asrc, a_off[j] >= 0 && k0 + a_kk[j] < k_end,
-                           a_off[j] + k_tab[a_kk[j]].x);
+    // Slice k0 into registers (the one-digit k parts of a VEC4 problem are linear in k).
+#define FM_GEMM_LOAD_SLICE(k0, half)                                                         \
+    if (VEC4) {                                                                              \
+      const int32_t ka = P::k_parts(a, g, k0 + kq_a, 0, 0).x;                                \
+      for (int j = 0; j < QA; ++j)                                                           \
+        qa[j] = load4_or_zero(asrc, qa_off[j] >= 0 && k0 + kq_a < k_end, qa_off[j] + ka);    \
+      for (int j = 0; j < QB; ++j) {                                                         \
+        const int32_t kb = k0 + kq_b + qb_k[j];                                              \
+        qb[j] = load4_or_zero(bsrc, qb_in[j] && kb < k_end,                                  \
+                              qb_base[j] + P::k_parts(a, g, kb, 0, 0).y);                    \
+      }                                                                                      \
+    } else {                                                                                 \
+      for (int j = 0; j < LA; ++j) {                                                         \
+        ra[j] = load_or_zero(asrc, a_off[j] >= 0 && k0 + a_kk[j] < k_end,                    \
+                             a_off[j] + k_tab[(half) * BK + a_kk[j]].x);                     \
+      }                                                                                      \
+      for (int j = 0; j < LB; ++j)                                                           \
+        rb[j] = P::load_b(a, bsrc, b_in[j] && k0 + b_kk[j] < k_end,                          \
+                          k_tab[(half) * BK + b_kk[j]], b_tap[j]);                           \
     }
-    for (int j = 0; j < LB; ++j)
-      rb[j] = P::load_b(a, bsrc, b_in[j] && k0 + b_kk[j] < k_end, k_tab[b_kk[j]], b_tap[j]);
-    for (int j = 0; j < LA; ++j) As[a_kk[j] * AW + (a_m[j] >> 2)][a_m[j] & 3] = ra[j];
-    for (int j = 0; j < LB; ++j) Bs[b_kk[j] * BW + (b_c[j] >> 2)][b_c[j] & 3] = rb[j];
+    // The registers into buffer `half` (quads along k are transposed by four stores).
+#define FM_GEMM_STORE_SLICE(half)                                                            \
+    if (VEC4) {                                                                              \
+      for (int j = 0; j < QA; ++j)                                                           \
+        for (int i = 0; i < 4; ++i)                                                          \
+          As[((half) * BK + kq_a + i) * AW + (qa_r[j] >> 2)][qa_r[j] & 3] = qa[j][i];        \
+      for (int j = 0; j < QB; ++j) {                                                         \
+        if (P::b_k_fast()) {                                                                 \
+          for (int i = 0; i < 4; ++i)                                                        \
+            Bs[((half) * BK + kq_b + i) * BW + (qb_c[j] >> 2)][qb_c[j] & 3] = qb[j][i];      \
+        } else {                                                                             \
+          Bs[((half) * BK + qb_k[j]) * BW + (qb_c[j] >> 2)] = qb[j];                         \
+        }                                                                                    \
+      }                                                                                      \
+    } else {                                                                                 \
+      for (int j = 0; j < LA; ++j)                                                           \
+        As[((half) * BK + a_kk[j]) * AW + (a_m[j] >> 2)][a_m[j] & 3] = ra[j];                \
+      for (int j = 0; j < LB; ++j)                                                           \
+        Bs[((half) * BK + b_kk[j]) * BW + (b_c[j] >> 2)][b_c[j] & 3] = rb[j];                \
+    }
+    FM_GEMM_LOAD_SLICE(k0, 0)
+    FM_GEMM_STORE_SLICE(0)
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     int32_t cur = 0;
@@ -235,13 +306,7 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
       const bool more = k0 + BK < k_end;
       const int32_t nk = k0 + BK, nt = 1 - cur;  // the next slice and its k parts
       if (more) {
-        for (int j = 0; j < LA; ++j) {
-          ra[j] = load_or_zero(asrc, a_off[j] >= 0 && nk + a_kk[j] < k_end,
-                               a_off[j] + k_tab[nt * BK + a_kk[j]].x);
-        }
-        for (int j = 0; j < LB; ++j)
-          rb[j] = P::load_b(a, bsrc, b_in[j] && nk + b_kk[j] < k_end, k_tab[nt * BK + b_kk[j]],
-                            b_tap[j]);
+        FM_GEMM_LOAD_SLICE(nk, nt)
       }
       for (int kk = 0; kk < BK; ++kk) {  // acc += A[k][rows] * B[k][columns], slice `cur`
         float4 av[TM / 4], bv[TN / 4];
@@ -252,12 +317,9 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
             acc[i * TN + j] = fma(av[i / 4][i % 4], bv[j / 4][j % 4], acc[i * TN + j]);
       }
       if (more) {
-        for (int j = 0; j < LA; ++j)
-          As[(nt * BK + a_kk[j]) * AW + (a_m[j] >> 2)][a_m[j] & 3] = ra[j];
-        for (int j = 0; j < LB; ++j)
-          Bs[(nt * BK + b_kk[j]) * BW + (b_c[j] >> 2)][b_c[j] & 3] = rb[j];
+        FM_GEMM_STORE_SLICE(nt)
         // Slice k0 + 2*BK's k parts replace slice k0's (read before the last barrier).
-        if (tid < uint32_t(BK)) {
+        if (!VEC4 && tid < uint32_t(BK)) {
           k_tab[cur * BK + int32_t(tid)] = P::k_parts(a, g, kc_next.q, kc_next.u, kc_next.v);
           kc_next = k_step(kc_next, slice_step, R1, R2);
         }
@@ -265,6 +327,8 @@ kernel void conv2d_gemm(device const float* asrc [[buffer(0)]],
       threadgroup_barrier(mem_flags::mem_threadgroup);
       cur = nt;
     }
+#undef FM_GEMM_LOAD_SLICE
+#undef FM_GEMM_STORE_SLICE
     // ---- epilogue: out[out_row(m) + out_col(c)]
     int32_t ocol[TN];
     for (int j = 0; j < TN; ++j) {

@@ -120,12 +120,13 @@ std::uint32_t gemm_threads(Backend& b, const std::string& kernel, const GemmTile
 }
 
 // Grid z = batches * splits: `batches` products side by side (the groups, or Winograd's
-// 16 transform points), each split into `splits` K ranges.
+// 16 transform points), each split into `splits` K ranges. `vec4`: the tile's variant with
+// 16-byte operand loads (the Winograd products, where winograd_vec4 allows it).
 void launch_gemm(Backend& b, const char* base, const GemmTile& tile, const Conv2dArgs& a,
                  std::int64_t rows, std::int64_t cols, std::int64_t splits,
                  const std::vector<KernelArg>& buffers, std::uint32_t flags,
-                 std::int64_t batches) {
-  const std::string kernel = std::string(base) + tile.suffix;
+                 std::int64_t batches, bool vec4 = false) {
+  const std::string kernel = std::string(base) + tile.suffix + (vec4 ? "_vec4" : "");
   const std::uint64_t col_tiles = ceil_div(cols, tile.cols);
   const std::uint32_t t = gemm_threads(b, kernel, tile, col_tiles);
   Dispatch d;
@@ -325,6 +326,16 @@ const GemmTile& winograd_tile(Backend& b, std::int64_t rows, std::int64_t cols,
   return fullness(kTiles[kTile64x64]) > fullness(t) + 0.05 ? kTiles[kTile64x64] : t;
 }
 
+// Whether a Winograd product can load its operands as 16-byte quads: every row of the
+// transformed tensors (U: C_in long, V and Z: tiles long; fresh allocations, so their
+// starts are aligned) starts 16-byte aligned and holds whole quads, so a quad is wholly
+// inside or outside the GEMM. The `_vec4` kernels cut the product's per-slice load work
+// (on an H100, BENCHMARKS.md: the scalar loads' address arithmetic and constant reloads
+// were 45% of the layer3 weight-gradient product's stall samples).
+bool winograd_vec4(std::int64_t row_lengths_a, std::int64_t row_lengths_b) {
+  return row_lengths_a % 4 == 0 && row_lengths_b % 4 == 0;
+}
+
 // y = conv(x, w) (+ bias) for a Winograd shape `a` with F(m x m, 3x3); `flip`: w is the
 // layer weight of the input gradient whose equivalent forward convolution `a` describes
 // (see the kernels).
@@ -342,7 +353,8 @@ void winograd_forward(Backend& b, int m, const Conv2dArgs& a, const Array& x, co
            {buf(w), buf(u), bytes(&a, sizeof a), bytes(&wflags, sizeof wflags)});
   b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
   launch_gemm(b, (base + "_gemm").c_str(), winograd_tile(b, a.C_out, tiles, points), a, a.C_out,
-              tiles, 1, {buf(u), buf(v), buf(u), buf(prod)}, 0, points);
+              tiles, 1, {buf(u), buf(v), buf(u), buf(prod)}, 0, points,
+              winograd_vec4(a.C_in, tiles));
   b.launch(ok, transform_dispatch(b, ok, tiles, a.C_out),
            {buf(prod), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&bias_flag, sizeof bias_flag)});
 }
@@ -388,7 +400,7 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
                                           points * per_point, wave_groups(tile), Fill::two_thirds);
   Array du = Array::empty(b, {splits, points, a.C_out, a.C_in}, DType::float32);
   launch_gemm(b, (base + "_weight_gemm").c_str(), tile, a, a.C_out, a.C_in, splits,
-              {buf(z), buf(v), buf(z), buf(du)}, 0, points);
+              {buf(z), buf(v), buf(z), buf(du)}, 0, points, winograd_vec4(tiles, tiles));
   const std::uint32_t n_splits = std::uint32_t(splits);
   b.launch(gk, transform_dispatch(b, gk, per_point, 1),
            {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
