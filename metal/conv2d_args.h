@@ -6,6 +6,10 @@
 // even kernel, which pads one more at the bottom/right as PyTorch does, needs no extra field).
 #pragma once
 
+// Weight gradients of the Winograd paths: outputs (C_out x C_in pairs) per threadgroup of the
+// last step, conv2d_winograd{,4}_weight_grad (metal/conv_winograd.metal).
+#define FM_WINOGRAD_WGRAD_OUTPUTS 32
+
 struct Conv2dArgs {
   int32_t N, C_in, H, W;
   int32_t C_out, kH, kW, groups;

@@ -28,7 +28,8 @@
 //   M  [16][C_out][tiles]         products, before the output transform
 //   Z  [16][C_out][tiles]         transformed output-gradient tiles
 //   dU [splits][16][C_out][C_in]  the weight gradient's products, one slice per split
-// Every kernel here is one thread per output element, no threadgroup memory, no barriers.
+// Every kernel here but the weight gradients' last step is one thread per output element,
+// no threadgroup memory, no barriers.
 // The rounding differs from the direct sum (the transforms add and halve before the
 // products); docs/gpu_kernels.md says by how much and how the tests bound it.
 #include <metal_stdlib>
@@ -170,16 +171,6 @@ FM_FUNC void wino_gy_block(device const float* plane, constant Conv2dArgs& a, in
     }
 }
 
-// s[t] = the sum over splits sp of du[sp][t][i] (POINTS transform points of kc weights each),
-// the splits added in a fixed order (deterministic).
-template <int POINTS>
-FM_FUNC void wino_sum_splits(device const float* du, int32_t kc, int32_t i, uint32_t splits,
-                             thread float* s) {
-  for (int t = 0; t < POINTS; ++t) s[t] = du[t * kc + i];
-  for (uint32_t sp = 1; sp < splits; ++sp)
-    for (int t = 0; t < POINTS; ++t) s[t] += du[(int32_t(sp) * POINTS + t) * kc + i];
-}
-
 // Z[t][co][p] = (A z A^T)[t], z the 2x2 block of the output gradient gy[n][co] at tile p
 // (zero past H_out x W_out). Grid: x = tiles, y = C_out.
 kernel void conv2d_winograd_grad_output(device const float* gy [[buffer(0)]],
@@ -215,33 +206,6 @@ kernel void conv2d_winograd_grad_output(device const float* gy [[buffer(0)]],
   }
 }
 
-// gw[co][ci] = G^T (sum over splits s of dU[s][.][co][ci]) G: 3 x 3 (wino_sum_splits).
-// Grid: x = C_out * C_in.
-kernel void conv2d_winograd_weight_grad(device const float* du [[buffer(0)]],
-                                        device float* gw [[buffer(1)]],
-                                        constant Conv2dArgs& a [[buffer(2)]],
-                                        constant uint32_t& splits [[buffer(3)]],
-                                        uint3 gid [[thread_position_in_grid]]) {
-  const int32_t kc = a.C_out * a.C_in;
-  const int32_t i = int32_t(gid.x);
-  if (i >= kc) return;
-  float s[16];
-  wino_sum_splits<16>(du, kc, i, splits, s);
-  float gs[12];  // G^T S: 3 x 4
-  for (int j = 0; j < 4; ++j) {
-    const float s0 = s[j], s1 = s[4 + j], s2 = s[8 + j], s3 = s[12 + j];
-    gs[j] = s0 + 0.5f * (s1 + s2);
-    gs[4 + j] = 0.5f * (s1 - s2);
-    gs[8 + j] = 0.5f * (s1 + s2) + s3;
-  }
-  device float* out = gw + i * 9;
-  for (int r = 0; r < 3; ++r) {  // (G^T S) G
-    const float s0 = gs[4 * r], s1 = gs[4 * r + 1], s2 = gs[4 * r + 2], s3 = gs[4 * r + 3];
-    out[3 * r + 0] = s0 + 0.5f * (s1 + s2);
-    out[3 * r + 1] = 0.5f * (s1 - s2);
-    out[3 * r + 2] = 0.5f * (s1 + s2) + s3;
-  }
-}
 
 // ---------------------------------------------------------------- F(4x4, 3x3)
 // 4x4 output tiles from 6x6 input patches, 36 transform points t = 6 * i + j (Lavin and
@@ -437,22 +401,79 @@ kernel void conv2d_winograd4_grad_output(device const float* gy [[buffer(0)]],
   for (int t = 0; t < 36; ++t) out[t * stride] = aza[t];
 }
 
-// gw[co][ci] = G^T (sum over splits s of dU[s][.][co][ci]) G: 3 x 3, the splits added in a
-// fixed order. Grid: x = C_out * C_in.
-kernel void conv2d_winograd4_weight_grad(device const float* du [[buffer(0)]],
-                                         device float* gw [[buffer(1)]],
-                                         constant Conv2dArgs& a [[buffer(2)]],
-                                         constant uint32_t& splits [[buffer(3)]],
-                                         uint3 gid [[thread_position_in_grid]]) {
-  const int32_t kc = a.C_out * a.C_in;
-  const int32_t i = int32_t(gid.x);
-  if (i >= kc) return;
-  float s[36];
-  wino_sum_splits<36>(du, kc, i, splits, s);
-  float gs[18];  // G^T S: 3 x 6
-  for (int j = 0; j < 6; ++j) wino4_gt(s + j, 6, gs + j, 6);
-  float gsg[9];  // (G^T S) G: 3 x 3
-  for (int r = 0; r < 3; ++r) wino4_gt(gs + 6 * r, 1, gsg + 3 * r, 1);
-  device float* out = gw + i * 9;
-  for (int k = 0; k < 9; ++k) out[k] = gsg[k];
+// ---- both weight gradients' last step: gw[co][ci] = G^T S G (3 x 3), S the sum over splits
+// of dU[.][co][ci] ((M+2) x (M+2) points). G^T S G = sum over rows r of G[r]^T (S[r] G), so
+// thread (r, o) of a group takes row r of output o: the splits' sum of that row (coalesced:
+// a SIMD group reads 32 consecutive outputs of one row), its product with G and the outer
+// product with G[r]; the group adds the M+2 rows in a fixed order (deterministic) and writes
+// its outputs' 9 weights contiguously. (M+2) times the threads of one per output: one per
+// output left an H100 waiting on memory at a quarter of its occupancy.
+// Grid: x = ceil(C_out * C_in / FM_WINOGRAD_WGRAD_OUTPUTS) groups; any threadgroup size.
+
+// G[r][0..2], row r of G (M + 2 rows).
+template <int M>
+FM_FUNC void wino_g_row(int32_t r, thread float* g);
+template <>
+FM_FUNC void wino_g_row<2>(int32_t r, thread float* g) {
+  g[0] = r == 0 ? 1.0f : r == 3 ? 0.0f : 0.5f;
+  g[1] = r == 1 ? 0.5f : r == 2 ? -0.5f : 0.0f;
+  g[2] = r == 0 ? 0.0f : r == 3 ? 1.0f : 0.5f;
 }
+template <>
+FM_FUNC void wino_g_row<4>(int32_t r, thread float* g) {
+  g[0] = r == 0 ? 0.25f : r <= 2 ? -1.0f / 6.0f : r <= 4 ? 1.0f / 24.0f : 0.0f;
+  g[1] = r == 1 ? -1.0f / 6.0f : r == 2 ? 1.0f / 6.0f : r == 3 ? 1.0f / 12.0f
+       : r == 4 ? -1.0f / 12.0f : 0.0f;
+  g[2] = r == 0 ? 0.0f : r <= 2 ? -1.0f / 6.0f : r <= 4 ? 1.0f / 6.0f : 1.0f;
+}
+
+// sg = s G for a row s of M + 2 points.
+template <int M>
+FM_FUNC void wino_row_g(thread const float* s, thread float* sg);
+template <>
+FM_FUNC void wino_row_g<2>(thread const float* s, thread float* sg) {
+  sg[0] = s[0] + 0.5f * (s[1] + s[2]);
+  sg[1] = 0.5f * (s[1] - s[2]);
+  sg[2] = 0.5f * (s[1] + s[2]) + s[3];
+}
+template <>
+FM_FUNC void wino_row_g<4>(thread const float* s, thread float* sg) {
+  wino4_gt(s, 1, sg, 1);  // (G^T s^T)^T = s G
+}
+
+template <int R>  // R = M + 2 rows (and columns) of transform points
+kernel void conv2d_winograd_weight_grad_rows(device const float* du [[buffer(0)]],
+                                             device float* gw [[buffer(1)]],
+                                             constant Conv2dArgs& a [[buffer(2)]],
+                                             constant uint32_t& splits [[buffer(3)]],
+                                             uint3 tg_pos [[threadgroup_position_in_grid]],
+                                             uint32_t tid [[thread_index_in_threadgroup]],
+                                             uint3 tg_size [[threads_per_threadgroup]]) {
+  constexpr int32_t M = R - 2, POINTS = R * R, OUTS = FM_WINOGRAD_WGRAD_OUTPUTS;
+  threadgroup float part[R * FM_WINOGRAD_WGRAD_OUTPUTS * 9];  // [row][output][3 x 3]
+  const int32_t kc = a.C_out * a.C_in, first = int32_t(tg_pos.x) * OUTS;
+  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  for (uint32_t e = tid; e < uint32_t(R * OUTS); e += T) {
+    const int32_t r = int32_t(e) / OUTS, o = int32_t(e) - r * OUTS, i = first + o;
+    float s[R];
+    for (int c = 0; c < R; ++c) s[c] = 0.0f;
+    if (i < kc) {
+      for (uint32_t sp = 0; sp < splits; ++sp)
+        for (int c = 0; c < R; ++c) s[c] += du[(int32_t(sp) * POINTS + r * R + c) * kc + i];
+    }
+    float sg[3], g[3];
+    wino_row_g<M>(s, sg);
+    wino_g_row<M>(r, g);
+    for (int k = 0; k < 3; ++k)
+      for (int j = 0; j < 3; ++j) part[(r * OUTS + o) * 9 + 3 * k + j] = g[k] * sg[j];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const int32_t outs = min(OUTS, kc - first);
+  for (uint32_t e = tid; e < uint32_t(outs * 9); e += T) {
+    float v = part[e];
+    for (int r = 1; r < R; ++r) v += part[r * OUTS * 9 + int32_t(e)];
+    gw[first * 9 + int32_t(e)] = v;
+  }
+}
+FM_INSTANTIATE("conv2d_winograd_weight_grad", conv2d_winograd_weight_grad_rows, 4);
+FM_INSTANTIATE("conv2d_winograd4_weight_grad", conv2d_winograd_weight_grad_rows, 6);

@@ -26,12 +26,13 @@ std::string pair_str(std::int64_t a, std::int64_t b) {
 
 std::uint32_t ceil_div(std::int64_t a, std::int64_t b) { return std::uint32_t((a + b - 1) / b); }
 
-// Threads per group for a kernel with barriers: the test override, else 256 (the number of
-// virtual threads of the GEMM tiles), never more than the pipeline allows, and few enough
+// Threads per group for a kernel with barriers: the test override, else `preferred` (256:
+// the virtual threads of the GEMM tiles), never more than the pipeline allows, and few enough
 // that `groups_along_x * threads` fits a 32-bit grid.
-std::uint32_t group_threads(Backend& b, const std::string& kernel, std::uint64_t groups_along_x) {
+std::uint32_t group_threads(Backend& b, const std::string& kernel, std::uint64_t groups_along_x,
+                            std::uint32_t preferred = 256) {
   std::uint32_t t = g_group_size.load();
-  if (t == 0) t = 256;
+  if (t == 0) t = preferred;
   t = std::max<std::uint32_t>(1, std::min(t, b.max_group_size(kernel)));
   while (t > 1 && groups_along_x * t > std::numeric_limits<std::uint32_t>::max()) t /= 2;
   return t;
@@ -402,8 +403,11 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
   launch_gemm(b, (base + "_weight_gemm").c_str(), tile, a, a.C_out, a.C_in, splits,
               {buf(z), buf(v), buf(z), buf(du)}, 0, points, winograd_vec4(tiles, tiles));
   const std::uint32_t n_splits = std::uint32_t(splits);
-  b.launch(gk, transform_dispatch(b, gk, per_point, 1),
-           {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
+  const std::uint32_t gk_groups = ceil_div(per_point, FM_WINOGRAD_WGRAD_OUTPUTS);
+  Dispatch gd;  // a thread per row of the transform points per output (the kernel says why)
+  gd.group[0] = group_threads(b, gk, gk_groups, std::uint32_t(m + 2) * FM_WINOGRAD_WGRAD_OUTPUTS);
+  gd.grid[0] = gk_groups * gd.group[0];
+  b.launch(gk, gd, {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
 }
 
 }  // namespace
