@@ -1,7 +1,7 @@
-"""Tuning: the conv2d weight gradient of MNIST conv2 and ResNet-50 layer3 3x3 (the two passes
-below 0.8x cuDNN on an H100) under every algorithm x tile x split count, forced through the
-host's hooks (FASTMETAL_CONV_ALGO, FASTMETAL_CONV_TILE, FASTMETAL_CONV_SPLITS), against
-torch on the same GPU. Needs a CUDA build of fastmetal and torch with CUDA.
+"""Tuning: the conv2d weight gradient of MNIST conv2 and the ResNet-50 3x3 layers under the
+algorithms x tiles x split counts that compete for it, forced through the host's hooks
+(FASTMETAL_CONV_ALGO, FASTMETAL_CONV_TILE, FASTMETAL_CONV_SPLITS), against torch on the same
+GPU; the host's own choice first. Needs a CUDA build of fastmetal and torch with CUDA.
 
     python tools/conv_wgrad_sweep.py
 """
@@ -14,13 +14,13 @@ device = "cuda"
 peers = Peers(device)
 fsync = fm_sync(device)
 rng = np.random.default_rng(2)
+F4_CELLS = [("winograd4", t, s) for t in ("64x128", "64x64") for s in ("", "1", "2", "3", "4", "6")]
 plan = {
-    CONV_LAYERS[0]: [("gemm", t, s) for t in ("64x128", "64x64", "32x64", "128x128")
-                     for s in ("", "44", "88", "128", "176", "264", "352")]
-                    + [("winograd", t, s) for t in ("64x64", "32x64") for s in ("", "16", "32", "64")]
-                    + [("winograd4", t, s) for t in ("64x64", "32x64") for s in ("", "16", "32", "64")],
-    CONV_LAYERS[2]: [(a, t, s) for a in ("winograd4", "winograd") for t in ("128x128", "64x128", "64x64")
-                     for s in ("", "1", "2", "3", "4", "6")],
+    CONV_LAYERS[0]: [("gemm", t, s) for t in ("64x128", "64x64") for s in ("", "88", "128")]
+                    + [("winograd4", t, s) for t in ("64x64", "32x64") for s in ("", "8", "16", "32")],
+    CONV_LAYERS[1]: F4_CELLS + [("winograd4", "64x64", s) for s in ("8", "14", "20")],
+    CONV_LAYERS[2]: F4_CELLS + [("winograd4", "128x128", s) for s in ("2", "3")],
+    CONV_LAYERS[3]: F4_CELLS + [("winograd4", t, s) for t in ("64x128", "64x64") for s in ("7", "10")],
 }
 for layer, cells in plan.items():
     L = ConvLayer(device, peers, layer, rng)

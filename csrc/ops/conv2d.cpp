@@ -277,9 +277,10 @@ enum class ConvPass { forward, input_grad, weight_grad };
 // applies and was measured faster: discrete GPUs (an H100, BENCHMARKS.md), forward and input
 // gradient with at least 16 channels on both sides (below that the transforms' memory
 // traffic outweighs the saved multiplications) as F(4x4, 3x3); weight gradient as
-// F(4x4, 3x3) with at least 64 (ResNet-50 layer1 0.196 ms against 0.255 for F(2x2), layer2
-// 0.133 against 0.181; MNIST's 32 -> 64 layer 0.092 ms implicit GEMM, 0.102 F(2x2), 0.105
-// F(4x4): the 64x32 product per transform point is too small to fill the GPU).
+// F(4x4, 3x3) with at least 32 (tools/conv_wgrad_sweep.py, since the products' 16-byte loads
+// and the row-parallel last step: MNIST's 32 -> 64 layer 0.059 ms against 0.083-0.093 for
+// the implicit GEMM; ResNet-50 layer1 0.148 ms, layer2 0.104, layer3 0.119; below 32
+// channels not measured).
 // Devices whose memory the host sees (Apple GPUs, not measured yet; the CPU, which runs
 // these kernels only in tests) keep the implicit GEMM.
 int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
@@ -291,7 +292,7 @@ int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
   } else if (b.host_visible()) {
     m = 0;
   } else if (pass == ConvPass::weight_grad) {
-    m = a.C_in >= 64 && a.C_out >= 64 ? 4 : 0;
+    m = a.C_in >= 32 && a.C_out >= 32 ? 4 : 0;
   } else {
     m = a.C_in >= 16 && a.C_out >= 16 ? 4 : 0;
   }
