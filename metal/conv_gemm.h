@@ -111,6 +111,12 @@ FM_FUNC KCounter k_step(KCounter c, KCounter d, int32_t r1, int32_t r2) {
 //    any T (tests run T = 1, 37, 300, ...); not the fast path.
 // All barriers sit in loops whose trip counts are uniform across the group.
 //
+// VEC4 (the `_vec4` instances of the Winograd products; the host launches them only where
+// every operand row is 16-byte aligned and whole quads long): the fast path loads float4
+// quads — A along k (it must be k-contiguous), B along k or along its columns — from
+// addresses linear in k (one k digit: k_parts(k) = k * k_parts(1)), so it needs no k table;
+// the tiles in threadgroup memory, the FMAs and the epilogue are the scalar path's.
+//
 // Grid (in threadgroups): x = column tiles, y = row tiles, z = groups * splits; the splits
 // of the K range ("split-K") write separate slices of the output, added by
 // conv2d_sum_splits (deterministic: no atomics).
