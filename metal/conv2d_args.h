@@ -9,6 +9,9 @@
 // Weight gradients of the Winograd paths: outputs (C_out x C_in pairs) per threadgroup of the
 // last step, conv2d_winograd{,4}_weight_grad (metal/conv_winograd.metal).
 #define FM_WINOGRAD_WGRAD_OUTPUTS 32
+// Forward passes of the Winograd paths: tiles per threadgroup of the last step,
+// conv2d_winograd{,4}_output.
+#define FM_WINOGRAD_OUT_TILES 32
 
 struct Conv2dArgs {
   int32_t N, C_in, H, W;

@@ -357,7 +357,12 @@ void winograd_forward(Backend& b, int m, const Conv2dArgs& a, const Array& x, co
   launch_gemm(b, (base + "_gemm").c_str(), winograd_tile(b, a.C_out, tiles, points), a, a.C_out,
               tiles, 1, {buf(u), buf(v), buf(u), buf(prod)}, 0, points,
               winograd_vec4(a.C_in, tiles));
-  b.launch(ok, transform_dispatch(b, ok, tiles, a.C_out),
+  const std::uint32_t ok_groups = ceil_div(tiles, FM_WINOGRAD_OUT_TILES);
+  Dispatch od;  // a thread per row of transform points per tile (the kernel says why)
+  od.group[0] = group_threads(b, ok, ok_groups, std::uint32_t(m + 2) * FM_WINOGRAD_OUT_TILES);
+  od.grid[0] = ok_groups * od.group[0];
+  od.grid[1] = std::uint32_t(a.C_out);
+  b.launch(ok, od,
            {buf(prod), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&bias_flag, sizeof bias_flag)});
 }
 
