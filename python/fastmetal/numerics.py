@@ -386,10 +386,17 @@ FOURIER_MAX_PERIODS = 2**20
 
 def _check_fourier_range(op: str, data, period: float) -> None:
     """ValueError where a finite x lies beyond the exactly reduced range."""
+    limit = FOURIER_MAX_PERIODS * period
+    if isinstance(data, _core.Array) and data.device == "cuda" and data.size > 0:
+        # cuda memory is not host-visible: reduce there and read back 4 bytes instead of
+        # copying x to the host on every call; only a non-finite or too large maximum (the
+        # rare case) takes the host path below, which tells the two apart.
+        from . import _elementwise, reductions
+        if float(reductions.max(_elementwise.abs(data))) <= limit:
+            return
     arr = data.numpy() if isinstance(data, _core.Array) else data  # a view where host-visible
     if arr.size == 0:
         return
-    limit = FOURIER_MAX_PERIODS * period
     biggest = float(np.max(np.abs(arr)))
     if not biggest <= limit:  # inf or NaN (allowed: they give NaN) or too large
         finite = np.isfinite(arr)
