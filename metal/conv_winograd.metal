@@ -28,8 +28,10 @@
 //   M  [16][C_out][tiles]         products, before the output transform
 //   Z  [16][C_out][tiles]         transformed output-gradient tiles
 //   dU [splits][16][C_out][C_in]  the weight gradient's products, one slice per split
-// Every kernel here but the weight gradients' last step is one thread per output element,
-// no threadgroup memory, no barriers.
+// The transforms into the products' layouts are one thread per output element, no
+// threadgroup memory, no barriers; the last steps (the output transform, the weight
+// gradient's split sum and adjoint transform) take a thread per row of transform points
+// and add the rows through threadgroup memory (their comments, at the end, say why).
 // The rounding differs from the direct sum (the transforms add and halve before the
 // products); docs/gpu_kernels.md says by how much and how the tests bound it.
 #include <metal_stdlib>
