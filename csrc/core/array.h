@@ -29,6 +29,8 @@ struct Array {
   bool contiguous() const { return is_contiguous(shape, strides); }
   // CPU address of element [0, ..., 0] (host-visible backends only).
   char* host_data() const { return static_cast<char*>(storage->host) + byte_offset(); }
+  // Device address of element [0, ..., 0] (cuda: the storage handle is a device pointer).
+  char* device_data() const { return static_cast<char*>(storage->handle) + byte_offset(); }
   // [lowest, highest] byte addresses touched (host-visible backends), for overlap checks.
   std::pair<const char*, const char*> host_extent() const;
 

@@ -103,7 +103,7 @@ py::capsule dlpack_device_capsule(const Array& a, py::handle owner, const py::kw
   e->shape.assign(a.shape.begin(), a.shape.end());
   e->strides.assign(a.strides.begin(), a.strides.end());
   DLTensor& t = e->managed.dl_tensor;
-  t.data = static_cast<char*>(a.storage->handle) + a.byte_offset();
+  t.data = a.device_data();
   t.device = {device[0].cast<std::int32_t>(), device[1].cast<std::int32_t>()};
   t.ndim = std::int32_t(a.shape.size());
   t.dtype = dl_dtype(a.dtype);

@@ -207,9 +207,7 @@ PYBIND11_MODULE(_core, m) {
             d["typestr"] = a.dtype == DType::float32   ? "<f4"
                            : a.dtype == DType::float16 ? "<f2"
                                                        : "<i8";
-            d["data"] = py::make_tuple(
-                reinterpret_cast<std::uintptr_t>(static_cast<char*>(a.storage->handle) + a.byte_offset()),
-                false);
+            d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(a.device_data()), false);
             d["strides"] = py::tuple(strides);
             d["version"] = 3;
             return d;
