@@ -308,6 +308,19 @@ Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t 
   return d;
 }
 
+// The Winograd last steps (conv2d_winograd[4]_output, _weight_grad): `per_group` items
+// (tiles or weights) a group along x, a thread per row of the m + 2 transform points of
+// each (the kernels say why), `channels` along y.
+Dispatch row_step_dispatch(Backend& b, const std::string& kernel, std::int64_t items,
+                           std::int64_t per_group, int m, std::int64_t channels) {
+  const std::uint32_t groups = ceil_div(items, per_group);
+  Dispatch d;
+  d.group[0] = group_threads(b, kernel, groups, std::uint32_t((m + 2) * per_group));
+  d.grid[0] = groups * d.group[0];
+  d.grid[1] = std::uint32_t(channels);
+  return d;
+}
+
 // The products' tile. On discrete GPUs, products of more than 64 rows take 64x128, not
 // choose_tile's 128x128 (F(4x4) on an H100, --conv-sweep, BENCHMARKS.md: ResNet-50 layer3
 // forward 58.0 against 51.5 effective TFLOP/s, input gradient 57.2 against 50.9; layer2
@@ -357,12 +370,7 @@ void winograd_forward(Backend& b, int m, const Conv2dArgs& a, const Array& x, co
   launch_gemm(b, (base + "_gemm").c_str(), winograd_tile(b, a.C_out, tiles, points), a, a.C_out,
               tiles, 1, {buf(u), buf(v), buf(u), buf(prod)}, 0, points,
               winograd_vec4(a.C_in, tiles));
-  const std::uint32_t ok_groups = ceil_div(tiles, FM_WINOGRAD_OUT_TILES);
-  Dispatch od;  // a thread per row of transform points per tile (the kernel says why)
-  od.group[0] = group_threads(b, ok, ok_groups, std::uint32_t(m + 2) * FM_WINOGRAD_OUT_TILES);
-  od.grid[0] = ok_groups * od.group[0];
-  od.grid[1] = std::uint32_t(a.C_out);
-  b.launch(ok, od,
+  b.launch(ok, row_step_dispatch(b, ok, tiles, FM_WINOGRAD_OUT_TILES, m, a.C_out),
            {buf(prod), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&bias_flag, sizeof bias_flag)});
 }
 
@@ -409,11 +417,8 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
   launch_gemm(b, (base + "_weight_gemm").c_str(), tile, a, a.C_out, a.C_in, splits,
               {buf(z), buf(v), buf(z), buf(du)}, 0, points, winograd_vec4(tiles, tiles));
   const std::uint32_t n_splits = std::uint32_t(splits);
-  const std::uint32_t gk_groups = ceil_div(per_point, FM_WINOGRAD_WGRAD_OUTPUTS);
-  Dispatch gd;  // a thread per row of the transform points per output (the kernel says why)
-  gd.group[0] = group_threads(b, gk, gk_groups, std::uint32_t(m + 2) * FM_WINOGRAD_WGRAD_OUTPUTS);
-  gd.grid[0] = gk_groups * gd.group[0];
-  b.launch(gk, gd, {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
+  b.launch(gk, row_step_dispatch(b, gk, per_point, FM_WINOGRAD_WGRAD_OUTPUTS, m, 1),
+           {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
 }
 
 }  // namespace
