@@ -19,6 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import _core
+from ._array import _host_visible
 
 try:  # numpy >= 1.25
     from numpy.exceptions import AxisError as _AxisError
@@ -387,9 +388,9 @@ FOURIER_MAX_PERIODS = 2**20
 def _check_fourier_range(op: str, data, period: float) -> None:
     """ValueError where a finite x lies beyond the exactly reduced range."""
     limit = FOURIER_MAX_PERIODS * period
-    if isinstance(data, _core.Array) and data.device == "cuda" and data.size > 0:
-        # cuda memory is not host-visible: reduce there and read back 4 bytes instead of
-        # copying x to the host on every call; only a non-finite or too large maximum (the
+    if isinstance(data, _core.Array) and not _host_visible(data) and data.size > 0:
+        # Device memory the host cannot see (cuda): reduce there and read back 4 bytes instead
+        # of copying x to the host on every call; only a non-finite or too large maximum (the
         # rare case) takes the host path below, which tells the two apart.
         from . import _elementwise, reductions
         if float(reductions.max(_elementwise.abs(data))) <= limit:
