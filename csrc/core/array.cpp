@@ -15,7 +15,7 @@ std::pair<const char*, const char*> Array::host_extent() const {
   return {base + lo, base + hi + item - 1};
 }
 
-void check_writable(const Array& a, const std::string& op, const char* arg) {
+void prepare_write(const Array& a, const std::string& op, const char* arg) {
   if (a.readonly)
     throw ValueError(message(op, "expected a writeable ", arg, ", got a read-only array (it views "
                                  "memory that is not writeable, e.g. bytes or a read-only "
@@ -25,6 +25,7 @@ void check_writable(const Array& a, const std::string& op, const char* arg) {
       throw ValueError(message(op, "expected ", arg, " without broadcast (zero-stride) "
                                    "dimensions, got shape ", shape_str(a.shape), " with strides ",
                                shape_str(a.strides), " (in elements)"));
+  if (a.storage) a.storage->version.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool may_overlap(const Array& a, const Array& b) {

@@ -41,9 +41,11 @@ struct Array {
   static Array empty(Backend& backend, const Shape& shape, DType dtype, const char* op = nullptr);
 };
 
-// ValueError unless `a` may be written by `op` (as `arg`): not read-only and without
-// broadcast (zero-stride) dimensions, whose elements share memory.
-void check_writable(const Array& a, const std::string& op, const char* arg);
+// Called before every write into an existing Array: ValueError unless `a` may be written by
+// `op` (as `arg`) — not read-only and without broadcast (zero-stride) dimensions, whose
+// elements share memory — then advances its storage's version (autograd's check that
+// what backward saved was not overwritten).
+void prepare_write(const Array& a, const std::string& op, const char* arg);
 
 // True where a and b can touch the same bytes.
 bool may_overlap(const Array& a, const Array& b);

@@ -31,6 +31,10 @@ struct Storage {
   // Storage over a reused pooled block starts at 0: its block went back to the pool only
   // after the work that used it completed (invariant 1).
   std::atomic<std::uint64_t> last_use{0};
+  // Advanced by every write into an existing Array over this storage (prepare_write), so
+  // that autograd can tell a tensor it saved was overwritten before backward (PyTorch's
+  // version counter; shared by all views of the storage).
+  std::atomic<std::uint64_t> version{0};
   // Bytes actually allocated (the pool's size class), for returning the block.
   std::size_t capacity = 0;
   // Keeps wrapped user memory alive as long as this storage (owners of Python memory

@@ -51,7 +51,7 @@ Output place_output(const std::string& op, py::handle out, Backend& backend, con
   if (fm_out) {
     const Array& a = out.cast<const Array&>();
     if (!is_float(a.dtype)) throw int64_refused(op, "out", a.dtype);
-    check_writable(a, op, "out");
+    prepare_write(a, op, "out");
     out_shape = a.shape;
     float_dtype = native = true;
     o.user_array = a;
@@ -138,7 +138,7 @@ py::object unary(const std::string& op, py::handle x, py::handle out) {
         throw TypeError(message(op, "expected out to be an int64 fastmetal.Array for an int64 x, "
                                     "got ", std::string(py::repr(py::type::of(out)))));
       r = out.cast<const Array&>();
-      check_writable(r, op, "out");
+      prepare_write(r, op, "out");
       if (r.shape != xa.shape)
         throw ValueError(message(op, "expected out of shape ", shape_str(xa.shape), ", got shape ",
                                  shape_str(r.shape)));

@@ -36,7 +36,7 @@ void bind_indexing(py::module_& m) {
   }, py::arg("x"), py::arg("axis"), py::arg("index"));
   m.def("_put", [](py::handle x, int axis, py::handle idx, py::handle value) {
     const Array& xa = array_arg(x, "put", "x");
-    check_writable(xa, "put", "x");
+    prepare_write(xa, "put", "x");
     Array ia = to_array(idx, xa.backend(), "put", "index", DType::int64);
     const Array& va = array_arg(value, "put", "value");
     py::gil_scoped_release nogil;

@@ -148,7 +148,9 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
-  py::class_<Array>(m, "Array", py::buffer_protocol(), py::module_local(false),
+  // dynamic_attr: autograd keeps its per-Array state (requires_grad, grad, the node that made
+  // it) on the Python object.
+  py::class_<Array>(m, "Array", py::buffer_protocol(), py::dynamic_attr(), py::module_local(false),
                     "An array in fastmetal device memory. On host-visible devices (cpu, metal) "
                     "it exports the buffer protocol: np.asarray(a) shares its memory.")
       .def_buffer([](Array& a) -> py::buffer_info {
@@ -213,6 +215,10 @@ PYBIND11_MODULE(_core, m) {
             return d;
           })
       .def("__dlpack_device__", &dlpack_device)
+      .def_property_readonly(
+          "_version", [](const Array& a) -> std::uint64_t { return a.storage ? a.storage->version.load(std::memory_order_relaxed) : 0; },
+          "Writes so far into this Array's storage (any view of it): autograd's check that a "
+          "saved tensor was not modified in place.")
       .def_property_readonly("_offset", [](const Array& a) { return a.offset; },
                              "Element index of [0, ..., 0] inside the storage.")
       .def_property_readonly(

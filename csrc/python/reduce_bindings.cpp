@@ -222,7 +222,7 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
       throw TypeError(message(op, "expected out to be a fastmetal.Array (NumPy outputs are ",
                               "handled by fastmetal.matmul), got ", std::string(py::repr(py::type::of(out)))));
     const Array& o = out.cast<const Array&>();
-    check_writable(o, op, "out");
+    prepare_write(o, op, "out");
     if (o.shape != shape || o.dtype != DType::float32 || !o.contiguous())
       throw ValueError(message(op, "expected out to be a contiguous float32 array of shape ",
                                shape_str(shape), ", got shape ", shape_str(o.shape)));

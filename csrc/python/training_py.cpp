@@ -170,7 +170,7 @@ InPlace in_place(py::handle obj, Backend& be, const std::string& op, const char*
   r.obj = obj;
   if (is_array(obj)) {
     r.array = obj.cast<const Array&>();
-    check_writable(r.array, op, arg);  // read-only memory stays read-only
+    prepare_write(r.array, op, arg);  // read-only memory stays read-only
     if (!r.array.contiguous() || r.array.dtype != DType::float32)
       throw ValueError(message(op, "expected ", arg, " to be a contiguous float32 array"));
   } else {
