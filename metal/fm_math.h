@@ -445,6 +445,18 @@ FM_FUNC float fm_gelu_f16(float x) {
   return metal::select(0.5f * x * erfc_minus_z, x, metal::isnan(x));
 }
 
+// GELU's derivative, as torch's gelu backward (erf form): Phi(x) + x phi(x), with the
+// normal CDF Phi(x) = erfc(-x/sqrt2) / 2 taken from fm_gelu's erfc (accurate in both tails).
+FM_FUNC float fm_gelu_grad(float x) {
+  const float a = fm_clamp_nan(metal::fabs(x) * 0.70710678118654752f, 0.0f, 10.1f);
+  const float xc = fm_clamp_nan(metal::fabs(x), 0.0f, 14.28f);
+  const float xx = xc * xc;
+  const float e = fm_erfc_core(a, 0.5f * xx, 0.5f * metal::fma(xc, xc, -xx));
+  const float cdf = 0.5f * metal::select(e, 2.0f - e, x > 0.0f);
+  const float pdf = fm_exp(-0.5f * xx) * 0.39894228040143268f;  // 1/sqrt(2 pi)
+  return metal::select(cdf + x * pdf, x, metal::isnan(x));
+}
+
 // NaN-propagating max/min (NumPy's maximum/minimum, not C's fmax/fmin).
 FM_FUNC float fm_maximum(float x, float y) { return metal::select(y, x, metal::isnan(x) || x > y); }
 FM_FUNC float fm_minimum(float x, float y) { return metal::select(y, x, metal::isnan(x) || x < y); }

@@ -39,6 +39,7 @@ class Op:
     arity: int
     msl: str
     numpy: str
+    grad: str
     doc: str
 
 
@@ -49,15 +50,16 @@ def read_op_table(path: Path) -> list[Op]:
         if not line or line.startswith("#"):
             continue
         cols = [c.strip() for c in line.split(" | ")]
-        if len(cols) != 5:
-            sys.exit(f"{path}:{lineno}: expected 5 columns separated by ' | ', got {len(cols)}")
-        name, args, msl, numpy_ref, doc = cols
+        if len(cols) != 6:
+            sys.exit(f"{path}:{lineno}: expected 6 columns separated by ' | ' (name, args, msl, "
+                     f"numpy, grad, doc), got {len(cols)}")
+        name, args, msl, numpy_ref, grad, doc = cols
         if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
             sys.exit(f"{path}:{lineno}: bad op name {name!r}")
         arity = {"x": 1, "x, y": 2}.get(args)
         if arity is None:
             sys.exit(f"{path}:{lineno}: args must be 'x' or 'x, y', got {args!r}")
-        ops.append(Op(name, arity, msl, numpy_ref, doc))
+        ops.append(Op(name, arity, msl, numpy_ref, grad, doc))
     names = [o.name for o in ops]
     if len(set(names)) != len(names):
         sys.exit(f"{path}: duplicate op names")

@@ -73,7 +73,7 @@ def read_table(path: Path):
 
 def stub_text(table: Path) -> str:
     ops = read_table(table)
-    names = "".join(f"\n    {op.name!r}," for op in ops)
+    names = "".join(f"\n    {op.name!r}," for op in ops if op.public)
     parts = [HEADER, f"__all__ = [{names}\n]\n"]
     for op in ops:
         parts.append((UNARY if op.arity == 1 else BINARY).format(name=op.name))

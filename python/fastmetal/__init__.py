@@ -29,6 +29,9 @@ from ._elementwise import __all__ as _elementwise_names
 # One function per FM_PYTHON_OP declaration in csrc/ops (defined by name in _ops).
 from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _declared_op_names
+from . import _autograd  # requires_grad, backward(), detach() on Array; the tape
+from ._autograd import (enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled,
+                        value_and_grad)
 from . import _array  # Array operators, views and NumPy dispatch
 from ._array import expand_dims
 from .numerics import derivative, fourier_series, gradient
@@ -38,6 +41,8 @@ from .linalg import matmul, linear, linear_backward
 from . import training
 from .training import (cross_entropy, dropout, dropout_backward, log_softmax,
                        log_softmax_backward, max_pool2d, max_pool2d_backward)
+from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss,
+                     nll_loss)
 from . import nn
 
 try:
@@ -69,6 +74,8 @@ __all__ = [
     # elementwise (metal/elementwise_ops.tbl)
     *_elementwise_names,
     "expand_dims",
+    # automatic differentiation
+    "grad", "value_and_grad", "no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled",
     # numerical differentiation
     "gradient",
     "derivative",
@@ -82,6 +89,7 @@ __all__ = [
     # training
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
     "nn",
     # declared with their C++ code (FM_PYTHON_OP in csrc/ops)
     *_declared_op_names,

@@ -35,10 +35,12 @@ from . import _core
 from . import _indexing
 from . import _views
 from ._core import Array
+from ._autograd import is_grad_enabled
+from ._declare import op
 from ._elementwise import FUNCTIONS
 
-_unary = _core.unary
-_binary = _core.binary
+# The operators call the public functions (which record gradients), never _core directly.
+_F = FUNCTIONS
 _HOST_VISIBLE = ("cpu", "metal")
 
 
@@ -74,7 +76,8 @@ def _binary_operator(name: str, reflected: bool) -> Callable[[Array, Any], Any]:
     def op(self: Array, other: Any) -> Any:
         if not _operand(other):
             return NotImplemented
-        return _binary(name, other, self) if reflected else _binary(name, self, other)
+        fn = _F[name]
+        return fn(other, self) if reflected else fn(self, other)
     return op
 
 
@@ -82,26 +85,26 @@ def _inplace_operator(name: str) -> Callable[[Array, Any], Any]:
     def op(self: Array, other: Any) -> Any:
         if not _operand(other):
             return NotImplemented
-        return _binary(name, self, other, self)
+        return _F[name](self, other, out=self)
     return op
 
 
 def _unary_operator(name: str) -> Callable[[Array], Any]:
     def op(self: Array) -> Any:
-        return _unary(name, self)
+        return _F[name](self)
     return op
 
 
 def _pow(self: Array, other: Any, modulo: Any = None) -> Any:
     if modulo is not None or not _operand(other):
         return NotImplemented
-    return _binary("power", self, other)
+    return _F["power"](self, other)
 
 
 def _rpow(self: Array, other: Any, modulo: Any = None) -> Any:
     if modulo is not None or not _operand(other):
         return NotImplemented
-    return _binary("power", other, self)
+    return _F["power"](other, self)
 
 
 def _planned(name: str, method: str) -> Callable[..., Any]:
@@ -202,6 +205,9 @@ def _contiguous(a: Array) -> bool:
     return all(n == 1 or s == w for n, s, w in zip(a.shape, a._strides, want))
 
 
+# The views and copies are differentiable: each is declared with its gradient beside it
+# (fastmetal._declare.op; `public=False`: they are methods, not functions of fastmetal).
+@op(grads=("self",), name="getitem", public=False)
 def _getitem(self: Array, key: Any) -> Array:
     """Basic indexing (ints, slices with any step, None, ...): a view, never a copy.
     One index array (integers, or a boolean / fastmetal float mask) in the key: a new
@@ -211,6 +217,20 @@ def _getitem(self: Array, key: Any) -> Array:
     return _view(self, _views.index(_layout(self), key, _where("__getitem__")))
 
 
+@_getitem.vjp
+def _getitem_vjp(ctx: Any, g: Array) -> Array:
+    # Zeros with g written where the elements were read; repeated indices add up.
+    z = _core.zeros(ctx.shapes["self"], dtype=g.dtype, device=g.device)
+    if _indexing.has_advanced(ctx.key):
+        _indexing.scatter_add(z, ctx.key, g)
+    else:
+        target = _view(z, _views.index(_layout(z), ctx.key, _where("__getitem__")))
+        if target.size:
+            _core.unary("copy", g, target)
+    return z
+
+
+@op(grads=("self",), passes=True, name="reshape", public=False)
 def _reshape(self: Array, *shape: Any, order: str = "C") -> Array:
     """The same elements in `shape` (one dimension may be -1), in C order: a view when the
     strides allow it (NumPy's rule), else a contiguous copy."""
@@ -224,9 +244,26 @@ def _reshape(self: Array, *shape: Any, order: str = "C") -> Array:
     return _view(_copy(self), (0, target, _views.contiguous_strides(target)))
 
 
+@_reshape.vjp
+def _reshape_vjp(ctx: Any, g: Array) -> Array:
+    return _reshape(g, ctx.shapes["self"])
+
+
+@op(grads=("self",), passes=True, name="transpose", public=False)
 def _transpose(self: Array, *axes: Any) -> Array:
     """A view with the axes permuted (reversed when no axes are given)."""
     return _view(self, _views.transpose(_layout(self), axes, _where("transpose")))
+
+
+@_transpose.vjp
+def _transpose_vjp(ctx: Any, g: Array) -> Array:
+    axes = ctx.axes[0] if len(ctx.axes) == 1 and isinstance(ctx.axes[0], (tuple, list)) \
+        else ctx.axes
+    if not axes or axes == (None,):
+        return _transpose(g)
+    nd = len(ctx.shapes["self"])
+    perm = [int(a) % nd for a in axes]
+    return _transpose(g, tuple(int(i) for i in np.argsort(perm)))
 
 
 def _T(self: Array) -> Array:
@@ -234,11 +271,18 @@ def _T(self: Array) -> Array:
     return _transpose(self)
 
 
+@op(grads=("self",), passes=True, name="squeeze", public=False)
 def _squeeze(self: Array, axis: Any = None) -> Array:
     """A view without the axes of length 1 (all of them, or those in `axis`)."""
     return _view(self, _views.squeeze(_layout(self), axis, _where("squeeze")))
 
 
+@_squeeze.vjp
+def _squeeze_vjp(ctx: Any, g: Array) -> Array:
+    return _reshape(g, ctx.shapes["self"])
+
+
+@op(grads=("a",), passes=True)
 def expand_dims(a: Array, axis: Any) -> Array:
     """Expand the shape of `a`: insert axes of length 1 at `axis` (int or tuple), as
     numpy.expand_dims. Returns a view of `a` (no copy)."""
@@ -246,6 +290,11 @@ def expand_dims(a: Array, axis: Any) -> Array:
         raise TypeError(f"[fastmetal.expand_dims] expected a fastmetal.Array, got "
                         f"{type(a).__name__}")
     return _view(a, _views.expand_dims(_layout(a), axis, "fastmetal.expand_dims"))
+
+
+@expand_dims.vjp
+def _expand_dims_vjp(ctx: Any, g: Array) -> Array:
+    return _reshape(g, ctx.shapes["a"])
 
 
 def _ravel(self: Array) -> Array:
@@ -257,13 +306,12 @@ def _ravel(self: Array) -> Array:
 
 def _flatten(self: Array) -> Array:
     """1-D copy, always (a new allocation on the same device)."""
-    flat = _copy(self)
-    return _view(flat, (0, (self.size,), (1,)))
+    return _reshape(_copy(self), -1)
 
 
 def _copy(self: Array) -> Array:
     """A contiguous copy on the same device (the `copy` kernel: bit-exact)."""
-    return _unary("copy", self)
+    return _F["copy"](self)
 
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int64))
@@ -283,7 +331,19 @@ def _astype(self: Array, dtype: Any, copy: bool = True) -> Array:
                         f"{dtype!r}")
     if target == self.dtype:
         return _copy(self) if copy else self
-    return _core.asarray(self, dtype=target)
+    if target == np.int64:  # integers have no gradient: the result leaves the graph
+        return _core.asarray(self, dtype=target)
+    return _convert(self, target)
+
+
+@op(grads=("self",), name="astype", public=False)
+def _convert(self: Array, dtype: Any) -> Array:
+    return _core.asarray(self, dtype=dtype)
+
+
+@_convert.vjp
+def _convert_vjp(ctx: Any, g: Array) -> Array:
+    return g  # the tape converts it back to the input's dtype
 
 
 def _to(self: Array, device: str) -> Array:
@@ -293,8 +353,18 @@ def _to(self: Array, device: str) -> Array:
                         f"{type(device).__name__}")
     if device == self.device:
         return self
+    return _move(self, device)
+
+
+@op(grads=("self",), name="to", public=False)
+def _move(self: Array, device: str) -> Array:
     source = self if _contiguous(self) else _copy(self)
     return _core.asarray(source.numpy(), dtype=self.dtype, device=device)
+
+
+@_move.vjp
+def _move_vjp(ctx: Any, g: Array) -> Array:
+    return _move(g, ctx.devices["self"])
 
 
 # ----------------------------------------------------------------------------- setitem
@@ -302,6 +372,12 @@ def _setitem(self: Array, key: Any, value: Any) -> None:
     """Write `value` (a number, array-like or Array on this device, broadcast to the
     indexed view) into the indexed view, on the device, through the copy kernel."""
     where = _where("__setitem__")
+    if is_grad_enabled() and (self._requires_grad or
+                              (isinstance(value, Array) and value._requires_grad)):
+        raise RuntimeError(f"[{where}] expected Arrays outside the graph (assignment into an "
+                           "Array is not differentiable in fastmetal), got one that requires "
+                           "grad; build the result out of place (fastmetal.concatenate, "
+                           "masks and arithmetic), or assign inside fastmetal.no_grad()")
     if _indexing.has_advanced(key):
         _indexing.setitem(self, key, value, where,
                           lambda v, dtype: _value_array(self, v, dtype, where, fresh=False))
@@ -311,7 +387,7 @@ def _setitem(self: Array, key: Any, value: Any) -> None:
     layout = _views.broadcast_to(_layout(value), target.shape, where)
     if target.size == 0:
         return
-    _unary("copy", _view(value, layout), target)
+    _core.unary("copy", _view(value, layout), target)
 
 
 def _value_array(self: Array, value: Any, dtype: Any, where: str, fresh: bool) -> Array:

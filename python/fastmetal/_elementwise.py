@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _core
+from ._declare import op
 from ._optable import OPS, OpSpec
 
 _UNARY_DOC = """{doc}
@@ -38,35 +39,67 @@ numpy.ndarray or fastmetal.Array
 """
 
 
+def _grad_scope() -> dict:
+    """Where the table's gradient expressions find their names: fastmetal's functions and
+    the internal ops of the table."""
+    import fastmetal
+    scope = {n: getattr(fastmetal, n) for n in fastmetal.__all__}
+    scope.update(FUNCTIONS)
+    return scope
+
+
+_SCOPE: dict = {}
+
+
+def _differentiable(forward, spec: OpSpec):
+    """The forward with the table's gradient expressions as its vjp (fastmetal._declare)."""
+    codes = [compile(expr, f"<gradient of {spec.name}>", "eval") for expr in spec.grads]
+    args = ("x", "y")[:spec.arity]
+    reads = {a: [n for n in ("x", "y", "out") if n in code.co_names]
+             for a, code in zip(args, codes)}
+    fn = op(grads=args, saves_for=reads, passes=True, public=spec.public)(forward)
+
+    @fn.vjp
+    def vjp(ctx, g):
+        if not _SCOPE:
+            _SCOPE.update(_grad_scope())
+        local = {"g": g, "x": ctx.x, "y": getattr(ctx, "y", None), "out": ctx.out}
+        return tuple(eval(code, _SCOPE, local) if want else None
+                     for code, want in zip(codes, ctx.needs))
+    return fn
+
+
 def _make(spec: OpSpec):
     name = spec.name
     if spec.arity == 1:
         unary = _core.unary
 
-        def op(x, out=None):
+        def forward(x, out=None):
             return unary(name, x, out)
 
-        op.__doc__ = _UNARY_DOC.format(doc=spec.doc)
+        forward.__doc__ = _UNARY_DOC.format(doc=spec.doc)
     else:
         binary = _core.binary
 
-        def op(x, y, out=None):
+        def forward(x, y, out=None):
             return binary(name, x, y, out)
 
-        op.__doc__ = _BINARY_DOC.format(doc=spec.doc)
-    op.__name__ = op.__qualname__ = name
-    op.__module__ = "fastmetal"
-    return op
+        forward.__doc__ = _BINARY_DOC.format(doc=spec.doc)
+    forward.__name__ = forward.__qualname__ = name
+    forward.__module__ = "fastmetal" if spec.public else __name__
+    return _differentiable(forward, spec) if spec.differentiable else forward
 
 
-# One public function per line of the op table: adding a line adds the function, its
-# docstring, its stub (generated into _elementwise.pyi by the build) and its tests.
+# One function per line of the op table: adding a line adds the function, its gradient,
+# its docstring, its stub (generated into _elementwise.pyi by the build) and its tests.
+# Lines whose doc says "internal:" are kernels of fastmetal's own (gradients, losses):
+# fastmetal._elementwise.<name>, not exported.
 for _spec in OPS:
     globals()[_spec.name] = _make(_spec)
 del _spec
 
-UNARY = [spec.name for spec in OPS if spec.arity == 1]
-BINARY = [spec.name for spec in OPS if spec.arity == 2]
-__all__ = [spec.name for spec in OPS]
-# name -> function, for NumPy ufunc dispatch (_array.py)
-FUNCTIONS = {name: globals()[name] for name in __all__}
+UNARY = [spec.name for spec in OPS if spec.arity == 1 and spec.public]
+BINARY = [spec.name for spec in OPS if spec.arity == 2 and spec.public]
+__all__ = [spec.name for spec in OPS if spec.public]
+# name -> function, for NumPy ufunc dispatch and the operators (_array.py): every line.
+FUNCTIONS = {spec.name: globals()[spec.name] for spec in OPS}

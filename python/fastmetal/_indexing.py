@@ -163,3 +163,36 @@ def setitem(a: Array, key: Any, value: Any, where: str, as_array: Any) -> None:
     if int(np.prod(p.shape, dtype=np.int64)) == 0:
         return
     _core._put(p.view, p.axis, p.index, v._view(offset, list(shape), list(strides)))
+
+
+def _host_key(key: Any) -> Any:
+    """The key with its Arrays read to NumPy (int64 indices; float masks: nonzero)."""
+    def host(k: Any) -> Any:
+        if isinstance(k, Array):
+            v = k.numpy()
+            return v if k.dtype == np.int64 else (v != 0)
+        return k
+    return tuple(host(k) for k in key) if isinstance(key, tuple) else host(key)
+
+
+def scatter_add(z: Array, key: Any, g: Array) -> None:
+    """z[key] += g for a contiguous z, where repeated indices add up (the gradient of an
+    advanced read). The positions the key selects are worked out by NumPy on the host (from
+    the index data only); the values move on the device, in rounds that each write every
+    position at most once."""
+    positions = np.arange(z.size, dtype=np.int64).reshape(tuple(z.shape))[_host_key(key)]
+    positions = positions.reshape(-1)
+    if positions.size == 0:
+        return
+    flat_z = z.reshape(-1)
+    flat_g = g.reshape(-1)
+    order = np.argsort(positions, kind="stable")
+    sorted_pos = positions[order]
+    starts = np.r_[True, sorted_pos[1:] != sorted_pos[:-1]]
+    run_start = np.maximum.accumulate(np.where(starts, np.arange(sorted_pos.size), 0))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(sorted_pos.size) - run_start  # occurrence number of each position
+    for r in range(int(rank.max()) + 1):
+        sel = np.nonzero(rank == r)[0]
+        where = positions[sel]
+        flat_z[where] = flat_z[where] + flat_g[sel] if r else flat_g[sel]

@@ -1,8 +1,8 @@
 """The elementwise op table (metal/elementwise_ops.tbl, installed beside this file).
 
-One line per op: name, arity, MSL expression, NumPy reference, docstring. The build
-generates the kernels from it; this module gives Python the same lines, for the public
-functions (_elementwise.py) and for the tests' references.
+One line per op: name, arity, MSL expression, NumPy reference, gradient, docstring. The
+build generates the kernels from it; this module gives Python the same lines, for the
+functions and their gradients (_elementwise.py) and for the tests' references.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ TABLE_PATH = Path(__file__).with_name("elementwise_ops.tbl")
 if not TABLE_PATH.exists():  # an editable install runs from the source tree: its table
     TABLE_PATH = Path(__file__).resolve().parents[2] / "metal" / "elementwise_ops.tbl"
 
+INTERNAL = "internal:"  # a doc starting so: a kernel of fastmetal's own, not exported
+
 
 @dataclass(frozen=True)
 class OpSpec:
@@ -20,7 +22,27 @@ class OpSpec:
     arity: int
     msl: str
     numpy: str
+    grad: str  # "-" (not differentiable) or "<d/dx>[ ; <d/dy>]" as Python expressions
     doc: str
+
+    @property
+    def public(self) -> bool:
+        return not self.doc.startswith(INTERNAL)
+
+    @property
+    def differentiable(self) -> bool:
+        return self.grad != "-"
+
+    @property
+    def grads(self) -> tuple[str, ...]:
+        """The gradient expression of each argument (empty when not differentiable)."""
+        if not self.differentiable:
+            return ()
+        parts = tuple(p.strip() for p in self.grad.split(" ; "))
+        if len(parts) != self.arity:
+            raise ValueError(f"op table: {self.name} has {self.arity} argument(s) but "
+                             f"{len(parts)} gradient expression(s): {self.grad!r}")
+        return parts
 
 
 def read_table(path: Path = TABLE_PATH) -> list[OpSpec]:
@@ -29,8 +51,8 @@ def read_table(path: Path = TABLE_PATH) -> list[OpSpec]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        name, args, msl, numpy_ref, doc = (c.strip() for c in line.split(" | "))
-        specs.append(OpSpec(name, 1 if args == "x" else 2, msl, numpy_ref, doc))
+        name, args, msl, numpy_ref, grad, doc = (c.strip() for c in line.split(" | "))
+        specs.append(OpSpec(name, 1 if args == "x" else 2, msl, numpy_ref, grad, doc))
     return specs
 
 

@@ -17,10 +17,12 @@ GEMMs in threadgroup memory, direct kernels for depthwise layers, tree reduction
 from __future__ import annotations
 
 from . import _core
+from ._declare import needed, op
 
 __all__ = ["conv2d", "conv2d_backward"]
 
 
+@op(grads=("input", "weight", "bias"), saves=("input", "weight"))
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation, as ``torch.nn.functional.conv2d``.
 
@@ -50,6 +52,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     ``H_out = (H + pad_top + pad_bottom - dilation * (kH - 1) - 1) // stride + 1``.
     """
     return _core.conv2d(input, weight, bias, stride, padding, dilation, groups)
+
+
+@conv2d.vjp
+def _conv2d_vjp(ctx, g):
+    return _core.conv2d_backward(g, ctx.input, ctx.weight, ctx.stride, ctx.padding,
+                                 ctx.dilation, ctx.groups,
+                                 needed(ctx, ("input", "weight", "bias")))
 
 
 def conv2d_backward(grad_output, input, weight, stride=1, padding=0, dilation=1, groups=1,

@@ -1,161 +1,28 @@
-"""The layers of a small CNN besides Conv2d: Linear, ReLU, MaxPool2d, Dropout, Flatten,
-LogSoftmax, Sequential and CrossEntropyLoss (exported from ``fastmetal.nn``).
+"""The layers of ``fastmetal.nn``, as PyTorch's: Linear, Conv2d, the activations, pooling,
+dropout, Flatten, LogSoftmax and Identity. Each is a :class:`~fastmetal.module.Module`
+whose ``forward`` calls fastmetal's differentiable functions; ``loss.backward()`` gives
+every parameter its ``.grad``. A layer instance may be used any number of times.
 
-As ``nn.Conv2d``: no autograd. ``forward(x)`` (or calling the layer) remembers what
-``backward`` needs; ``backward(grad_output)`` returns the gradient of the layer's input and
-stores parameter gradients in ``.weight_grad`` / ``.bias_grad`` (overwritten, not
-accumulated). ``parameters()`` returns a :class:`Parameters` list, which the optimizers of
-``fastmetal.nn.optim`` take.
+Initialisation as PyTorch's (``kaiming_uniform_(a=sqrt(5))``: weight and bias uniform in
+``[-1/sqrt(fan_in), 1/sqrt(fan_in)]``), drawn from NumPy with ``seed`` or ``rng``
+(keyword-only); ``device`` places the parameters (default: the default device).
 """
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
-import sys
 
 import numpy as np
 
 from . import _core
 from . import training as F
+from ._elementwise import FUNCTIONS as _E
+from .conv import conv2d as _conv2d
+from .linalg import linear as _linear
+from .module import Module, Parameter
 
-__all__ = ["Module", "Parameters", "Linear", "ReLU", "MaxPool2d", "Dropout", "Flatten",
-           "LogSoftmax", "Sequential", "CrossEntropyLoss"]
-
-
-def _fm():
-    # fastmetal itself, looked up at call time (linear comes from another part of the package).
-    return sys.modules["fastmetal"]
-
-
-class Parameters(list):
-    """The parameter arrays of a layer (a plain list of them), remembering which layer
-    attribute each one is, so that an optimizer finds its gradient (``<name>_grad`` on the
-    same layer) and updates it in place."""
-
-    def __init__(self, slots=()):
-        self.slots = [(owner, name) for owner, name in slots]
-        super().__init__(getattr(owner, name) for owner, name in self.slots)
-
-
-def _slots(layer):
-    """(layer, attribute) pairs of the parameters of any layer: ours, or one like nn.Conv2d
-    that has .weight/.bias."""
-    if isinstance(layer, Module):
-        return layer._slots()
-    out = []
-    for name in ("weight", "bias"):
-        if getattr(layer, name, None) is not None:
-            out.append((layer, name))
-    return out
-
-
-_TAKES_INPUT_GRAD = {}  # backward function -> whether it accepts input_grad=
-
-
-def _takes_input_grad(layer):
-    fn = getattr(type(layer), "backward", None)
-    if fn not in _TAKES_INPUT_GRAD:
-        try:
-            _TAKES_INPUT_GRAD[fn] = "input_grad" in inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            _TAKES_INPUT_GRAD[fn] = False
-    return _TAKES_INPUT_GRAD[fn]
-
-
-def _to_numpy(a):
-    return a.numpy() if isinstance(a, _core.Array) else np.asarray(a)
-
-
-def _check_forward_called(saved, cls):
-    if saved is None:
-        raise ValueError(f"[fastmetal.nn.{cls}] expected forward() to be called before "
-                         "backward(), got no saved input")
-
-
-def _reshape(x, shape):
-    """x viewed with another shape: a view sharing memory for contiguous fastmetal.Arrays on
-    any device (a gathered copy for strided ones) and for NumPy arrays where NumPy can."""
-    if isinstance(x, _core.Array):
-        try:
-            return _core._reshaped_view(x, list(shape))
-        except ValueError:  # strided: gather through the host first
-            return _core.asarray(np.ascontiguousarray(x.numpy()).reshape(shape), device=x.device)
-    return np.reshape(x, shape)
-
-
-class Module:
-    """Base of the layers: train/eval mode, parameters, gradients and state dicts."""
-
-    training = True
-    _param_names: tuple = ()
-
-    def _slots(self):
-        return [(self, n) for n in self._param_names if getattr(self, n, None) is not None]
-
-    def parameters(self):
-        return Parameters(self._slots())
-
-    def named_parameters(self):
-        return [(name, getattr(owner, name)) for name, (owner, _) in
-                zip(self._names(), self._slots())]
-
-    def _names(self):
-        return [n for _, n in self._slots()]
-
-    def zero_grad(self):
-        for owner, name in self._slots():
-            setattr(owner, name + "_grad", None)
-
-    def train(self, mode=True):
-        if not isinstance(mode, (bool, np.bool_)):
-            raise TypeError(f"[fastmetal.nn.{type(self).__name__}] expected mode to be True "
-                            f"or False, got {mode!r}")
-        self.training = bool(mode)
-        return self
-
-    def eval(self):
-        return self.train(False)
-
-    def state_dict(self):
-        """Parameter copies as NumPy float32 arrays by name (``numpy.savez(f, **sd)``)."""
-        return {name: np.array(_to_numpy(getattr(owner, attr)), dtype=np.float32, copy=True)
-                for name, (owner, attr) in zip(self._names(), self._slots())}
-
-    def load_state_dict(self, state):
-        """Copy parameters from a mapping of NumPy arrays (such as ``numpy.load`` of a file
-        that ``numpy.savez(f, **state_dict())`` wrote). Keys and shapes must match."""
-        cls = type(self).__name__
-        names = self._names()
-        keys = list(state.keys())
-        if sorted(keys) != sorted(names):
-            raise ValueError(f"[fastmetal.nn.{cls}] expected state_dict keys {sorted(names)}, "
-                             f"got {sorted(keys)}")
-        values = {}
-        for name, (owner, attr) in zip(names, self._slots()):
-            cur = getattr(owner, attr)
-            new = np.asarray(state[name])
-            if new.shape != tuple(cur.shape):
-                raise ValueError(f"[fastmetal.nn.{cls}] expected {name} of shape "
-                                 f"{tuple(cur.shape)}, got {new.shape}")
-            if new.dtype.kind not in "fiu":
-                raise TypeError(f"[fastmetal.nn.{cls}] expected {name} with a real dtype, "
-                                f"got {new.dtype}")
-            if isinstance(cur, np.ndarray) and not cur.flags.writeable:
-                # checked for all before copying any: a failure loads nothing
-                raise ValueError(f"[fastmetal.nn.{cls}] expected writeable parameters, got "
-                                 f"{name} read-only (it views memory that is not writeable)")
-            values[name] = new
-        for name, (owner, attr) in zip(names, self._slots()):
-            cur = getattr(owner, attr)
-            if isinstance(cur, _core.Array):
-                setattr(owner, attr, _core.asarray(values[name].astype(np.float32),
-                                                   device=cur.device))
-            else:
-                np.copyto(cur, values[name], casting="unsafe")
-
-    def __call__(self, *args):
-        return self.forward(*args)
+__all__ = ["Linear", "Conv2d", "ReLU", "Sigmoid", "Tanh", "GELU", "Softplus", "Identity",
+           "MaxPool2d", "Dropout", "Flatten", "LogSoftmax"]
 
 
 def _rng_for(cls, seed, rng):
@@ -185,135 +52,210 @@ def _check_bool(value, name, cls):
                         f"got {value!r}")
 
 
+def _uniform_parameter(rng, bound, shape, device):
+    host = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+    return Parameter(_core.asarray(host, device=device))
+
+
 class Linear(Module):
     """``y = x @ weight.T + bias``, as ``torch.nn.Linear``: weight ``(out_features,
-    in_features)`` and bias ``(out_features,)`` uniform in ``[-1/sqrt(in), 1/sqrt(in)]``
-    (PyTorch's ``kaiming_uniform_(a=sqrt(5))``). Keyword extras as ``nn.Conv2d``: ``seed``,
-    ``rng``, ``device``. Runs ``fastmetal.linear`` / ``fastmetal.linear_backward``."""
-
-    _param_names = ("weight", "bias")
+    in_features)``, bias ``(out_features,)``."""
 
     def __init__(self, in_features, out_features, bias=True, *, seed=None, rng=None,
                  device=None):
+        super().__init__()
         self.in_features = _positive_int(in_features, "in_features", "Linear")
         self.out_features = _positive_int(out_features, "out_features", "Linear")
         _check_bool(bias, "bias", "Linear")
         rng = _rng_for("Linear", seed, rng)
         bound = 1.0 / math.sqrt(self.in_features)
-        w = rng.uniform(-bound, bound, size=(self.out_features, self.in_features))
-        b = rng.uniform(-bound, bound, size=self.out_features) if bias else None
-        w = w.astype(np.float32)
-        b = None if b is None else b.astype(np.float32)
-        self.device = device
-        if device is not None:
-            w = _core.asarray(w, device=device)
-            b = None if b is None else _core.asarray(b, device=device)
-        self.weight, self.bias = w, b
-        self.weight_grad = self.bias_grad = None
-        self._input = None
+        self.weight = _uniform_parameter(rng, bound, (self.out_features, self.in_features),
+                                         device)
+        self.bias = _uniform_parameter(rng, bound, (self.out_features,), device) if bias \
+            else None
 
     def forward(self, x):
-        y = _fm().linear(x, self.weight, self.bias)
-        self._input = x
-        return y
+        return _linear(x, self.weight, self.bias)
 
-    def backward(self, grad_output, *, input_grad=True):
-        """``input_grad=False`` skips the gradient with respect to the input (returns None)."""
-        _check_forward_called(self._input, "Linear")
-        needs = ("input",) if input_grad else ()
-        needs += ("weight", "bias") if self.bias is not None else ("weight",)
-        gx, gw, gb = _fm().linear_backward(grad_output, self._input, self.weight, needs=needs)
-        self.weight_grad, self.bias_grad = gw, gb
-        return gx
-
-    def __repr__(self):
-        return (f"Linear(in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None})")
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
 
 
-class ReLU(Module):
-    """``max(x, 0)``; the gradient passes where ``x > 0`` (as PyTorch)."""
+def _kernel_size(value):
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError("[fastmetal.nn.Conv2d] expected kernel_size to be an int or a pair "
+                             f"of 2 ints, got {len(value)} values: {value!r}")
+        return (_positive_int(value[0], "kernel_size", "Conv2d"),
+                _positive_int(value[1], "kernel_size", "Conv2d"))
+    k = _positive_int(value, "kernel_size", "Conv2d")
+    return (k, k)
 
-    def __init__(self):
-        self._input = None
+
+class Conv2d(Module):
+    """2-D convolution layer, as ``torch.nn.Conv2d`` (``padding_mode="zeros"``); ``padding``
+    may also be ``"valid"`` or ``"same"``. weight ``(out_channels, in_channels // groups,
+    kH, kW)``, bias ``(out_channels,)`` or None."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, *, seed=None, rng=None, device=None):
+        super().__init__()
+        self.in_channels = _positive_int(in_channels, "in_channels", "Conv2d")
+        self.out_channels = _positive_int(out_channels, "out_channels", "Conv2d")
+        self.kernel_size = _kernel_size(kernel_size)
+        # Same checks and normal form as the functional op (stride/padding/dilation/groups).
+        self.stride, self.padding, self.dilation, self.groups = _core._conv2d_spec(
+            stride, padding, dilation, groups, "nn.Conv2d")
+        if self.in_channels % self.groups:
+            raise ValueError(f"[fastmetal.nn.Conv2d] expected in_channels ({self.in_channels}) "
+                             f"to be divisible by groups ({self.groups})")
+        if self.out_channels % self.groups:
+            raise ValueError(f"[fastmetal.nn.Conv2d] expected out_channels "
+                             f"({self.out_channels}) to be divisible by groups ({self.groups})")
+        _check_bool(bias, "bias", "Conv2d")
+        rng = _rng_for("Conv2d", seed, rng)
+        kh, kw = self.kernel_size
+        fan_in = self.in_channels // self.groups * kh * kw
+        bound = 1.0 / math.sqrt(fan_in)
+        shape = (self.out_channels, self.in_channels // self.groups, kh, kw)
+        self.weight = _uniform_parameter(rng, bound, shape, device)
+        self.bias = _uniform_parameter(rng, bound, (self.out_channels,), device) if bias \
+            else None
 
     def forward(self, x):
-        y = _fm().relu(x)
-        self._input = x
-        return y
+        return _conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding,
+                       dilation=self.dilation, groups=self.groups)
 
-    def backward(self, grad_output):
-        _check_forward_called(self._input, "ReLU")
-        return _core._relu_backward(grad_output, self._input)
+    def extra_repr(self):
+        extra = ""
+        if self.stride != (1, 1):
+            extra += f", stride={self.stride}"
+        if self.padding != (0, 0):
+            extra += f", padding={self.padding!r}"
+        if self.dilation != (1, 1):
+            extra += f", dilation={self.dilation}"
+        if self.groups != 1:
+            extra += f", groups={self.groups}"
+        if self.bias is None:
+            extra += ", bias=False"
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extra}"
 
-    def __repr__(self):
-        return "ReLU()"
+
+class _Activation(Module):
+    _op = ""
+
+    def forward(self, x):
+        return _E[self._op](x)
+
+
+class ReLU(_Activation):
+    """``max(x, 0)``; gradient 0 at 0, as PyTorch."""
+    _op = "relu"
+
+
+class Sigmoid(_Activation):
+    """``1 / (1 + exp(-x))``."""
+    _op = "sigmoid"
+
+
+class Tanh(_Activation):
+    """Hyperbolic tangent."""
+    _op = "tanh"
+
+
+class GELU(Module):
+    """GELU, exact erf form (``approximate="none"``, the only form), as ``torch.nn.GELU``."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate != "none":
+            raise ValueError(f"[fastmetal.nn.GELU] expected approximate='none', got "
+                             f"{approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x):
+        return _E["gelu"](x)
+
+
+class Softplus(Module):
+    """``log(1 + exp(beta x)) / beta``, as ``torch.nn.Softplus``; computed exactly at every x
+    (PyTorch switches to ``x`` where ``beta x > threshold``; the two differ by less than
+    ``exp(-threshold)``)."""
+
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        for name, v in (("beta", beta), ("threshold", threshold)):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+                raise TypeError(f"[fastmetal.nn.Softplus] expected {name} to be a number, "
+                                f"got {v!r}")
+        if beta <= 0:
+            raise ValueError(f"[fastmetal.nn.Softplus] expected beta > 0, got {beta!r}")
+        self.beta, self.threshold = float(beta), float(threshold)
+
+    def forward(self, x):
+        if self.beta == 1.0:
+            return _E["softplus"](x)
+        return _E["softplus"](x * self.beta) * (1.0 / self.beta)
+
+
+class Identity(Module):
+    """Returns its input (any extra arguments are ignored), as ``torch.nn.Identity``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, x):
+        return x
 
 
 class MaxPool2d(Module):
     """:func:`fastmetal.max_pool2d` as a layer."""
 
     def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
         F._pool_spec(kernel_size, stride, padding, "nn.MaxPool2d")  # validate now
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self._input = None
 
     def forward(self, x):
-        y = F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
-        self._input = x
-        return y
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
 
-    def backward(self, grad_output):
-        _check_forward_called(self._input, "MaxPool2d")
-        return F.max_pool2d_backward(grad_output, self._input, self.kernel_size, self.stride,
-                                     self.padding)
-
-    def __repr__(self):
-        return f"MaxPool2d(kernel_size={self.kernel_size}, stride={self.stride}, " \
-               f"padding={self.padding})"
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class Dropout(Module):
-    """:func:`fastmetal.dropout` as a layer: in training mode each forward call draws a new
-    mask (seeds ``seed0, seed0 + 1, ...`` where ``seed0`` comes from ``seed``/``rng``, so a
-    seed makes the whole sequence reproducible on every device); in eval mode the identity."""
+    """:func:`fastmetal.dropout` as a layer: in training mode each call draws a new mask
+    (seeds ``seed0, seed0 + 1, ...``, ``seed0`` from ``seed``/``rng``: a seed makes the whole
+    sequence reproducible on every device); in eval mode the identity."""
 
     def __init__(self, p=0.5, *, seed=None, rng=None):
+        super().__init__()
         F._dropout_key(p, 0, "nn.Dropout")
         self.p = float(p)
         rng = _rng_for("Dropout", seed, rng)
         self._next_seed = int(rng.integers(0, 2**63))
-        self._seed = None
 
     def forward(self, x):
         if not self.training or self.p == 0.0:
-            self._seed = -1  # identity: the backward passes the gradient through
             return x
         seed = self._next_seed
-        y = F.dropout(x, self.p, seed=seed)
-        self._seed = seed
         self._next_seed = (seed + 1) % 2**64
-        return y
+        return F.dropout(x, self.p, seed=seed)
 
-    def backward(self, grad_output):
-        _check_forward_called(self._seed, "Dropout")
-        if self._seed == -1:
-            return grad_output
-        return F.dropout_backward(grad_output, self.p, seed=self._seed)
-
-    def __repr__(self):
-        return f"Dropout(p={self.p})"
+    def extra_repr(self):
+        return f"p={self.p}"
 
 
 class Flatten(Module):
     """Merges dims ``start_dim .. end_dim`` (default: all but the batch dim)."""
 
     def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
         for name, v in (("start_dim", start_dim), ("end_dim", end_dim)):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
                 raise TypeError(f"[fastmetal.nn.Flatten] expected {name} to be an int, got {v!r}")
         self.start_dim, self.end_dim = int(start_dim), int(end_dim)
-        self._shape = None
 
     def forward(self, x):
         shape = tuple(x.shape)
@@ -325,125 +267,23 @@ class Flatten(Module):
                              f"{nd}-D input, got start_dim={self.start_dim}, "
                              f"end_dim={self.end_dim}")
         new = shape[:s] + (int(np.prod(shape[s:e + 1], dtype=np.int64)),) + shape[e + 1:]
-        self._shape = shape
-        return _reshape(x, new)
+        return x.reshape(new) if isinstance(x, _core.Array) else np.reshape(x, new)
 
-    def backward(self, grad_output):
-        _check_forward_called(self._shape, "Flatten")
-        return _reshape(grad_output, self._shape)
-
-    def __repr__(self):
-        return f"Flatten(start_dim={self.start_dim}, end_dim={self.end_dim})"
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
 class LogSoftmax(Module):
     """:func:`fastmetal.log_softmax` along ``dim`` as a layer."""
 
     def __init__(self, dim=-1):
+        super().__init__()
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, numbers.Integral):
             raise TypeError(f"[fastmetal.nn.LogSoftmax] expected dim to be an int, got {dim!r}")
         self.dim = int(dim)
-        self._output = None
 
     def forward(self, x):
-        y = F.log_softmax(x, self.dim)
-        self._output = y
-        return y
+        return F.log_softmax(x, self.dim)
 
-    def backward(self, grad_output):
-        _check_forward_called(self._output, "LogSoftmax")
-        return F.log_softmax_backward(grad_output, self._output, self.dim)
-
-    def __repr__(self):
-        return f"LogSoftmax(dim={self.dim})"
-
-
-class Sequential(Module):
-    """Layers applied in order; ``backward`` runs through them in reverse. Parameter names
-    in ``state_dict()`` are ``"<index>.weight"`` / ``"<index>.bias"`` as PyTorch's."""
-
-    def __init__(self, *layers):
-        for i, layer in enumerate(layers):
-            if not (callable(getattr(layer, "forward", None))
-                    and callable(getattr(layer, "backward", None))):
-                raise TypeError(f"[fastmetal.nn.Sequential] expected layers with forward() "
-                                f"and backward(), got {type(layer).__name__} at index {i}")
-        self.layers = list(layers)
-
-    def __getitem__(self, i):
-        return self.layers[i]
-
-    def __len__(self):
-        return len(self.layers)
-
-    def __iter__(self):
-        return iter(self.layers)
-
-    def _slots(self):
-        return [s for layer in self.layers for s in _slots(layer)]
-
-    def _names(self):
-        return [f"{i}.{name}" for i, layer in enumerate(self.layers)
-                for _, name in _slots(layer)]
-
-    def train(self, mode=True):
-        super().train(mode)
-        for layer in self.layers:
-            if hasattr(layer, "train"):
-                layer.train(mode)
-            else:
-                layer.training = bool(mode)
-        return self
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-    def backward(self, grad_output, *, input_grad=True):
-        """Gradients of every layer, in reverse; returns the gradient with respect to the
-        input. ``input_grad=False`` (a training step, where nobody reads it) skips it, as
-        PyTorch does for inputs that do not require grad: layers before the first one with
-        parameters are not run backward, and that one computes only its parameters'
-        gradients. Returns None then."""
-        first = 0
-        if not input_grad:
-            with_params = [i for i, layer in enumerate(self.layers) if _slots(layer)]
-            if not with_params:
-                return None
-            first = with_params[0]
-        for i in range(len(self.layers) - 1, first - 1, -1):
-            layer = self.layers[i]
-            if i == first and not input_grad:
-                if _takes_input_grad(layer):
-                    layer.backward(grad_output, input_grad=False)
-                else:  # a layer without the keyword computes it anyway
-                    layer.backward(grad_output)
-                return None
-            grad_output = layer.backward(grad_output)
-        return grad_output
-
-    def __repr__(self):
-        inner = "".join(f"\n  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
-        return f"Sequential({inner}\n)"
-
-
-class CrossEntropyLoss(Module):
-    """``CrossEntropyLoss()(logits, labels)`` returns ``(loss, grad_logits)``
-    (:func:`fastmetal.cross_entropy`, mean reduction); ``backward()`` returns the last
-    ``grad_logits`` again."""
-
-    def __init__(self):
-        self._grad = None
-
-    def forward(self, logits, labels):
-        loss, grad = F.cross_entropy(logits, labels)
-        self._grad = grad
-        return loss, grad
-
-    def backward(self, grad_output=None):
-        _check_forward_called(self._grad, "CrossEntropyLoss")
-        return self._grad
-
-    def __repr__(self):
-        return "CrossEntropyLoss()"
+    def extra_repr(self):
+        return f"dim={self.dim}"

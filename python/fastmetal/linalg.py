@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from ._declare import needed, op
 
 __all__ = ["matmul", "linear", "linear_backward"]
 
 
+@op(grads=("a", "b"), saves=("a", "b"))
 def matmul(a, b, out=None):
     """Matrix product of two arrays, as ``numpy.matmul``.
 
@@ -42,11 +44,48 @@ def matmul(a, b, out=None):
     return out
 
 
-def linear(x, weight, bias=None):
-    """``x @ weight.T + bias`` for ``x`` of shape ``(*, in_features)``, ``weight``
+def _swap_last(x):
+    if isinstance(x, _core.Array):
+        nd = x.ndim
+        return x.transpose(tuple(range(nd - 2)) + (nd - 1, nd - 2))
+    return np.swapaxes(x, -1, -2)
+
+
+@matmul.vjp
+def _matmul_vjp(ctx, g):
+    a = ctx.a if isinstance(ctx.a, _core.Array) else np.asarray(ctx.a, np.float32)
+    b = ctx.b if isinstance(ctx.b, _core.Array) else np.asarray(ctx.b, np.float32)
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    a2 = a.reshape((1, a.shape[0])) if a_vec else a
+    b2 = b.reshape((b.shape[0], 1)) if b_vec else b
+    g2 = g.reshape(tuple(g.shape[:g.ndim - (0 if b_vec else 1)]) + (1,) +
+                   (() if b_vec else (g.shape[-1],))) if a_vec else g
+    if b_vec:
+        g2 = g2.reshape(tuple(g2.shape) + (1,))
+    ga = gb = None
+    if ctx.needs[0]:  # dL/da = g @ b^T, summed over broadcast batch dims by the tape
+        ga = matmul(g2, _swap_last(b2))
+        if a_vec:
+            ga = ga.reshape(tuple(ga.shape[:-2]) + (ga.shape[-1],))
+    if ctx.needs[1]:  # dL/db = a^T @ g
+        gb = matmul(_swap_last(a2), g2)
+        if b_vec:
+            gb = gb.reshape(tuple(gb.shape[:-1]))
+    return ga, gb
+
+
+@op(grads=("input", "weight", "bias"), saves=("input", "weight"))
+def linear(input, weight, bias=None):  # noqa: A002 (PyTorch's name)
+    """``input @ weight.T + bias`` for ``input`` of shape ``(*, in_features)``, ``weight``
     ``(out_features, in_features)`` and ``bias`` ``(out_features,)`` or None, as
     ``torch.nn.functional.linear``."""
-    return _core._linear(x, weight, bias)
+    return _core._linear(input, weight, bias)
+
+
+@linear.vjp
+def _linear_vjp(ctx, g):
+    return _core._linear_backward(g, ctx.input, ctx.weight,
+                                  needed(ctx, ("input", "weight", "bias")))
 
 
 def linear_backward(grad_output, x, weight, needs=("input", "weight", "bias")) -> tuple[Any, Any, Any]:

@@ -1,10 +1,11 @@
-"""Optimizers (``fastmetal.nn.optim``): SGD, Adam and Adadelta with PyTorch's update formulas,
-each step one fused kernel per parameter that updates the parameter and its state in place
-on the parameter's device (``metal/training.metal``), and the StepLR schedule.
+"""Optimizers (``fastmetal.nn.optim``): SGD, Adam, AdamW and Adadelta with PyTorch's update
+formulas, each step one fused kernel per parameter that updates the parameter and its state
+in place on the parameter's device (``metal/training.metal``), and the StepLR schedule.
 
-An optimizer takes what ``parameters()`` of a ``fastmetal.nn`` layer returns (or the layer
-itself): the parameter ``layer.weight`` has its gradient in ``layer.weight_grad``. Parameters
-whose gradient is ``None`` are skipped, as in PyTorch.
+An optimizer takes what PyTorch's take: any iterable of parameters (``model.parameters()``,
+a list, the sum of two lists) or of param-group dicts (``{"params": [...], "lr": ...}``,
+each group's own hyper-parameters overriding the defaults). ``step()`` reads each
+parameter's ``.grad`` (written by ``loss.backward()``) and skips parameters without one.
 """
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import numbers
 import numpy as np
 
 from . import _core
+from ._core import Array
 from .layers import _check_bool, _positive_int
 
-__all__ = ["Optimizer", "SGD", "Adam", "Adadelta", "StepLR"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "StepLR"]
 
 
 def _number(value, name, cls, low=0.0, high=math.inf, high_open=False):
@@ -31,59 +33,101 @@ def _number(value, name, cls, low=0.0, high=math.inf, high_open=False):
     return v
 
 
-def _slots_of(params, cls):
-    from .layers import Parameters, _slots  # layers imports nothing from here
-    if isinstance(params, Parameters):
-        slots = list(params.slots)
-    elif callable(getattr(params, "parameters", None)):
-        ps = params.parameters()
-        slots = list(ps.slots) if isinstance(ps, Parameters) else _slots(params)
-    else:
-        raise TypeError(f"[fastmetal.nn.optim.{cls}] expected what parameters() of a "
-                        f"fastmetal.nn layer returns (or the layer), got "
-                        f"{type(params).__name__}")
-    if not slots:
-        raise ValueError(f"[fastmetal.nn.optim.{cls}] expected at least one parameter, got none")
-    return slots
+def _param_list(params, cls, where):
+    if isinstance(params, Array):
+        raise TypeError(f"[fastmetal.nn.optim.{cls}] expected {where} to be an iterable of "
+                        "Arrays (model.parameters(), a list), got one Array")
+    try:
+        items = list(params)
+    except TypeError:
+        raise TypeError(f"[fastmetal.nn.optim.{cls}] expected {where} to be an iterable of "
+                        f"Arrays or of param-group dicts, got {type(params).__name__}") from None
+    for i, p in enumerate(items):
+        if not isinstance(p, Array):
+            raise TypeError(f"[fastmetal.nn.optim.{cls}] expected {where} to hold "
+                            f"fastmetal.Arrays, got {type(p).__name__} at index {i}")
+        if p.dtype not in (np.float32, np.float16):
+            raise TypeError(f"[fastmetal.nn.optim.{cls}] expected float parameters, got dtype "
+                            f"{p.dtype} at index {i}")
+    return items
 
 
 def _zeros_like(p):
-    if isinstance(p, _core.Array):
-        return _core.zeros(p.shape, device=p.device)
-    return np.zeros(np.shape(p), np.float32)
+    return _core.zeros(tuple(p.shape), dtype=p.dtype, device=p.device)
 
 
 class Optimizer:
-    """Base class: ``param_groups[0]`` holds the hyper-parameters (``lr`` is what StepLR
-    changes), ``state[i]`` the per-parameter buffers."""
+    """Base class: ``param_groups`` (each a dict with ``"params"`` and its hyper-parameters;
+    ``lr`` is what StepLR changes) and ``state`` (per-parameter buffers, by parameter id)."""
 
     _kind = ""
 
     def __init__(self, params, defaults):
-        self._slots = _slots_of(params, type(self).__name__)
-        self.param_groups = [dict(defaults)]
-        self.state = [dict() for _ in self._slots]
+        cls = type(self).__name__
+        try:
+            items = list(params)
+        except TypeError:
+            raise TypeError(f"[fastmetal.nn.optim.{cls}] expected an iterable of parameters or "
+                            f"of param-group dicts, got {type(params).__name__}") from None
+        groups = items if items and all(isinstance(g, dict) for g in items) else \
+            [{"params": items}]
+        self.defaults = dict(defaults)
+        self.param_groups = []
+        seen = set()
+        for gi, group in enumerate(groups):
+            if "params" not in group:
+                raise ValueError(f"[fastmetal.nn.optim.{cls}] expected every param group to "
+                                 f"have 'params', got keys {sorted(group)} in group {gi}")
+            unknown = set(group) - set(defaults) - {"params"}
+            if unknown:
+                raise ValueError(f"[fastmetal.nn.optim.{cls}] expected group options among "
+                                 f"{sorted(defaults)}, got {sorted(unknown)} in group {gi}")
+            ps = _param_list(group["params"], cls, f"param_groups[{gi}]['params']")
+            for p in ps:
+                if id(p) in seen:
+                    raise ValueError(f"[fastmetal.nn.optim.{cls}] expected each parameter in "
+                                     "one group once, got one twice")
+                seen.add(id(p))
+            merged = dict(defaults)
+            merged.update({k: v for k, v in group.items() if k != "params"})
+            merged = self._validate(merged)
+            merged["params"] = ps
+            self.param_groups.append(merged)
+        if not seen:
+            raise ValueError(f"[fastmetal.nn.optim.{cls}] expected at least one parameter, "
+                             "got an empty list")
+        self.state: dict = {}
+
+    def _validate(self, group):
+        return group
 
     @property
     def lr(self):
         return self.param_groups[0]["lr"]
 
-    def zero_grad(self):
-        """Forget the gradients (set ``<name>_grad`` of every parameter to None)."""
-        for owner, name in self._slots:
-            setattr(owner, name + "_grad", None)
+    def zero_grad(self, set_to_none=True):
+        """Forget the gradients of every parameter (None, or zeros with set_to_none=False)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none or p.grad is None:
+                    p.grad = None
+                else:
+                    p.grad = _zeros_like(p)
 
     def step(self):
-        group = self.param_groups[0]
-        for i, (owner, name) in enumerate(self._slots):
-            grad = getattr(owner, name + "_grad", None)
-            if grad is None:
-                continue
-            param = getattr(owner, name)
-            state = self.state[i]
-            s1, s2, hyper = self._prepare(param, state, group)
-            _core._optimizer_step(self._kind, param, grad, s1, s2, hyper)
-            self._after(state)
+        for group in self.param_groups:
+            for p in group["params"]:
+                grad = p.grad
+                if grad is None:
+                    continue
+                state = self.state.setdefault(id(p), {})
+                s1, s2, hyper = self._prepare(p, state, group)
+                self._before(p, group)
+                _core._optimizer_step(self._kind, p, grad, s1, s2, hyper)
+                self._after(state)
+
+    def _before(self, param, group):
+        pass
 
     def _after(self, state):
         pass
@@ -98,16 +142,21 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr=1e-3, momentum=0.0, weight_decay=0.0, *, dampening=0.0,
                  nesterov=False):
-        lr = _number(lr, "lr", "SGD")
-        momentum = _number(momentum, "momentum", "SGD")
-        weight_decay = _number(weight_decay, "weight_decay", "SGD")
-        dampening = _number(dampening, "dampening", "SGD")
-        _check_bool(nesterov, "nesterov", "optim.SGD")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("[fastmetal.nn.optim.SGD] expected momentum > 0 and dampening 0 "
-                             f"with nesterov, got momentum={momentum}, dampening={dampening}")
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
-                                      dampening=dampening, nesterov=bool(nesterov)))
+                                      dampening=dampening, nesterov=nesterov))
+
+    def _validate(self, g):
+        g["lr"] = _number(g["lr"], "lr", "SGD")
+        g["momentum"] = _number(g["momentum"], "momentum", "SGD")
+        g["weight_decay"] = _number(g["weight_decay"], "weight_decay", "SGD")
+        g["dampening"] = _number(g["dampening"], "dampening", "SGD")
+        _check_bool(g["nesterov"], "nesterov", "optim.SGD")
+        if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
+            raise ValueError("[fastmetal.nn.optim.SGD] expected momentum > 0 and dampening 0 "
+                             f"with nesterov, got momentum={g['momentum']}, "
+                             f"dampening={g['dampening']}")
+        g["nesterov"] = bool(g["nesterov"])
+        return g
 
     def _prepare(self, param, state, group):
         first = 0
@@ -136,15 +185,20 @@ class Adam(Optimizer):
     _kind = "adam"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        lr = _number(lr, "lr", "Adam")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def _validate(self, g):
+        cls = type(self).__name__
+        g["lr"] = _number(g["lr"], "lr", cls)
+        betas = g["betas"]
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"[fastmetal.nn.optim.Adam] expected betas to be a pair of "
+            raise ValueError(f"[fastmetal.nn.optim.{cls}] expected betas to be a pair of "
                              f"numbers in [0, 1), got {betas!r}")
-        b1 = _number(betas[0], "betas[0]", "Adam", 0.0, 1.0, high_open=True)
-        b2 = _number(betas[1], "betas[1]", "Adam", 0.0, 1.0, high_open=True)
-        eps = _number(eps, "eps", "Adam")
-        weight_decay = _number(weight_decay, "weight_decay", "Adam")
-        super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay))
+        g["betas"] = (_number(betas[0], "betas[0]", cls, 0.0, 1.0, high_open=True),
+                      _number(betas[1], "betas[1]", cls, 0.0, 1.0, high_open=True))
+        g["eps"] = _number(g["eps"], "eps", cls)
+        g["weight_decay"] = _number(g["weight_decay"], "weight_decay", cls)
+        return g
 
     def _prepare(self, param, state, group):
         if "step" not in state:
@@ -154,13 +208,33 @@ class Adam(Optimizer):
         t = state["step"] + 1
         b1, b2 = group["betas"]
         hyper = dict(lr=group["lr"], beta1=b1, beta2=b2, eps=group["eps"],
-                     weight_decay=group["weight_decay"],
+                     weight_decay=self._l2(group),
                      step_size=group["lr"] / (1.0 - b1 ** t),
                      sqrt_bias2=math.sqrt(1.0 - b2 ** t))
         return state["exp_avg"], state["exp_avg_sq"], hyper
 
+    def _l2(self, group):
+        return group["weight_decay"]
+
     def _after(self, state):
         state["step"] += 1
+
+
+class AdamW(Adam):
+    """``torch.optim.AdamW``: Adam with decoupled weight decay, ``p *= 1 - lr *
+    weight_decay`` before the Adam step (which then has no L2 term); default
+    ``weight_decay=1e-2``."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+    def _l2(self, group):
+        return 0.0
+
+    def _before(self, param, group):
+        decay = 1.0 - group["lr"] * group["weight_decay"]
+        if decay != 1.0:
+            _core.binary("multiply", param, decay, param)
 
 
 class Adadelta(Optimizer):
@@ -171,11 +245,14 @@ class Adadelta(Optimizer):
     _kind = "adadelta"
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0):
-        lr = _number(lr, "lr", "Adadelta")
-        rho = _number(rho, "rho", "Adadelta", 0.0, 1.0)
-        eps = _number(eps, "eps", "Adadelta")
-        weight_decay = _number(weight_decay, "weight_decay", "Adadelta")
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay))
+
+    def _validate(self, g):
+        g["lr"] = _number(g["lr"], "lr", "Adadelta")
+        g["rho"] = _number(g["rho"], "rho", "Adadelta", 0.0, 1.0)
+        g["eps"] = _number(g["eps"], "eps", "Adadelta")
+        g["weight_decay"] = _number(g["weight_decay"], "weight_decay", "Adadelta")
+        return g
 
     def _prepare(self, param, state, group):
         if "square_avg" not in state:
@@ -197,13 +274,14 @@ class StepLR:
         self.step_size = _positive_int(step_size, "step_size", "optim.StepLR")
         self.optimizer = optimizer
         self.gamma = _number(gamma, "gamma", "StepLR")
-        self.base_lr = optimizer.param_groups[0]["lr"]
+        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.last_epoch = 0
 
     def step(self):
         self.last_epoch += 1
         if self.last_epoch % self.step_size == 0:
-            self.optimizer.param_groups[0]["lr"] *= self.gamma
+            for g in self.optimizer.param_groups:
+                g["lr"] *= self.gamma
 
     def get_last_lr(self):
-        return [self.optimizer.param_groups[0]["lr"]]
+        return [g["lr"] for g in self.optimizer.param_groups]

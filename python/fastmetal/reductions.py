@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 
 from . import _core
+from ._declare import op
 
 __all__ = ["sum", "mean", "var", "std", "max", "min", "argmax", "argmin"]
 
@@ -69,34 +72,79 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
     return _finish(name, _core._reduce(name, a, axis, bool(keepdims), float(ddof)), out)
 
 
+# Each reduction is declared with its gradient beside it (fastmetal._declare.op).
+@op(grads=("a",))
 def sum(a, axis=None, dtype=None, out=None, keepdims=False):  # noqa: A001
     """Sum of the elements over ``axis`` (all by default), as ``numpy.sum``."""
     return _reduce("sum", a, axis, dtype, out, keepdims)
 
 
+@sum.vjp
+def _sum_vjp(ctx, g):
+    return _spread(g, ctx.shapes["a"], ctx.axis, ctx.keepdims)
+
+
+@op(grads=("a",))
 def mean(a, axis=None, dtype=None, out=None, keepdims=False):
     """Arithmetic mean over ``axis``, as ``numpy.mean`` (NaN for an empty axis)."""
     return _reduce("mean", a, axis, dtype, out, keepdims)
 
 
+@mean.vjp
+def _mean_vjp(ctx, g):
+    shape = ctx.shapes["a"]
+    return _spread(g * (1.0 / _count(shape, ctx.axis)), shape, ctx.axis, ctx.keepdims)
+
+
+@op(grads=("a",), saves=("a",))
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     """Variance ``sum((x - mean)**2) / (N - ddof)`` over ``axis``, as ``numpy.var``."""
     return _reduce("var", a, axis, dtype, out, keepdims, ddof)
 
 
+@var.vjp
+def _var_vjp(ctx, g):
+    shape = ctx.shapes["a"]
+    centred = ctx.a - mean(ctx.a, ctx.axis, keepdims=True)
+    scale = 2.0 / (_count(shape, ctx.axis) - ctx.ddof)
+    return _spread(g, shape, ctx.axis, ctx.keepdims) * centred * scale
+
+
+@op(grads=("a",), saves=("a", "out"))
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     """Standard deviation, the square root of :func:`var`, as ``numpy.std``."""
     return _reduce("std", a, axis, dtype, out, keepdims, ddof)
 
 
+@std.vjp
+def _std_vjp(ctx, g):
+    shape = ctx.shapes["a"]
+    centred = ctx.a - mean(ctx.a, ctx.axis, keepdims=True)
+    n = _count(shape, ctx.axis) - ctx.ddof
+    return _spread(g / (ctx.out * n), shape, ctx.axis, ctx.keepdims) * centred
+
+
+@op(grads=("a",), saves=("a", "out"))
 def max(a, axis=None, out=None, keepdims=False):  # noqa: A001
-    """Largest element over ``axis``, NaN if any is NaN, as ``numpy.max``."""
+    """Largest element over ``axis``, NaN if any is NaN, as ``numpy.max``. Gradient: split
+    evenly among the elements equal to the maximum (as ``torch.amax``)."""
     return _reduce("max", a, axis, None, out, keepdims)
 
 
+@op(grads=("a",), saves=("a", "out"))
 def min(a, axis=None, out=None, keepdims=False):  # noqa: A001
-    """Smallest element over ``axis``, NaN if any is NaN, as ``numpy.min``."""
+    """Smallest element over ``axis``, NaN if any is NaN, as ``numpy.min``. Gradient: split
+    evenly among the elements equal to the minimum (as ``torch.amin``)."""
     return _reduce("min", a, axis, None, out, keepdims)
+
+
+@max.vjp
+@min.vjp
+def _extreme_vjp(ctx, g):
+    shape = ctx.shapes["a"]
+    winners = _core.binary("equal", ctx.a, _spread(ctx.out, shape, ctx.axis, ctx.keepdims))
+    ties = _reduce("sum", winners, ctx.axis, None, None, True)
+    return _spread(g, shape, ctx.axis, ctx.keepdims) * winners / ties
 
 
 def argmax(a, axis=None, out=None, *, keepdims=False):
@@ -108,3 +156,27 @@ def argmax(a, axis=None, out=None, *, keepdims=False):
 def argmin(a, axis=None, out=None, *, keepdims=False):
     """Index (int64) of the first smallest element, as ``numpy.argmin``."""
     return _reduce("argmin", a, axis, None, out, keepdims)
+
+
+# ----------------------------------------------------------------------------- gradients
+def _axes(shape, axis):
+    nd = len(shape)
+    if axis is None:
+        return tuple(range(nd))
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    return tuple(int(a) % nd for a in items)
+
+
+def _count(shape, axis):
+    return math.prod(shape[i] for i in _axes(shape, axis))
+
+
+def _spread(g, shape, axis, keepdims):
+    """A reduction's result (or gradient) broadcast back over the reduced axes of `shape`."""
+    if not keepdims:
+        axes = _axes(shape, axis)
+        g = g.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
+    if tuple(g.shape) == tuple(shape):
+        return g
+    from ._autograd import sum_to
+    return sum_to(g, tuple(shape), g.dtype, g.device)

@@ -1,7 +1,7 @@
 """Functional training ops: max pooling, dropout, log-softmax and the fused cross-entropy.
 
-Each has PyTorch's semantics (``torch.nn.functional``) and an explicit backward, since
-fastmetal has no autograd. Arguments are validated before any work; bad input raises
+Each has PyTorch's semantics (``torch.nn.functional``), a gradient for autograd declared
+beside it, and its explicit backward as a public function too. Arguments are validated before any work; bad input raises
 ``ValueError``/``TypeError`` worded ``"[fastmetal.max_pool2d] expected ..., got ..."``.
 Computation is float32; NumPy in gives NumPy out, a ``fastmetal.Array`` in gives Arrays on
 its device. The kernels are in ``metal/training.metal``.
@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 
 from . import _core
+from ._declare import op
 
 __all__ = ["max_pool2d", "max_pool2d_backward", "dropout", "dropout_backward", "log_softmax",
            "log_softmax_backward", "cross_entropy"]
@@ -47,6 +48,7 @@ def _pool_spec(kernel_size, stride, padding, op):
     return k, s, p
 
 
+@op(grads=("x",), saves=("x",))
 def max_pool2d(x, kernel_size, stride=None, padding=0):
     """2-D max pooling, as ``torch.nn.functional.max_pool2d`` (dilation 1, floor mode).
 
@@ -58,6 +60,11 @@ def max_pool2d(x, kernel_size, stride=None, padding=0):
     """
     (kh, kw), (sh, sw), (ph, pw) = _pool_spec(kernel_size, stride, padding, "max_pool2d")
     return _core._max_pool2d(x, kh, kw, sh, sw, ph, pw)
+
+
+@max_pool2d.vjp
+def _max_pool2d_vjp(ctx, g):
+    return max_pool2d_backward(g, ctx.x, ctx.kernel_size, ctx.stride, ctx.padding)
 
 
 def max_pool2d_backward(grad_output, x, kernel_size, stride=None, padding=0):
@@ -86,6 +93,7 @@ def _dropout_key(p, seed, op):
     return threshold, scale, int(seed) & 0xFFFFFFFF, int(seed) >> 32
 
 
+@op(grads=("x",))
 def dropout(x, p=0.5, *, seed, training=True):
     """Dropout, as ``torch.nn.functional.dropout``: each element is zeroed with probability
     ``p`` and the others are scaled by ``1 / (1 - p)``; with ``training=False`` (or ``p == 0``)
@@ -104,6 +112,11 @@ def dropout(x, p=0.5, *, seed, training=True):
     if not training or threshold == 0:
         return x
     return _core._dropout(x, threshold, scale, k0, k1)
+
+
+@dropout.vjp
+def _dropout_vjp(ctx, g):
+    return dropout_backward(g, ctx.p, seed=ctx.seed)
 
 
 def dropout_backward(grad_output, p, *, seed):
@@ -125,10 +138,16 @@ def _axis(x, axis, op):
     return int(axis) % nd
 
 
+@op(grads=("x",), saves=("out",))
 def log_softmax(x, axis=-1):
     """``x - logsumexp(x, axis)``, as ``torch.log_softmax(x, dim=axis)``; the max is
     subtracted first, so any finite logits give finite results."""
     return _core._log_softmax(x, _axis(x, axis, "log_softmax"))
+
+
+@log_softmax.vjp
+def _log_softmax_vjp(ctx, g):
+    return log_softmax_backward(g, ctx.out, ctx.axis)
 
 
 def log_softmax_backward(grad_output, output, axis=-1):
@@ -154,13 +173,14 @@ def _labels(labels, op):
     return arr
 
 
+@op(grads=("logits",), aux=True)
 def cross_entropy(logits, labels):
     """Mean cross-entropy of ``(N, C)`` logits against ``N`` integer class labels, as
-    ``torch.nn.functional.cross_entropy`` (reduction ``"mean"``), fused with its gradient.
+    ``torch.nn.functional.cross_entropy`` (reduction ``"mean"``): the loss as a 0-d array.
 
-    Returns ``(loss, grad_logits)``: the loss as a 0-d array and ``(softmax(logits) -
-    one_hot(labels)) / N``. log-softmax is computed max-shifted, so logits as large as
-    ``±1e30`` give the same finite numbers as PyTorch.
+    One fused kernel computes the loss and, when the logits require grad, keeps its gradient
+    ``(softmax(logits) - one_hot(labels)) / N`` for ``backward()``. log-softmax is computed
+    max-shifted, so logits as large as ``±1e30`` give the same finite numbers as PyTorch.
     """
     arr = _labels(labels, "cross_entropy")
     shape = tuple(logits.shape) if hasattr(logits, "shape") else np.shape(logits)
@@ -175,3 +195,8 @@ def cross_entropy(logits, labels):
         raise ValueError(f"[fastmetal.cross_entropy] expected labels in [0, {shape[1]}), "
                          f"got {bad}")
     return _core._cross_entropy(logits, arr.astype(np.int32))
+
+
+@cross_entropy.vjp
+def _cross_entropy_vjp(ctx, g):
+    return ctx.aux * g  # the fused gradient, scaled by the loss's own gradient

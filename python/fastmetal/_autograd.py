@@ -1,0 +1,424 @@
+"""Reverse-mode automatic differentiation: the tape, grad mode and ``backward``.
+
+Every differentiable op is declared once with its forward and, beside it, its
+vector-Jacobian product (``fastmetal._declare.op``; the elementwise ops' ``grad`` column
+of ``metal/elementwise_ops.tbl``). When grad mode is on and an argument requires grad, the
+call records a :class:`Node` on its result: the vjp, the Arrays the vjp reads (saved with
+their storage's version) and one edge per differentiable input -- the input's own Node, or
+the input itself where it is a leaf. ``backward`` walks the nodes from the result in
+reverse topological order, on the forward's device, with the ops' own kernels (the vjps
+call fastmetal functions, which enqueue as always), sums each input's gradient back to the
+input's shape and dtype, and accumulates into the leaves' ``.grad``. Then the graph is
+freed (unless ``retain_graph``): saved Arrays are dropped and a second ``backward`` through
+it raises RuntimeError, as PyTorch.
+
+Nodes hold their inputs (edges) but never their own result, so a graph is a tree of
+references from the result down, freed as soon as the result is: no reference cycles.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import _core
+from ._core import Array
+
+_mode = threading.local()  # grad mode is per thread, as PyTorch's
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops record their gradients (True unless inside :class:`no_grad`)."""
+    return getattr(_mode, "enabled", True)
+
+
+def set_grad_enabled(mode: bool) -> None:
+    """Turn grad mode on or off for this thread (as ``torch.set_grad_enabled``)."""
+    if not isinstance(mode, (bool, np.bool_)):
+        raise TypeError(f"[fastmetal.set_grad_enabled] expected True or False, got {mode!r}")
+    _mode.enabled = bool(mode)
+
+
+class _GradMode:
+    """A context manager and decorator setting grad mode for its block."""
+
+    _enabled = True
+
+    def __init__(self) -> None:
+        self._saved: list = []
+
+    def __enter__(self) -> None:
+        self._saved.append(is_grad_enabled())
+        _mode.enabled = self._enabled
+
+    def __exit__(self, *exc: Any) -> None:
+        _mode.enabled = self._saved.pop()
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with type(self)():
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+class no_grad(_GradMode):
+    """Inside ``with fastmetal.no_grad():`` (or a function decorated with it) ops record
+    nothing: results do not require grad, and nothing is kept for a backward pass (for
+    evaluation and for updating parameters in place), as ``torch.no_grad``."""
+
+    _enabled = False
+
+
+class enable_grad(_GradMode):
+    """Turns grad mode back on inside a :class:`no_grad` block, as ``torch.enable_grad``."""
+
+    _enabled = True
+
+
+class Context:
+    """What a vjp reads: the forward call's arguments by name (Arrays among them as saved,
+    or None where the declaration does not save them), ``out`` (the result, if saved),
+    ``aux`` (what the forward returned beside its result, if declared), ``needs`` (one bool
+    per differentiable argument: whether its gradient is wanted), ``shapes`` and ``devices``
+    (the shape and device of every Array argument)."""
+
+    def __init__(self) -> None:
+        self.needs: tuple = ()
+        self.shapes: dict = {}
+        self.devices: dict = {}
+        self.out: Any = None
+        self.aux: Any = None
+
+
+class Node:
+    """One recorded call: its vjp, context, saved Arrays and edges to its inputs."""
+
+    __slots__ = ("name", "vjp", "ctx", "edges", "metas", "saved", "passes", "freed",
+                 "retained", "__weakref__")
+
+    def __init__(self, name: str, vjp: Callable, ctx: Context, edges: list, metas: list,
+                 saved: list, passes: bool) -> None:
+        self.name = name
+        self.vjp = vjp
+        self.ctx = ctx
+        self.edges = edges    # per differentiable input: None, a Node, or a leaf Array
+        self.metas = metas    # per differentiable input: (shape, dtype) its gradient takes
+        self.saved = saved    # (argument name, saved Array, version when saved)
+        self.passes = passes  # the vjp may return the output's gradient itself (or a view)
+        self.freed = False
+        self.retained: Optional[weakref.ref] = None
+
+    def __repr__(self) -> str:
+        return f"<{self.name[:1].upper()}{self.name[1:]}Backward>"
+
+    def apply(self, g: Array) -> tuple:
+        if self.freed:
+            raise RuntimeError(
+                f"[fastmetal.backward] expected a graph that has not been through backward() "
+                f"yet, got {self!r}, freed by an earlier backward() (pass retain_graph=True "
+                "to the first backward() to go through the graph twice)")
+        for name, saved, version in self.saved:
+            if saved._version != version:
+                raise RuntimeError(
+                    f"[fastmetal.backward] expected the Arrays needed for gradient computation "
+                    f"to be unchanged, got argument '{name}' of {self.name} modified by an "
+                    f"in-place operation (version {saved._version}, expected {version}); "
+                    "compute out of place (without out=, +=, [...] =) instead")
+        grads = self.vjp(self.ctx, g)
+        return grads if isinstance(grads, tuple) else (grads,)
+
+    def release(self) -> None:
+        self.ctx = None
+        self.saved = []
+        self.freed = True
+
+
+# ----------------------------------------------------------------------------- recording
+def _handle(a: Array) -> Array:
+    """A new Array object over a's memory with no autograd state (what is saved, what
+    detach() returns): the node never refers to the result object itself."""
+    return a._view(a._offset, list(a.shape), list(a._strides))
+
+
+def requires_grad(a: Any) -> bool:
+    return type(a) is Array and a._requires_grad
+
+
+def edge_of(a: Array) -> Any:
+    return a._node if a._node is not None else a
+
+
+def record(name: str, vjp: Callable, out: Array, ctx: Context, edges: list, metas: list,
+           saved: list, passes: bool) -> None:
+    out._node = Node(name, vjp, ctx, edges, metas, saved, passes)
+    out._requires_grad = True
+
+
+def save(a: Array) -> tuple:
+    h = _handle(a)
+    return h, a._version
+
+
+# ----------------------------------------------------------------------------- backward
+def _topological(root: Node) -> list:
+    """Nodes reachable from root, each before the nodes of its inputs."""
+    order: list = []
+    seen = {root}
+    stack = [(root, iter(root.edges))]
+    while stack:
+        node, children = stack[-1]
+        for child in children:
+            if type(child) is Node and child not in seen:
+                seen.add(child)
+                stack.append((child, iter(child.edges)))
+                break
+        else:
+            stack.pop()
+            order.append(node)
+    order.reverse()
+    return order
+
+
+def _as_array(g: Any, like_device: str) -> Array:
+    if isinstance(g, Array):
+        return g
+    return _core.asarray(np.asarray(g, dtype=np.float32), device=like_device)
+
+
+def sum_to(g: Any, shape: tuple, dtype: Any, device: str) -> Array:
+    """g summed over the axes that broadcasting added to `shape` (or broadcast up to it),
+    in `dtype`: the gradient of an input of that shape."""
+    g = _as_array(g, device)
+    gshape = tuple(g.shape)
+    if gshape != shape:
+        lead = len(gshape) - len(shape)
+        if lead >= 0 and all(s == 1 or s == gs for s, gs in zip(shape, gshape[lead:])):
+            axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                              if s == 1 and gshape[lead + i] != 1)
+            if axes:
+                g = _core._reduce("sum", g, axes, False, 0.0)
+            g = g.reshape(shape)
+        else:  # smaller than the input (a vjp that left broadcasting to us)
+            from . import _views
+            layout = _views.broadcast_to((g._offset, gshape, g._strides), shape,
+                                         "fastmetal.backward")
+            g = _core.unary("copy", g._view(*layout))
+    if g.dtype != dtype:
+        g = _core.asarray(g, dtype=dtype)
+    return g
+
+
+def _accumulate(leaf: Array, g: Array, borrowed: bool) -> None:
+    if leaf.grad is None:
+        # A gradient that is also another's (passed through by add, a view, ...) is copied,
+        # so that writing into one .grad never changes another.
+        leaf.grad = _core.unary("copy", g) if borrowed else g
+    else:
+        leaf.grad = _core.binary("add", leaf.grad, g)
+
+
+def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False) -> None:
+    where = "fastmetal.Array.backward"
+    if not tensor._requires_grad:
+        raise RuntimeError(f"[{where}] expected an Array that requires grad (computed, with "
+                           "grad mode on, from one with requires_grad=True), got one that "
+                           "does not")
+    if gradient is None:
+        if tensor.size != 1:
+            raise RuntimeError(f"[{where}] expected a gradient argument for an Array of "
+                               f"shape {tuple(tensor.shape)} (it can be left out only for "
+                               "one element), got none")
+        gradient = _core.ones(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
+        borrowed = False
+    else:
+        if isinstance(gradient, Array) and gradient.device != tensor.device:
+            raise ValueError(f"[{where}] expected gradient on device '{tensor.device}', got "
+                             f"'{gradient.device}'")
+        gradient = _as_array(gradient, tensor.device)
+        if tuple(gradient.shape) != tuple(tensor.shape):
+            raise ValueError(f"[{where}] expected gradient of shape {tuple(tensor.shape)}, "
+                             f"got {tuple(gradient.shape)}")
+        borrowed = True
+    root = tensor._node
+    if root is None:  # a leaf
+        _accumulate(tensor, sum_to(gradient, tuple(tensor.shape), tensor.dtype,
+                                   tensor.device), borrowed)
+        return
+    order = _topological(root)
+    pending: dict = {root: (gradient, borrowed)}
+    with no_grad():
+        try:
+            for node in order:
+                entry = pending.pop(node, None)
+                if entry is None:
+                    continue  # no gradient reached it (its consumers' vjps returned None)
+                g, g_borrowed = entry
+                if node.retained is not None:
+                    kept = node.retained()
+                    if kept is not None:
+                        kept.grad = g
+                grads = node.apply(g)
+                for edge, meta, gi in zip(node.edges, node.metas, grads):
+                    if edge is None or gi is None:
+                        continue
+                    shape, dtype = meta
+                    fresh = sum_to(gi, shape, dtype, g.device)
+                    passed = g_borrowed or node.passes or gi is g
+                    borrowed_i = passed and fresh is gi
+                    if type(edge) is Node:
+                        prev = pending.get(edge)
+                        pending[edge] = (fresh, borrowed_i) if prev is None else \
+                            (_core.binary("add", prev[0], fresh), False)
+                    else:
+                        _accumulate(edge, fresh, borrowed_i)
+        finally:
+            if not retain_graph:
+                for node in order:
+                    node.release()
+
+
+# ----------------------------------------------------------------------------- functional
+def _argnums(argnums: Any, where: str) -> tuple:
+    items = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
+    if not items or any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer))
+                        for i in items):
+        raise TypeError(f"[{where}] expected argnums to be an int or a tuple of ints, got "
+                        f"{argnums!r}")
+    return tuple(int(i) for i in items)
+
+
+def value_and_grad(fun: Callable, argnums: Any = 0) -> Callable:
+    """A function returning ``(fun(*args), gradient)``: the gradient of ``fun``'s result (a
+    one-element Array) with respect to the arguments at ``argnums`` (an int: one gradient;
+    a tuple: a tuple of them), as ``mlx.core.value_and_grad`` / ``jax.value_and_grad``.
+    The arguments may be Arrays or array-likes (taken as float32 on the default device);
+    they are not changed, and their ``.grad`` is not touched."""
+    where = "fastmetal.value_and_grad"
+    if not callable(fun):
+        raise TypeError(f"[{where}] expected a callable, got {type(fun).__name__}")
+    nums = _argnums(argnums, where)
+
+    @functools.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        args_list = list(args)
+        leaves = []
+        for i in nums:
+            if not -len(args_list) <= i < len(args_list):
+                raise ValueError(f"[{where}] expected argnums within the {len(args_list)} "
+                                 f"positional arguments, got {i}")
+            a = args_list[i]
+            leaf = _handle(a) if isinstance(a, Array) else \
+                _core.asarray(np.asarray(a, dtype=np.float32))
+            _requires_grad_set(leaf, True)
+            args_list[i] = leaf
+            leaves.append(leaf)
+        with enable_grad():
+            value = fun(*args_list, **kwargs)
+        if not isinstance(value, Array) or value.size != 1:
+            got = f"shape {tuple(value.shape)}" if isinstance(value, Array) else \
+                type(value).__name__
+            raise TypeError(f"[{where}] expected the function to return a one-element "
+                            f"fastmetal.Array, got {got}")
+        if value._requires_grad:
+            backward(value)
+        grads = tuple(leaf.grad if leaf.grad is not None else
+                      _core.zeros(tuple(leaf.shape), dtype=leaf.dtype, device=leaf.device)
+                      for leaf in leaves)
+        return _handle(value), (grads if isinstance(argnums, (tuple, list)) else grads[0])
+    return wrapped
+
+
+def grad(fun: Callable, argnums: Any = 0) -> Callable:
+    """A function returning the gradient of ``fun`` (whose result is a one-element Array)
+    with respect to its arguments at ``argnums``, as ``mlx.core.grad`` / ``jax.grad``."""
+    if not callable(fun):
+        raise TypeError(f"[fastmetal.grad] expected a callable, got {type(fun).__name__}")
+    _argnums(argnums, "fastmetal.grad")
+    inner = value_and_grad(fun, argnums)
+
+    @functools.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return inner(*args, **kwargs)[1]
+    return wrapped
+
+
+# ----------------------------------------------------------------------------- Array API
+def _requires_grad_get(self: Array) -> bool:
+    return self._requires_grad
+
+
+def _requires_grad_set(self: Array, value: Any) -> None:
+    where = "fastmetal.Array.requires_grad"
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"[{where}] expected True or False, got {value!r}")
+    if value and self.dtype not in (np.float32, np.float16):
+        raise TypeError(f"[{where}] expected a float32 or float16 Array (only those have "
+                        f"gradients), got dtype {self.dtype}")
+    if self._node is not None and not value:
+        raise RuntimeError(f"[{where}] expected a leaf Array (requires_grad of a computed "
+                           "Array follows from its inputs; use .detach()), got one computed "
+                           f"by {self._node!r}")
+    self._requires_grad = bool(value)
+
+
+def _requires_grad_(self: Array, requires_grad: bool = True) -> Array:
+    """Set ``requires_grad`` in place and return the Array, as ``torch.Tensor.requires_grad_``."""
+    _requires_grad_set(self, requires_grad)
+    return self
+
+
+def _detach(self: Array) -> Array:
+    """The same memory as a new Array outside the graph (requires_grad False), as
+    ``torch.Tensor.detach``."""
+    return _handle(self)
+
+
+def _is_leaf(self: Array) -> bool:
+    """True unless the Array was computed by a recorded op."""
+    return self._node is None
+
+
+def _grad_fn(self: Array) -> Optional[Node]:
+    """The recorded op that computed this Array (None for leaves)."""
+    return self._node
+
+
+def _retain_grad(self: Array) -> None:
+    """Keep this non-leaf Array's gradient in ``.grad`` at the next backward()."""
+    if self._node is not None:
+        self._node.retained = weakref.ref(self)
+    elif not self._requires_grad:
+        raise RuntimeError("[fastmetal.Array.retain_grad] expected an Array that requires "
+                           "grad, got one that does not")
+
+
+def _backward(self: Array, gradient: Any = None, retain_graph: bool = False) -> None:
+    """Gradients of this Array with respect to the leaves it was computed from, added to
+    their ``.grad``, as ``torch.Tensor.backward``. ``gradient``: the gradient of something
+    with respect to this Array (its shape; may be left out for one element). The graph is
+    freed after it unless ``retain_graph``."""
+    if not isinstance(retain_graph, (bool, np.bool_)):
+        raise TypeError(f"[fastmetal.Array.backward] expected retain_graph to be True or "
+                        f"False, got {retain_graph!r}")
+    backward(self, gradient, bool(retain_graph))
+
+
+def install() -> None:
+    Array._requires_grad = False
+    Array._node = None
+    Array.grad = None
+    Array.requires_grad = property(_requires_grad_get, _requires_grad_set,
+                                   doc="Whether gradients flow to this Array.")
+    for name, fn in (("requires_grad_", _requires_grad_), ("detach", _detach),
+                     ("retain_grad", _retain_grad), ("backward", _backward)):
+        fn.__qualname__ = f"Array.{name}"
+        setattr(Array, name, fn)
+    Array.is_leaf = property(_is_leaf, doc=_is_leaf.__doc__)
+    Array.grad_fn = property(_grad_fn, doc=_grad_fn.__doc__)
+
+
+install()

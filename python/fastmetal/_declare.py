@@ -1,0 +1,175 @@
+"""One way to declare a public op: its forward, and beside it its gradient.
+
+    @op(grads=("input", "weight", "bias"), saves=("input", "weight"))
+    def linear(input, weight, bias=None):
+        '''docstring: the op's documentation'''
+        return _core._linear(input, weight, bias)
+
+    @linear.vjp
+    def _(ctx, g):
+        return _core._linear_backward(g, ctx.input, ctx.weight, _needed(ctx))
+
+The decorated function is the public function: its signature and docstring are the
+forward's; ``__all__``, the stubs and docs/API.md are checked against the registry of
+declarations by tests/test_declarations.py. When grad mode is on and an argument named in
+``grads`` requires grad, the call records a node whose vjp gets a
+:class:`~fastmetal._autograd.Context` (the arguments by name, the saved Arrays, ``out``
+and ``aux``) and the result's gradient ``g``, and returns one gradient per name of
+``grads`` (None where ``ctx.needs`` says it is not wanted). Gradients may be left in the
+broadcast shape: the tape sums them back to each input's shape and dtype.
+
+Otherwise the call is the forward itself, with one check of grad mode and the arguments.
+
+Arguments of ``op``:
+  grads    the differentiable arguments, by name
+  saves    the Array arguments the vjp reads (and "out" for the result): kept until
+           backward() and version-checked then (default: none)
+  aux      the forward returns ``(result, aux)``; aux is passed to the vjp as ``ctx.aux``
+           (a fused gradient, say) and the public function returns only the result
+  passes   the vjp may return ``g`` itself or a view of it (views, copies)
+  saves_for  per differentiable argument, what its gradient reads (instead of ``saves``):
+           only what the wanted gradients read is kept (``x *= c`` then needs nothing)
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Iterable
+
+from . import _autograd
+from ._autograd import Context, is_grad_enabled
+from ._core import Array
+
+# name -> public function, for every declared op (tests check __all__, stubs and docs).
+DECLARED: dict = {}
+
+
+def _unwanted(ctx: Context, g: Any) -> Any:
+    raise NotImplementedError
+
+
+def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
+       passes: bool = False, name: str | None = None, public: bool = True,
+       saves_for: dict | None = None) -> Callable:
+    grad_names = tuple(grads)
+    saved_names: Any = frozenset(saves)
+    if saves_for is not None:
+        saved_names = {n: frozenset(saves_for.get(n, ())) for n in grad_names}
+        saves = frozenset().union(*saved_names.values())
+
+    def decorate(forward: Callable) -> Callable:
+        op_name = name or forward.__name__
+        signature = inspect.signature(forward)
+        params = list(signature.parameters)
+        for n in grad_names + tuple(frozenset(saves) - {"out"}):
+            if n not in params:
+                raise TypeError(f"op {op_name}: {n!r} is not an argument of {params}")
+        positions = tuple((params.index(n), n) for n in grad_names)
+        out_position = params.index("out") if "out" in params else -1
+        definition: dict = {"vjp": _unwanted}
+
+        def wants_tape(args: tuple, kwargs: dict) -> bool:
+            for i, n in positions:
+                a = args[i] if i < len(args) else kwargs.get(n)
+                if type(a) is Array and a._requires_grad:
+                    return True
+            if out_position >= 0:
+                o = args[out_position] if out_position < len(args) else kwargs.get("out")
+                if type(o) is Array and o._requires_grad:
+                    return True
+            return False
+
+        @functools.wraps(forward)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if is_grad_enabled() and wants_tape(args, kwargs):
+                return _recorded(op_name, forward, signature, grad_names, saved_names, aux,
+                                 passes, definition["vjp"], args, kwargs)
+            result = forward(*args, **kwargs)
+            return result[0] if aux else result
+
+        def set_vjp(vjp: Callable) -> Callable:
+            definition["vjp"] = vjp
+            return vjp
+
+        call.vjp = set_vjp  # type: ignore[attr-defined]
+        call.grads = grad_names  # type: ignore[attr-defined]
+        if public:
+            DECLARED[op_name] = call
+        return call
+    return decorate
+
+
+def _check_out(out: Any, where: str) -> None:
+    if not isinstance(out, Array):
+        raise RuntimeError(f"[{where}] expected out= a fastmetal.Array to record a gradient "
+                           f"in, got {type(out).__name__} (it cannot carry a gradient)")
+    if out._requires_grad and out._node is None:
+        raise RuntimeError(f"[{where}] expected out= an Array that is not a leaf requiring "
+                           "grad (a parameter is updated in place only inside "
+                           "fastmetal.no_grad()), got such a leaf")
+
+
+def _recorded(op_name: str, forward: Callable, signature: inspect.Signature,
+              grad_names: tuple, saved_names: Any, aux: bool, passes: bool,
+              vjp: Callable, args: tuple, kwargs: dict) -> Any:
+    where = f"fastmetal.{op_name}"
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    values = bound.arguments
+    out_arg = values.get("out")
+    if out_arg is not None:
+        _check_out(out_arg, where)
+    if isinstance(saved_names, dict):  # what the wanted gradients read
+        saved_names = frozenset().union(*(saved_names[n] for n in grad_names
+                                          if _autograd.requires_grad(values.get(n))))
+    ctx = Context()
+    saved = []
+    for n, v in values.items():
+        if type(v) is Array:
+            ctx.shapes[n] = tuple(v.shape)
+            ctx.devices[n] = v.device
+            if n in saved_names:
+                h, version = _autograd.save(v)
+                setattr(ctx, n, h)
+                saved.append((n, h, version))
+            else:
+                setattr(ctx, n, None)
+        else:
+            setattr(ctx, n, v)
+    edges, metas, needs = [], [], []
+    for n in grad_names:
+        v = values.get(n)
+        if _autograd.requires_grad(v):
+            edges.append(_autograd.edge_of(v))
+            metas.append((tuple(v.shape), v.dtype))
+            needs.append(True)
+        else:
+            edges.append(None)
+            metas.append(None)
+            needs.append(False)
+    ctx.needs = tuple(needs)
+    with _autograd.no_grad():
+        result = forward(*args, **kwargs)
+    out, extra = result if aux else (result, None)
+    ctx.aux = extra
+    if out_arg is None and any(out is v for v in values.values()):
+        return out  # the op returned an argument as it is (dropout in eval mode, ...)
+    if not any(needs):  # only out= required grad: the result no longer depends on the graph
+        if type(out) is Array:
+            out._node = None
+            out._requires_grad = False
+        return out
+    if type(out) is not Array:
+        raise RuntimeError(f"[{where}] expected a fastmetal.Array result to record a "
+                           f"gradient on, got {type(out).__name__}")
+    if "out" in saved_names:
+        h, version = _autograd.save(out)
+        ctx.out = h
+        saved.append(("out", h, version))
+    _autograd.record(op_name, vjp, out, ctx, edges, metas, saved, passes)
+    return out
+
+
+def needed(ctx: Context, names: tuple) -> tuple:
+    """The names (of a backward kernel's ``needs=``) whose gradients are wanted."""
+    return tuple(n for n, want in zip(names, ctx.needs) if want)
