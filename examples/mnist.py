@@ -115,9 +115,9 @@ def train_epoch(model: nn.Sequential, loss_fn: nn.CrossEntropyLoss,
         idx = order[i:i + batch]
         xb, yb = x[idx], y[idx]
         out = model(xb)
-        loss, grad = loss_fn(out, yb)
+        loss = loss_fn(out, yb)
         optimizer.zero_grad()
-        model.backward(grad, input_grad=False)  # nobody reads the images' gradient
+        loss.backward()
         optimizer.step()
         # On a GPU this step runs while the host reads the previous one.
         if pending is not None:
@@ -137,7 +137,8 @@ def evaluate(model: nn.Sequential, x: npt.NDArray[np.float32], y: npt.NDArray[np
     total_loss = 0.0
     correct = 0
     for i in range(0, len(y), batch):
-        out = np.asarray(model(x[i:i + batch]), dtype=np.float64)
+        with fm.no_grad():  # nothing to differentiate: record nothing
+            out = np.asarray(model(x[i:i + batch]), dtype=np.float64)
         yb = y[i:i + batch]
         total_loss -= float(out[np.arange(len(yb)), yb].sum())
         correct += int(np.count_nonzero(out.argmax(1) == yb))

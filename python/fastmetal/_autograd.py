@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 import weakref
 from typing import Any, Callable, Optional
 
@@ -28,6 +29,11 @@ from . import _core
 from ._core import Array
 
 _mode = threading.local()  # grad mode is per thread, as PyTorch's
+
+# Seconds spent by the tape itself, when a profiler sets this to a dict (bench mnist
+# --profile): "record" (what recording adds to forward calls), "backward" (all of
+# backward()), "vjp" (the vjps inside it: the kernels and their Python).
+PROFILE: Optional[dict] = None
 
 
 def is_grad_enabled() -> bool:
@@ -248,6 +254,8 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False) ->
         _accumulate(tensor, sum_to(gradient, tuple(tensor.shape), tensor.dtype,
                                    tensor.device), borrowed)
         return
+    profile = PROFILE
+    started = time.perf_counter() if profile is not None else 0.0
     order = _topological(root)
     pending: dict = {root: (gradient, borrowed)}
     with no_grad():
@@ -261,7 +269,12 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False) ->
                     kept = node.retained()
                     if kept is not None:
                         kept.grad = g
-                grads = node.apply(g)
+                if profile is None:
+                    grads = node.apply(g)
+                else:
+                    t0 = time.perf_counter()
+                    grads = node.apply(g)
+                    profile["vjp"] = profile.get("vjp", 0.0) + time.perf_counter() - t0
                 for edge, meta, gi in zip(node.edges, node.metas, grads):
                     if edge is None or gi is None:
                         continue
@@ -279,6 +292,9 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False) ->
             if not retain_graph:
                 for node in order:
                     node.release()
+            if profile is not None:
+                profile["backward"] = profile.get("backward", 0.0) + \
+                    time.perf_counter() - started
 
 
 # ----------------------------------------------------------------------------- functional

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from typing import Any, Callable, Iterable
 
 from . import _autograd
@@ -82,6 +83,9 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
         @functools.wraps(forward)
         def call(*args: Any, **kwargs: Any) -> Any:
             if is_grad_enabled() and wants_tape(args, kwargs):
+                if _autograd.PROFILE is not None:
+                    return _profiled(op_name, forward, signature, grad_names, saved_names,
+                                     aux, passes, definition["vjp"], args, kwargs)
                 return _recorded(op_name, forward, signature, grad_names, saved_names, aux,
                                  passes, definition["vjp"], args, kwargs)
             result = forward(*args, **kwargs)
@@ -167,6 +171,24 @@ def _recorded(op_name: str, forward: Callable, signature: inspect.Signature,
         ctx.out = h
         saved.append(("out", h, version))
     _autograd.record(op_name, vjp, out, ctx, edges, metas, saved, passes)
+    return out
+
+
+def _profiled(op_name: str, forward: Callable, *rest: Any) -> Any:
+    """_recorded, adding what recording cost beyond the forward to PROFILE["record"]."""
+    spent = [0.0]
+
+    def timed_forward(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = _recorded(op_name, timed_forward, *rest)
+    profile = _autograd.PROFILE
+    if profile is not None:
+        profile["record"] = profile.get("record", 0.0) + time.perf_counter() - t0 - spent[0]
     return out
 
 

@@ -16,7 +16,7 @@ __all__ = ["mnist_cnn"]
 
 def mnist_cnn(seed: int, device: str | None = None) -> nn.Sequential:
     """PyTorch's MNIST example network, every parameter and dropout mask drawn from one
-    generator seeded with ``seed``; parameters on ``device`` (None: NumPy arrays)."""
+    generator seeded with ``seed``; parameters on ``device`` (None: the default device)."""
     rng = np.random.default_rng(seed)
     return nn.Sequential(
         nn.Conv2d(1, 32, 3, rng=rng, device=device), nn.ReLU(),

@@ -10,7 +10,8 @@ prepared before the clock starts, so no data loader is timed.
 
     python -m fastmetal bench mnist [--samples 60000] [--device cpu] [--profile]
 
-``--profile`` adds where fastmetal's step time goes: forward and backward of each layer,
+``--profile`` adds where fastmetal's step time goes: the forward of each layer, backward()
+(and of it, autograd's own bookkeeping),
 the loss and the optimizer step (median over a few batches).
 """
 from __future__ import annotations
@@ -63,9 +64,9 @@ def fastmetal_step(device):
     opt = fm.nn.optim.Adadelta(model.parameters(), lr=1.0)
 
     def step(x, y):
-        loss, grad = loss_fn(model(x), y)
+        loss = loss_fn(model(x), y)
         opt.zero_grad()
-        model.backward(grad, input_grad=False)  # nobody reads the images' gradient
+        loss.backward()
         opt.step()
         return loss
     return step, model, loss_fn, opt
@@ -101,33 +102,41 @@ def run_epoch(step, batches, samples, sync):
 
 
 def profile_fastmetal(device, batches, repeats=10):
-    """Median milliseconds per batch of each layer's forward and backward, the loss and the
-    optimizer step."""
+    """Median milliseconds per batch of each layer's forward, the loss, backward() (with the
+    tape's own bookkeeping: recording during the forward and walking the graph, apart from
+    the vjps' kernels) and the optimizer step."""
+    from fastmetal import _autograd
     _, model, loss_fn, opt = fastmetal_step(device)
     sync = fm.synchronize
     names = [f"{i}:{type(layer).__name__}" for i, layer in enumerate(model)]
-    rows = {f"{n} fwd": [] for n in names}
-    rows.update({f"{n} bwd": [] for n in names})
-    rows["loss"], rows["optimizer"] = [], []
+    keys = [f"{n} fwd" for n in names] + ["loss", "backward", "optimizer",
+                                           "autograd bookkeeping: recording",
+                                           "autograd bookkeeping: graph walk"]
+    rows = {k: [] for k in keys}
     for r in range(repeats + 2):
         x, y = batches[r % len(batches)]
         times = {}
-        for name, layer in zip(names, model):
+        _autograd.PROFILE = profile = {}
+        try:
+            for name, layer in zip(names, model):
+                t0 = time.perf_counter()
+                x = layer(x)
+                sync()
+                times[f"{name} fwd"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            x = layer(x)
+            loss = loss_fn(x, y)
             sync()
-            times[f"{name} fwd"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        _, grad = loss_fn(x, y)
-        sync()
-        times["loss"] = time.perf_counter() - t0
-        opt.zero_grad()
-        for i, (name, layer) in enumerate(zip(reversed(names), reversed(list(model)))):
+            times["loss"] = time.perf_counter() - t0
+            opt.zero_grad()
             t0 = time.perf_counter()
-            first = i == len(names) - 1  # as the step: no gradient for the images
-            grad = layer.backward(grad, input_grad=False) if first else layer.backward(grad)
+            loss.backward()
             sync()
-            times[f"{name} bwd"] = time.perf_counter() - t0
+            times["backward"] = time.perf_counter() - t0
+        finally:
+            _autograd.PROFILE = None
+        times["autograd bookkeeping: recording"] = profile.get("record", 0.0)
+        times["autograd bookkeeping: graph walk"] = profile.get("backward", 0.0) - \
+            profile.get("vjp", 0.0)
         t0 = time.perf_counter()
         opt.step()
         sync()
@@ -216,11 +225,16 @@ def main(argv=None):
             print(f"\nfastmetal on {device}: the host queues a step in {queued:.2f} ms, the "
                   f"device finishes one every {finished:.2f} ms (100 steps)")
         prof = profile_fastmetal(device, fbatches)
+        inside = {k: prof.pop(k) for k in list(prof) if k.startswith("autograd")}
         total = sum(prof.values())
         print(f"\nfastmetal step on {device}, per layer (median of 10 batches; "
               f"sum {total:.1f} ms):")
         for k, v in sorted(prof.items(), key=lambda kv: -kv[1]):
             print(f"  {k:22} {v:7.2f} ms  {100 * v / total:5.1f}%")
+        print("of which the tape's own work (Python, no kernels):")
+        for k, v in inside.items():
+            print(f"  {k[len('autograd bookkeeping: '):]:22} {v:7.2f} ms  "
+                  f"{100 * v / total:5.1f}%")
     return results
 
 
