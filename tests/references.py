@@ -43,9 +43,19 @@ def gelu_reference(x):
     return 0.5 * x * erfc(-x / math.sqrt(2.0)) if x.size else x.copy()
 
 
+def gelu_grad_reference(x):
+    """GELU's derivative in float64: Phi(x) + x phi(x)."""
+    x = np.asarray(x, dtype=np.float64)
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    if not x.size:
+        return x.copy()
+    with np.errstate(all="ignore"):
+        return 0.5 * erfc(-x / math.sqrt(2.0)) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
 def numpy_reference(spec, *args):
     """Evaluate an op table's NumPy reference in float64 (args are float64 arrays)."""
-    scope = {"np": np, "gelu_reference": gelu_reference}
+    scope = {"np": np, "gelu_reference": gelu_reference, "gelu_grad_reference": gelu_grad_reference}
     scope.update(zip(("x", "y"), args))
     with np.errstate(all="ignore"):
         return np.asarray(eval(spec.numpy, scope), dtype=np.float64)

@@ -1,21 +1,19 @@
 # Type stubs of fastmetal.nn.optim (see optim.py for the documentation).
-from typing import Any, Protocol, Sequence, Union
+from typing import Any, Iterable, Union
 
-class _Layer(Protocol):
-    def parameters(self) -> Sequence[object]: ...
+from ._core import Array
 
-# What an optimizer takes: what parameters() of a layer returns (nn.Parameters), or the
-# layer itself.
-_Params = Union[Sequence[object], _Layer]
+# Any iterable of parameters, or of param-group dicts ({"params": [...], "lr": ...}).
+_Params = Union[Iterable[Array], Iterable[dict[str, Any]]]
 
 class Optimizer:
-    # Hyper-parameters by name (floats, and Adam's `betas` pair).
+    defaults: dict[str, Any]
     param_groups: list[dict[str, Any]]
-    state: list[dict[str, Any]]
+    state: dict[int, dict[str, Any]]
     def __init__(self, params: _Params, defaults: dict[str, Any]) -> None: ...
     @property
     def lr(self) -> float: ...
-    def zero_grad(self) -> None: ...
+    def zero_grad(self, set_to_none: bool = ...) -> None: ...
     def step(self) -> None: ...
 
 class SGD(Optimizer):
@@ -27,6 +25,8 @@ class Adam(Optimizer):
     def __init__(self, params: _Params, lr: float = ..., betas: tuple[float, float] = ...,
                  eps: float = ..., weight_decay: float = ...) -> None: ...
 
+class AdamW(Adam): ...
+
 class Adadelta(Optimizer):
     def __init__(self, params: _Params, lr: float = ..., rho: float = ..., eps: float = ...,
                  weight_decay: float = ...) -> None: ...
@@ -35,8 +35,10 @@ class StepLR:
     optimizer: Optimizer
     step_size: int
     gamma: float
-    base_lr: float
+    base_lrs: list[float]
     last_epoch: int
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = ...) -> None: ...
     def step(self) -> None: ...
     def get_last_lr(self) -> list[float]: ...
+
+__all__: list[str]
