@@ -118,6 +118,9 @@ def test_every_public_name_has_a_stub(tmp_path):
     optim_declared = _stub_names(package / "optim.pyi")
     missing = sorted(set(fm.nn.optim.__all__) - optim_declared)
     assert not missing, f"add these to python/fastmetal/optim.pyi: {missing}"
+    random_declared = _stub_names(package / "random.pyi")
+    missing = sorted(set(fm.random.__all__) - random_declared)
+    assert not missing, f"add these to python/fastmetal/random.pyi: {missing}"
 
 
 def test_elementwise_stubs_follow_the_op_table(tmp_path):

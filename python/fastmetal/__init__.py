@@ -39,6 +39,7 @@ from . import training
 from .training import (cross_entropy, dropout, dropout_backward, log_softmax,
                        log_softmax_backward, max_pool2d, max_pool2d_backward)
 from . import nn
+from . import random
 
 try:
     __version__ = _metadata.version("fastmetal")
@@ -83,6 +84,7 @@ __all__ = [
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward",
     "nn",
+    "random",
     # declared with their C++ code (FM_PYTHON_OP in csrc/ops)
     *_declared_op_names,
 ]
