@@ -31,6 +31,11 @@ ARRAY_USAGE = textwrap.dedent('''
     dev: fm.Array = fm.maximum(a, 0.0)
     x: float = a[0, 0].item()
     d: fm.Array = a.astype("float16").copy().to(a.device).ravel().flatten()
+    fm.random.seed(0)
+    g = fm.random.Generator(2**40)
+    eps: fm.Array = fm.random.normal((2, 3), std=0.5, generator=g) * fm.random.uniform(3)
+    m: fm.Array = fm.random.bernoulli(0.25, [4], dtype="float16", device=a.device)
+    n: int = g.counter + g.manual_seed(1).seed
     ''')
 
 
