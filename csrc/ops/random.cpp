@@ -36,23 +36,30 @@ RandomArgs draw_args(const char* op, const Array& out, std::int64_t key0, std::i
   a.n = std::uint64_t(out.size());
   a.key0 = std::uint32_t(key0);
   a.key1 = std::uint32_t(key1);
-  a.counter_lo = std::uint32_t(std::uint64_t(counter));
-  a.counter_hi = std::uint32_t(std::uint64_t(counter) >> 32);
+  a.counter = std::uint64_t(counter);
   return a;
 }
 
-Array launch(const char* kernel, const Array& out, const RandomArgs& a) {
-  if (a.n == 0) return out;
+// Launches `kernel` over the whole blocks (four elements a thread) and `kernel`_tail over
+// the last n % 4 elements (one thread).
+Array launch(const std::string& kernel, const Array& out, RandomArgs a) {
   Backend& be = out.backend();
-  const std::uint32_t threads = std::uint32_t((a.n + 3u) / 4u);
-  std::uint32_t group = kernel_group_size();  // tests vary it; 0: the backend's choice
-  if (group == 0) group = be.preferred_group_size(kernel);
-  Dispatch d;
-  d.grid[0] = threads;
-  d.group[0] = std::max<std::uint32_t>(1, std::min(group, threads));
-  d.cost = 16;  // ten Philox rounds per four elements
-  be.launch(kernel, d,
-            {KernelArg::buffer(out.storage, out.byte_offset()), KernelArg::inline_bytes(&a, sizeof a)});
+  auto run = [&](const std::string& name, std::uint32_t threads) {
+    std::uint32_t group = kernel_group_size();  // tests vary it; 0: the backend's choice
+    if (group == 0) group = be.preferred_group_size(name);
+    Dispatch d;
+    d.grid[0] = threads;
+    d.group[0] = std::max<std::uint32_t>(1, std::min(group, threads));
+    d.cost = 16;  // ten Philox rounds per four elements
+    be.launch(name, d, {KernelArg::buffer(out.storage, out.byte_offset()),
+                        KernelArg::inline_bytes(&a, sizeof a)});
+  };
+  const std::uint32_t whole = std::uint32_t(a.n / 4u);
+  if (whole > 0) run(kernel, whole);
+  if (a.n % 4u != 0) {
+    a.first = whole;
+    run(kernel + "_tail", 1);
+  }
   return out;
 }
 
