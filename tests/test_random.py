@@ -15,6 +15,9 @@ import pytest
 
 import fastmetal as fm
 from fastmetal import _core
+from references import msl_kernels_on_cpu
+
+kernels = pytest.fixture(msl_kernels_on_cpu)
 
 M32 = np.uint64(0xFFFFFFFF)
 
@@ -122,6 +125,26 @@ def test_normal_is_box_muller_of_the_philox_stream(device, shape):
                                rtol=2e-6, atol=6e-6)
 
 
+def test_bernoulli_is_dropouts_mask(device):
+    # One Philox (metal/philox.h) for both: from counter 0, bernoulli(p) is 1 exactly where
+    # dropout with the same seed and p drops.
+    for seed, p in [(0, 0.5), (2**40 + 3, 0.1), (2**64 - 1, 0.9)]:
+        dropped = host(fm.dropout(fm.ones(4099), p, seed=seed)) == 0
+        b = host(fm.random.bernoulli(p, 4099, generator=fm.random.Generator(seed)))
+        np.testing.assert_array_equal(b, dropped.astype(np.float32))
+
+
+@pytest.mark.cpu_only
+def test_dropouts_msl_kernel_still_matches_its_cpu_fast_path(request):
+    # philox.h (the rounds written out for the CPU's vectoriser) against the CPU's own
+    # Philox in csrc/backend/cpu/isa/dropout.cpp.
+    x = np.random.default_rng(1).standard_normal(10007).astype(np.float32) + 10
+    fast = fm.dropout(x, 0.3, seed=2**35 + 77)
+    request.getfixturevalue("kernels")  # from here on the MSL kernels run on the CPU
+    assert not _core._native_cpu()
+    np.testing.assert_array_equal(fm.dropout(x, 0.3, seed=2**35 + 77), fast)
+
+
 def test_float16_draws_round_the_float32_stream(device):
     g, g16 = fm.random.Generator(3), fm.random.Generator(3)
     z = host(fm.random.normal((1000,), 1.0, 2.0, generator=g))
@@ -160,11 +183,12 @@ def test_the_same_numbers_for_any_threadgroup_size(device, group):
                 host(fm.random.normal(10007, generator=g)),
                 host(fm.random.bernoulli(0.7, 10007, generator=g))]
     expect = draws()
+    saved = _core._kernel_group_size()
     _core._set_kernel_group_size(group)
     try:
         got = draws()
     finally:
-        _core._set_kernel_group_size(0)
+        _core._set_kernel_group_size(saved)
     for a, b in zip(got, expect):
         np.testing.assert_array_equal(a, b)
 
