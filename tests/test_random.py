@@ -389,7 +389,8 @@ def test_bad_arguments(call, err, text):
 
 
 @pytest.mark.parametrize("call,err,text", [
-    (lambda: fm.random.seed(-1), ValueError, r"^\[fastmetal\.random\.seed\] expected seed to be an int in \[0, 2\*\*64\), got -1"),
+    (lambda: fm.random.seed(-1), ValueError,
+     r"^\[fastmetal\.random\.seed\] expected seed to be an int in \[0, 2\*\*64\), got -1"),
     (lambda: fm.random.seed(2**64), ValueError, r"^\[fastmetal\.random\.seed\] expected seed"),
     (lambda: fm.random.seed(1.0), TypeError, r"^\[fastmetal\.random\.seed\] expected seed"),
     (lambda: fm.random.seed(True), TypeError, r"^\[fastmetal\.random\.seed\] expected seed"),
@@ -428,3 +429,9 @@ def test_private_entry_points_check_their_arguments():
         _core._random_bernoulli(out, 0, 0, 0, 2**24 + 1)
     with pytest.raises(ValueError, match=r"^\[fastmetal\.random\.uniform\] expected bits"):
         _core._random_uniform(out, 0, 0, 0, 0.0, 1.0, 25)
+    with pytest.raises(ValueError, match=r"^\[fastmetal\.random\.uniform\] expected finite low"):
+        _core._random_uniform(out, 0, 0, 0, -3e38, 3e38, 24)
+    with pytest.raises(ValueError, match=r"^\[fastmetal\.random\.normal\] expected finite mean"):
+        _core._random_normal(out, 0, 0, 0, 1e39, 1.0)
+    with pytest.raises(ValueError, match=r"^\[fastmetal\.random\.normal\] expected finite mean"):
+        _core._random_normal(out, 0, 0, 0, 0.0, float("nan"))

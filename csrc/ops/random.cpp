@@ -1,7 +1,9 @@
 // fastmetal.random's kernels (metal/random.metal) behind private entry points: the public
 // functions, the generators and the argument checks are python/fastmetal/random.py. Each
 // entry fills a contiguous float32 Array that random.py allocated on the chosen device
-// (the Array argument carries the device and the shape) and returns it.
+// (the Array argument carries the device and the shape) and returns it. (The binding hands
+// the op a contiguous float32 Array: the caller's own when it is one, else a copy, which
+// the fill would then miss; random.py passes a fresh fastmetal.empty.)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,12 +21,13 @@ namespace {
 
 constexpr std::int64_t kMax32 = std::numeric_limits<std::uint32_t>::max();
 
+// Finite once rounded to float32, where the kernels compute (NaN fails too).
+bool finite_in_float32(double v) { return std::fabs(v) <= std::numeric_limits<float>::max(); }
+
 // The parts of RandomArgs every draw has: size, key and counter (checked here too, though
 // random.py already did: these are reachable from fastmetal._core).
 RandomArgs draw_args(const char* op, const Array& out, std::int64_t key0, std::int64_t key1,
                      std::int64_t counter) {
-  if (!out.contiguous() || out.dtype != DType::float32)
-    throw ValueError(message(op, "expected out to be a contiguous float32 Array"));
   if (key0 < 0 || key0 > kMax32 || key1 < 0 || key1 > kMax32)
     throw ValueError(message(op, "expected key words in [0, 2**32), got ", key0, " and ", key1));
   if (counter < 0) throw ValueError(message(op, "expected a counter >= 0, got ", counter));
@@ -70,7 +73,7 @@ Array random_uniform(const Array& out, std::int64_t key0, std::int64_t key1, std
   const char* op = "random.uniform";
   RandomArgs a = draw_args(op, out, key0, key1, counter);
   const double range = high - low;
-  if (!std::isfinite(low) || !(range >= 0) || !std::isfinite(float(range)))
+  if (!finite_in_float32(low) || !(range >= 0) || !finite_in_float32(range))
     throw ValueError(message(op, "expected finite low <= high with high - low finite in float32, "
                                  "got low=", low, ", high=", high));
   if (bits < 1 || bits > 24) throw ValueError(message(op, "expected bits in [1, 24], got ", bits));
@@ -88,8 +91,9 @@ Array random_normal(const Array& out, std::int64_t key0, std::int64_t key1, std:
                     double mean, double stddev) {
   const char* op = "random.normal";
   RandomArgs a = draw_args(op, out, key0, key1, counter);
-  if (!std::isfinite(float(mean)) || !std::isfinite(float(stddev)) || !(stddev >= 0))
-    throw ValueError(message(op, "expected finite mean and std >= 0, got mean=", mean, ", std=", stddev));
+  if (!finite_in_float32(mean) || !finite_in_float32(stddev) || !(stddev >= 0))
+    throw ValueError(message(op, "expected finite mean and std >= 0, got mean=", mean, ", std=",
+                             stddev));
   a.a = float(mean);
   a.b = float(stddev);
   return launch("random_normal", out, a);
