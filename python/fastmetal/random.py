@@ -5,7 +5,7 @@ The generator is dropout's Philox-4x32-10 (``metal/philox.h``), run by the kerne
 Philox blocks it has used so far). Element ``i`` of a draw comes from word ``i % 4`` of the
 block ``counter + i // 4``, and the draw then moves the counter past its blocks. So the
 numbers depend only on the seed, the draws before and the element's index in C order: the
-same on every device and for any number of threads, and each draw is new.
+same bits on every device and for any number of threads, and each draw is new.
 
     >>> import fastmetal as fm
     >>> fm.random.seed(0)
@@ -183,12 +183,14 @@ def normal(shape, mean=0.0, std=1.0, *, dtype="float32", device=None, generator=
     """An Array of ``shape`` drawn from the normal distribution N(mean, std**2), as
     ``torch.normal(mean, std, size)``.
 
-    Box–Muller on Philox words: the words ``2k`` and ``2k + 1`` of a block give
-    ``u1 = (w >> 8) + 1) / 2**24`` and ``u2 = (w >> 8) / 2**24``, then
-    ``sqrt(-2 log u1) * (cos, sin)(2 pi u2)``, scaled as ``mean + std * z`` (one fma) in
-    float32 (so ``|z| <= 5.77``) and rounded to ``dtype`` (float32 or float16). The same
-    seed gives the same numbers on every device, up to an ulp or so of the log and
-    sine (each device's float arithmetic), and bit for bit for any number of threads.
+    Box–Muller on Philox words: words ``2k`` and ``2k + 1`` of a block give
+    ``u1 = ((w >> 8) + 1) / 2**24`` and ``u2 = (w >> 8) / 2**24``, then
+    ``z = sqrt(-2 ln u1) * (cos, sin)(2 pi u2)`` (so ``|z| <= 5.77``), within 4 ulps of
+    float64, and ``mean + std * z`` as one fma in float32, rounded to ``dtype`` (float32 or
+    float16). The transform is integers, exact operations and explicit fmas, so the same
+    seed gives the same bits on every device and for any number of threads (the x86-64
+    fallback without FMA, cpu ISA ``base``, emulates fma and could differ in the last bit in
+    rare elements).
     """
     op = "random.normal"
     mean, std = _real(mean, "mean", op), _real(std, "std", op)
