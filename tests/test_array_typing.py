@@ -31,6 +31,11 @@ ARRAY_USAGE = textwrap.dedent('''
     dev: fm.Array = fm.maximum(a, 0.0)
     x: float = a[0, 0].item()
     d: fm.Array = a.astype("float16").copy().to(a.device).ravel().flatten()
+    fm.random.seed(0)
+    g = fm.random.Generator(2**40)
+    eps: fm.Array = fm.random.normal((2, 3), std=0.5, generator=g) * fm.random.uniform(3)
+    m: fm.Array = fm.random.bernoulli(0.25, [4], dtype="float16", device=a.device)
+    n: int = g.counter + g.manual_seed(1).seed
     ''')
 
 
@@ -118,6 +123,9 @@ def test_every_public_name_has_a_stub(tmp_path):
     optim_declared = _stub_names(package / "optim.pyi")
     missing = sorted(set(fm.nn.optim.__all__) - optim_declared)
     assert not missing, f"add these to python/fastmetal/optim.pyi: {missing}"
+    random_declared = _stub_names(package / "random.pyi")
+    missing = sorted(set(fm.random.__all__) - random_declared)
+    assert not missing, f"add these to python/fastmetal/random.pyi: {missing}"
 
 
 def test_elementwise_stubs_follow_the_op_table(tmp_path):

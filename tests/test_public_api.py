@@ -8,7 +8,7 @@ import types
 from pathlib import Path
 
 import fastmetal as fm
-from fastmetal import _elementwise, _ops, nn
+from fastmetal import _elementwise, _ops, nn, random
 from fastmetal._optable import OPS
 
 API_DOC = Path(__file__).resolve().parent.parent / "docs" / "API.md"
@@ -38,6 +38,12 @@ def test_dir_of_fastmetal_is_exactly_the_documented_api():
 
 def test_dir_of_fastmetal_nn_is_exactly_the_documented_api():
     assert set(dir(nn)) == set(nn.__all__) == documented_names("fastmetal.nn")
+
+
+def test_dir_of_fastmetal_random_is_exactly_the_documented_api():
+    assert fm.random is random and random.__name__ == "fastmetal.random"
+    assert set(dir(random)) == set(random.__all__) == documented_names("fastmetal.random")
+    assert {n for n in vars(random) if not n.startswith("_")} == set(random.__all__)
 
 
 def test_no_leaked_public_attributes():

@@ -44,6 +44,7 @@ from .training import (cross_entropy, dropout, dropout_backward, log_softmax,
 from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss,
                      nll_loss)
 from . import nn
+from . import random
 
 try:
     __version__ = _metadata.version("fastmetal")
@@ -91,6 +92,7 @@ __all__ = [
     "max_pool2d", "max_pool2d_backward",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
     "nn",
+    "random",
     # declared with their C++ code (FM_PYTHON_OP in csrc/ops)
     *_declared_op_names,
 ]

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import nn as nn
+from . import random as random
 from ._core import (
     Array as Array,
     asarray as asarray,
