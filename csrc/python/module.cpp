@@ -225,6 +225,9 @@ PYBIND11_MODULE(_core, m) {
           "_strides",
           [](const Array& a) { return py::tuple(py::cast(a.strides)); },
           "Strides in elements (negative and zero allowed).")
+      .def("_alias", [](const Array& a) { return a; },
+           "A new Array object over the same elements (shape, strides, storage, flags): what "
+           "autograd saves and detach() returns, with none of the Python object's attributes.")
       .def("_view", &make_view, py::arg("offset"), py::arg("shape"), py::arg("strides"),
            "A new Array on the same storage (no copy): element offset, shape and strides in "
            "elements. Every addressed element must lie inside the storage. Flags of the "

@@ -356,7 +356,7 @@ def _to(self: Array, device: str) -> Array:
     return _move(self, device)
 
 
-@op(grads=("self",), name="to", public=False)
+@op(grads=("self",), saves=("self",), name="to", public=False)
 def _move(self: Array, device: str) -> Array:
     source = self if _contiguous(self) else _copy(self)
     return _core.asarray(source.numpy(), dtype=self.dtype, device=device)
@@ -364,7 +364,7 @@ def _move(self: Array, device: str) -> Array:
 
 @_move.vjp
 def _move_vjp(ctx: Any, g: Array) -> Array:
-    return _move(g, ctx.devices["self"])
+    return _move(g, ctx.self.device)
 
 
 # ----------------------------------------------------------------------------- setitem

@@ -28,7 +28,11 @@ import numpy as np
 from . import _core
 from ._core import Array
 
-_mode = threading.local()  # grad mode is per thread, as PyTorch's
+class _Mode(threading.local):
+    enabled = True  # a class default: the lookup never misses (this runs on every op call)
+
+
+_mode = _Mode()  # grad mode is per thread, as PyTorch's
 
 # Seconds spent by the tape itself, when a profiler sets this to a dict (bench mnist
 # --profile): "record" (what recording adds to forward calls), "backward" (all of
@@ -38,7 +42,7 @@ PROFILE: Optional[dict] = None
 
 def is_grad_enabled() -> bool:
     """Whether ops record their gradients (True unless inside :class:`no_grad`)."""
-    return getattr(_mode, "enabled", True)
+    return _mode.enabled
 
 
 def set_grad_enabled(mode: bool) -> None:
@@ -89,13 +93,12 @@ class Context:
     """What a vjp reads: the forward call's arguments by name (Arrays among them as saved,
     or None where the declaration does not save them), ``out`` (the result, if saved),
     ``aux`` (what the forward returned beside its result, if declared), ``needs`` (one bool
-    per differentiable argument: whether its gradient is wanted), ``shapes`` and ``devices``
-    (the shape and device of every Array argument)."""
+    per differentiable argument: whether its gradient is wanted) and ``shapes`` (the shape
+    of every Array argument)."""
 
     def __init__(self) -> None:
         self.needs: tuple = ()
         self.shapes: dict = {}
-        self.devices: dict = {}
         self.out: Any = None
         self.aux: Any = None
 
@@ -147,7 +150,7 @@ class Node:
 def _handle(a: Array) -> Array:
     """A new Array object over a's memory with no autograd state (what is saved, what
     detach() returns): the node never refers to the result object itself."""
-    return a._view(a._offset, list(a.shape), list(a._strides))
+    return a._alias()
 
 
 def requires_grad(a: Any) -> bool:

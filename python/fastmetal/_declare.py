@@ -67,6 +67,7 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
                 raise TypeError(f"op {op_name}: {n!r} is not an argument of {params}")
         positions = tuple((params.index(n), n) for n in grad_names)
         out_position = params.index("out") if "out" in params else -1
+        bind = _binder(signature)
         definition: dict = {"vjp": _unwanted}
 
         def wants_tape(args: tuple, kwargs: dict) -> bool:
@@ -84,9 +85,9 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
         def call(*args: Any, **kwargs: Any) -> Any:
             if is_grad_enabled() and wants_tape(args, kwargs):
                 if _autograd.PROFILE is not None:
-                    return _profiled(op_name, forward, signature, grad_names, saved_names,
+                    return _profiled(op_name, forward, bind, grad_names, saved_names,
                                      aux, passes, definition["vjp"], args, kwargs)
-                return _recorded(op_name, forward, signature, grad_names, saved_names, aux,
+                return _recorded(op_name, forward, bind, grad_names, saved_names, aux,
                                  passes, definition["vjp"], args, kwargs)
             result = forward(*args, **kwargs)
             return result[0] if aux else result
@@ -103,29 +104,30 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
     return decorate
 
 
-_PLAIN: dict = {}  # signature -> (names, defaults) where binding by position is exact
+def _binder(signature: inspect.Signature) -> Callable[[tuple, dict], dict]:
+    """A function giving a call's arguments by name, defaults included: by position and
+    name directly where the signature allows (inspect's bind is ~10x slower, and this runs
+    on every recorded call), else through the signature (*args, and the TypeError)."""
+    params = signature.parameters.values()
+    names = tuple(p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD)
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    every = frozenset(p.name for p in params)
+    simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
 
+    def general(args: tuple, kwargs: dict) -> dict:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments
 
-def _bind(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
-    """The arguments by name, defaults included (inspect's bind is ~10x slower: this runs
-    on every recorded call)."""
-    plain = _PLAIN.get(signature)
-    if plain is None:
-        params = signature.parameters.values()
-        simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
-        plain = _PLAIN[signature] = (
-            tuple(p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD),
-            {p.name: p.default for p in params if p.default is not p.empty},
-            frozenset(p.name for p in params)) if simple else ()
-    if plain and len(args) <= len(plain[0]) and plain[2].issuperset(kwargs):
-        values = dict(plain[1])
-        values.update(zip(plain[0], args))
-        values.update(kwargs)
-        if len(values) == len(plain[2]):
-            return values
-    bound = signature.bind(*args, **kwargs)  # the general case, and the TypeError
-    bound.apply_defaults()
-    return bound.arguments
+    def fast(args: tuple, kwargs: dict) -> dict:
+        if len(args) <= len(names) and every.issuperset(kwargs):
+            values = dict(defaults)
+            values.update(zip(names, args))
+            values.update(kwargs)
+            if len(values) == len(every):
+                return values
+        return general(args, kwargs)
+    return fast if simple else general
 
 
 def _check_out(out: Any, where: str) -> None:
@@ -138,57 +140,60 @@ def _check_out(out: Any, where: str) -> None:
                            "fastmetal.no_grad()), got such a leaf")
 
 
-def _recorded(op_name: str, forward: Callable, signature: inspect.Signature,
+def _recorded(op_name: str, forward: Callable, bind: Callable[[tuple, dict], dict],
               grad_names: tuple, saved_names: Any, aux: bool, passes: bool,
               vjp: Callable, args: tuple, kwargs: dict) -> Any:
-    where = f"fastmetal.{op_name}"
-    values = _bind(signature, args, kwargs)
+    values = bind(args, kwargs)
     out_arg = values.get("out")
     if out_arg is not None:
-        _check_out(out_arg, where)
-    if isinstance(saved_names, dict):  # what the wanted gradients read
-        saved_names = frozenset().union(*(saved_names[n] for n in grad_names
-                                          if _autograd.requires_grad(values.get(n))))
+        _check_out(out_arg, f"fastmetal.{op_name}")
+    inputs = [values.get(n) for n in grad_names]
+    needs = tuple(type(v) is Array and v._requires_grad for v in inputs)
+    if type(saved_names) is dict:  # saves_for: what the wanted gradients read
+        key = ("needs", needs)
+        chosen = saved_names.get(key)
+        if chosen is None:
+            chosen = saved_names[key] = frozenset().union(
+                *(saved_names[n] for n, want in zip(grad_names, needs) if want))
+        saved_names = chosen
     ctx = Context()
+    fields = ctx.__dict__
+    fields.update(values)
+    ctx.needs = needs
+    shapes = ctx.shapes
     saved = []
     for n, v in values.items():
         if type(v) is Array:
-            ctx.shapes[n] = tuple(v.shape)
-            ctx.devices[n] = v.device
+            shapes[n] = v.shape
             if n in saved_names:
                 h, version = _autograd.save(v)
-                setattr(ctx, n, h)
+                fields[n] = h
                 saved.append((n, h, version))
             else:
-                setattr(ctx, n, None)
-        else:
-            setattr(ctx, n, v)
-    edges, metas, needs = [], [], []
-    for n in grad_names:
-        v = values.get(n)
-        if _autograd.requires_grad(v):
-            edges.append(_autograd.edge_of(v))
-            metas.append((tuple(v.shape), v.dtype))
-            needs.append(True)
-        else:
-            edges.append(None)
-            metas.append(None)
-            needs.append(False)
-    ctx.needs = tuple(needs)
-    with _autograd.no_grad():
+                fields[n] = None
+    edges = [(v._node if v._node is not None else v) if want else None
+             for v, want in zip(inputs, needs)]
+    metas = [(v.shape, v.dtype) if want else None for v, want in zip(inputs, needs)]
+    mode = _autograd._mode
+    mode.enabled = False  # the forward records nothing (it may call other ops)
+    try:
         result = forward(*args, **kwargs)
+    finally:
+        mode.enabled = True
     out, extra = result if aux else (result, None)
     ctx.aux = extra
-    if out_arg is None and any(out is v for v in values.values()):
-        return out  # the op returned an argument as it is (dropout in eval mode, ...)
-    if not any(needs):  # only out= required grad: the result no longer depends on the graph
+    if out_arg is None:
+        for v in inputs:
+            if v is out:
+                return out  # the op returned an argument as it is (dropout in eval mode)
+    if True not in needs:  # only out= required grad: the result no longer depends on the graph
         if type(out) is Array:
             out._node = None
             out._requires_grad = False
         return out
     if type(out) is not Array:
-        raise RuntimeError(f"[{where}] expected a fastmetal.Array result to record a "
-                           f"gradient on, got {type(out).__name__}")
+        raise RuntimeError(f"[fastmetal.{op_name}] expected a fastmetal.Array result to "
+                           f"record a gradient on, got {type(out).__name__}")
     if "out" in saved_names:
         h, version = _autograd.save(out)
         ctx.out = h
