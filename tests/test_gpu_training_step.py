@@ -34,34 +34,46 @@ def _net(device):
 
 
 def test_sequential_backward_without_the_input_gradient(device):
+    """An input that does not require grad gets no gradient (its vjp is skipped), and the
+    parameters' gradients are bitwise those of a pass that computes the input's too."""
     x = np.random.default_rng(6).standard_normal((4, 6, 6)).astype(np.float32)
     grad = np.random.default_rng(7).standard_normal((4, 3)).astype(np.float32)
     full, skip = _net(device), _net(device)
-    full(fm.asarray(x, device=device))
-    gx = full.backward(fm.asarray(grad, device=device))
-    skip(fm.asarray(x, device=device))
-    assert skip.backward(fm.asarray(grad, device=device), input_grad=False) is None
-    assert np.asarray(gx).shape == (4, 6, 6)
-    for layer_a, layer_b in zip(full, skip):
-        for name in ("weight_grad", "bias_grad"):
-            ga, gb = getattr(layer_a, name, None), getattr(layer_b, name, None)
-            assert (ga is None) == (gb is None)
-            if ga is not None:
-                np.testing.assert_array_equal(np.asarray(ga), np.asarray(gb))
+    xf = fm.asarray(x, device=device).requires_grad_()
+    full(xf).backward(fm.asarray(grad, device=device))
+    xs = fm.asarray(x, device=device)
+    skip(xs).backward(fm.asarray(grad, device=device))
+    assert xs.grad is None and not xs.requires_grad
+    assert xf.grad is not None and xf.grad.shape == (4, 6, 6) and xf.grad.device == device
+    pa, pb = dict(full.named_parameters()), dict(skip.named_parameters())
+    assert list(pa) == list(pb) == ["1.weight", "1.bias", "3.weight", "3.bias"]
+    for name in pa:
+        assert pa[name].grad is not None and pb[name].grad is not None, name
+        np.testing.assert_array_equal(np.asarray(pa[name].grad), np.asarray(pb[name].grad))
 
 
 def test_conv2d_backward_without_the_input_gradient(device):
     rng = np.random.default_rng(8)
     conv = fm.nn.Conv2d(1, 4, 3, rng=rng, device=device)
-    x = fm.asarray(rng.standard_normal((2, 1, 8, 8)).astype(np.float32), device=device)
+    xh = rng.standard_normal((2, 1, 8, 8)).astype(np.float32)
     g = fm.asarray(rng.standard_normal((2, 4, 6, 6)).astype(np.float32), device=device)
-    conv(x)
-    gx = conv.backward(g)
-    gw, gb = np.asarray(conv.weight_grad), np.asarray(conv.bias_grad)
-    assert conv.backward(g, input_grad=False) is None
-    assert np.asarray(gx).shape == (2, 1, 8, 8)
-    np.testing.assert_array_equal(np.asarray(conv.weight_grad), gw)
-    np.testing.assert_array_equal(np.asarray(conv.bias_grad), gb)
+    x = fm.asarray(xh, device=device).requires_grad_()
+    conv(x).backward(g)
+    gx, gw, gb = np.asarray(x.grad), np.asarray(conv.weight.grad), np.asarray(conv.bias.grad)
+    assert gx.shape == (2, 1, 8, 8)
+    # The functional kernel gives the same gradients.
+    fx, fw, fb = fm.conv2d_backward(g, fm.asarray(xh, device=device), conv.weight.detach())
+    np.testing.assert_array_equal(np.asarray(fx), gx)
+    np.testing.assert_array_equal(np.asarray(fw), gw)
+    np.testing.assert_array_equal(np.asarray(fb), gb)
+    # Again, the input without requires_grad: no input gradient, the same parameter ones.
+    conv.zero_grad()
+    assert conv.weight.grad is None and conv.bias.grad is None
+    x2 = fm.asarray(xh, device=device)
+    conv(x2).backward(g)
+    assert x2.grad is None
+    np.testing.assert_array_equal(np.asarray(conv.weight.grad), gw)
+    np.testing.assert_array_equal(np.asarray(conv.bias.grad), gb)
 
 
 def test_bench_mnist_runs_a_short_epoch(device, capsys):

@@ -78,21 +78,24 @@ def test_whole_mnist_sequential_matches_finite_differences():
     loss_fn = nn.CrossEntropyLoss()
 
     def loss_at():
-        return float(np.asarray(loss_fn(net(x), labels)[0], dtype=np.float64))
+        with fm.no_grad():
+            return float(np.asarray(loss_fn(net(x), labels), dtype=np.float64))
 
-    _, grad = loss_fn(net(x), labels)
-    gx = np.asarray(net.backward(grad)).copy()
-    grads = {i: np.asarray(net[i].weight_grad).copy() for i in (0, 2, 7, 10)}
-    bias_grads = {i: np.asarray(net[i].bias_grad).copy() for i in (0, 2, 7, 10)}
+    xa = fm.asarray(x).requires_grad_()
+    loss_fn(net(xa), labels).backward()
+    gx = np.asarray(xa.grad).copy()
+    grads = {i: np.asarray(net[i].weight.grad).copy() for i in (0, 2, 7, 10)}
+    bias_grads = {i: np.asarray(net[i].bias.grad).copy() for i in (0, 2, 7, 10)}
     eps = 1e-2
 
     def check(array, idx, analytic):
-        old = array[idx]
-        array[idx] = old + eps
-        lp = loss_at()
-        array[idx] = old - eps
-        lm = loss_at()
-        array[idx] = old
+        old = float(np.asarray(array)[idx])
+        with fm.no_grad():
+            array[idx] = old + eps
+            lp = loss_at()
+            array[idx] = old - eps
+            lm = loss_at()
+            array[idx] = old
         fd = (lp - lm) / (2 * eps)
         assert abs(fd - analytic) < 2e-3 + 3e-2 * abs(fd), (idx, fd, analytic)
 
@@ -109,6 +112,75 @@ def test_whole_mnist_sequential_matches_finite_differences():
         check(net[i].bias, (j,), bias_grads[i][j])
 
 
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_mnist_autograd_gradients_equal_the_hand_wired_chain(mode):
+    """loss.backward() through fastmetal.models.mnist_cnn gives every parameter the gradient
+    that chaining the public functional backward kernels by hand gives (in train mode with
+    the dropout layers' own seeds, replayed through fm.dropout / fm.dropout_backward)."""
+    from fastmetal.models import mnist_cnn
+    model = mnist_cnn(0)
+    model.train(mode == "train")
+    conv1, conv2, drop1, lin1, drop2, lin2 = (model[i] for i in (0, 2, 5, 7, 9, 10))
+    seeds = (drop1._next_seed, drop2._next_seed)  # the masks this forward will draw
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
+    labels = rng.integers(0, 10, 8)
+
+    loss = nn.CrossEntropyLoss()(model(x), labels)
+    loss.backward()
+    got = {name: np.asarray(p.grad) for name, p in model.named_parameters()}
+    assert sorted(got) == ["0.bias", "0.weight", "10.bias", "10.weight", "2.bias", "2.weight",
+                           "7.bias", "7.weight"]
+
+    def relu_backward(g, pre):  # ReLU's gradient: a NumPy mask (0 at 0, as PyTorch)
+        return fm.asarray(np.asarray(g) * (np.asarray(pre) > 0))
+
+    def drop(v, layer, seed):
+        return fm.dropout(v, layer.p, seed=seed) if mode == "train" else v
+
+    def drop_backward(g, layer, seed):
+        return fm.dropout_backward(g, layer.p, seed=seed) if mode == "train" else g
+
+    with fm.no_grad():
+        w = {name: p.detach() for name, p in model.named_parameters()}
+        a1 = fm.conv2d(x, w["0.weight"], w["0.bias"])
+        r1 = fm.relu(a1)
+        a2 = fm.conv2d(r1, w["2.weight"], w["2.bias"])
+        r2 = fm.relu(a2)
+        pooled = fm.max_pool2d(r2, 2)
+        flat = drop(pooled, drop1, seeds[0]).reshape((8, 9216))
+        h1 = fm.linear(flat, w["7.weight"], w["7.bias"])
+        d2 = drop(fm.relu(h1), drop2, seeds[1])
+        logits = fm.linear(d2, w["10.weight"], w["10.bias"])
+        out = fm.log_softmax(logits, 1)
+        np.testing.assert_allclose(float(np.asarray(loss)),
+                                   float(np.asarray(fm.cross_entropy(out, labels))), rtol=1e-6)
+        # cross_entropy's gradient with respect to its input (the log-probabilities):
+        # (softmax(out) - one_hot(labels)) / N
+        o = np.asarray(out).astype(np.float64)
+        g_out = np.exp(o - o.max(1, keepdims=True))
+        g_out /= g_out.sum(1, keepdims=True)
+        g_out[np.arange(8), labels] -= 1
+        g_out = fm.asarray((g_out / 8).astype(np.float32))
+        g_logits = fm.log_softmax_backward(g_out, out, 1)
+        g_d2, gw10, gb10 = fm.linear_backward(g_logits, d2, w["10.weight"])
+        g_h1 = relu_backward(drop_backward(g_d2, drop2, seeds[1]), h1)
+        g_flat, gw7, gb7 = fm.linear_backward(g_h1, flat, w["7.weight"])
+        g_pooled = drop_backward(g_flat.reshape((8, 64, 12, 12)), drop1, seeds[0])
+        g_a2 = relu_backward(fm.max_pool2d_backward(g_pooled, r2, 2), a2)
+        g_r1, gw2, gb2 = fm.conv2d_backward(g_a2, r1, w["2.weight"])
+        g_a1 = relu_backward(g_r1, a1)
+        _, gw0, gb0 = fm.conv2d_backward(g_a1, x, w["0.weight"], needs=("weight", "bias"))
+    want = {"0.weight": gw0, "0.bias": gb0, "2.weight": gw2, "2.bias": gb2,
+            "7.weight": gw7, "7.bias": gb7, "10.weight": gw10, "10.bias": gb10}
+    for name, g in want.items():
+        g = np.asarray(g)
+        assert got[name].shape == g.shape, name
+        assert np.abs(g).max() > 0, name
+        np.testing.assert_allclose(got[name], g, rtol=1e-5, atol=1e-5 * np.abs(g).max(),
+                                   err_msg=name)
+
+
 # A few steps of the example's own network, model and optimizer (dropout on) on random data.
 TRAIN_SCRIPT = r"""
 import hashlib, importlib.util, sys, numpy as np
@@ -121,8 +193,8 @@ rng = np.random.default_rng(7)
 for step in range(3):
     x = rng.standard_normal((64, 1, 28, 28)).astype(np.float32)
     y = rng.integers(0, 10, 64)
-    loss, grad = loss_fn(model(x), y)
-    opt.zero_grad(); model.backward(grad); opt.step()
+    loss = loss_fn(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
 h = hashlib.sha256()
 for p in model.parameters():
     h.update(np.asarray(p).tobytes())

@@ -284,11 +284,21 @@ def cross_entropy_reference(x, labels):
     return loss, grad / n
 
 
+def loss_and_grad(x, labels):
+    """fm.cross_entropy's loss (0-d Array) and, through autograd, the fused gradient with
+    respect to the logits."""
+    xa = (x.detach() if isinstance(x, fm.Array) else fm.asarray(x)).requires_grad_()
+    loss = fm.cross_entropy(xa, labels)
+    assert isinstance(loss, fm.Array) and loss.shape == ()
+    loss.backward()
+    return loss, xa.grad
+
+
 @pytest.mark.parametrize("n,c", [(1, 1), (1, 10), (64, 10), (7, 3), (300, 17)])
 def test_cross_entropy_matches_reference(device, rng, n, c):
     x = (rng.standard_normal((n, c)) * 5).astype(np.float32)
     labels = rng.integers(0, c, n)
-    loss, grad = fm.cross_entropy(x, labels)
+    loss, grad = loss_and_grad(x, labels)
     rl, rg = cross_entropy_reference(x, labels)
     assert host(loss).shape == ()
     np.testing.assert_allclose(float(host(loss)), rl, rtol=1e-5, atol=1e-6)
@@ -307,7 +317,7 @@ def test_cross_entropy_matches_torch_with_huge_logits(device, rng):
     xt = torch.tensor(x, requires_grad=True)
     lt = torch.nn.functional.cross_entropy(xt, torch.tensor(labels))
     lt.backward()
-    loss, grad = fm.cross_entropy(x, labels)
+    loss, grad = loss_and_grad(x, labels)
     assert np.isfinite(lt.item()) and np.isfinite(float(host(loss)))
     np.testing.assert_allclose(float(host(loss)), lt.item(), rtol=1e-6)
     np.testing.assert_allclose(host(grad), xt.grad.numpy(), rtol=1e-5, atol=1e-7)
@@ -315,9 +325,13 @@ def test_cross_entropy_matches_torch_with_huge_logits(device, rng):
 
 def test_cross_entropy_on_device_arrays(device, rng):
     x = fm.asarray(rng.standard_normal((4, 10)).astype(np.float32))
-    loss, grad = fm.cross_entropy(x, np.array([0, 1, 2, 3], np.int64))
+    plain = fm.cross_entropy(x, np.array([0, 1, 2, 3], np.int64))  # the loss only
+    assert isinstance(plain, fm.Array) and plain.shape == () and plain.device == device
+    assert not plain.requires_grad  # nothing recorded for logits that do not require grad
+    loss, grad = loss_and_grad(x, np.array([0, 1, 2, 3], np.int64))
     assert isinstance(loss, fm.Array) and isinstance(grad, fm.Array)
-    assert loss.shape == () and grad.shape == (4, 10) and grad.device == device
+    assert loss.device == device and grad.shape == (4, 10) and grad.device == device
+    assert float(host(loss)) == float(host(plain))
 
 
 def test_cross_entropy_takes_int64_array_labels(device, rng):
@@ -325,12 +339,12 @@ def test_cross_entropy_takes_int64_array_labels(device, rng):
     give; their range is still checked; float Arrays are refused, naming their dtype."""
     x = (rng.standard_normal((9, 5)) * 3).astype(np.float32)
     labels = rng.integers(0, 5, 9)
-    loss, grad = fm.cross_entropy(fm.asarray(x), fm.asarray(labels, dtype="int64"))
+    loss, grad = loss_and_grad(fm.asarray(x), fm.asarray(labels, dtype="int64"))
     rl, rg = cross_entropy_reference(x, labels)
     np.testing.assert_allclose(float(host(loss)), rl, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(host(grad), rg, rtol=1e-5, atol=1e-7)
     picked = fm.argmax(fm.asarray(x), axis=1)
-    np.testing.assert_allclose(float(host(fm.cross_entropy(x, picked)[0])),
+    np.testing.assert_allclose(float(host(fm.cross_entropy(x, picked))),
                                cross_entropy_reference(x, x.argmax(1))[0], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"labels in \[0, 5\), got 7"):
         fm.cross_entropy(x, fm.asarray(np.array([7] * 9), dtype="int64"))
@@ -374,7 +388,7 @@ def test_nan_logits_give_nan_rows_only(device, rng):
     y = host(fm.log_softmax(x, 1))
     assert np.isnan(y[nan_rows]).all()
     np.testing.assert_allclose(y[0], ref[0], rtol=1e-5, atol=1e-5)
-    loss, grad = fm.cross_entropy(x, labels)
+    loss, grad = loss_and_grad(x, labels)
     assert np.isnan(float(host(loss))) and np.isnan(rl)
     grad = host(grad)
     assert np.isnan(grad[nan_rows]).all()
@@ -382,3 +396,27 @@ def test_nan_logits_give_nan_rows_only(device, rng):
     if torch is not None:
         yt = torch.log_softmax(torch.tensor(x), 1).numpy()
         np.testing.assert_array_equal(np.isnan(y), np.isnan(yt))
+
+
+# ----------------------------------------------------------------------------- autograd
+def test_autograd_of_the_training_ops_is_their_backward_kernel(device, rng):
+    """loss.backward() through max_pool2d, dropout and log_softmax gives what their public
+    backward kernels give (the vjps call them)."""
+    xh = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    g = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    x = fm.asarray(xh).requires_grad_()
+    fm.max_pool2d(x, 3, 2, 1).backward(fm.asarray(g))
+    np.testing.assert_array_equal(host(x.grad), host(fm.max_pool2d_backward(g, xh, 3, 2, 1)))
+
+    x = fm.asarray(xh).requires_grad_()
+    gd = rng.standard_normal(xh.shape).astype(np.float32)
+    fm.dropout(x, 0.3, seed=2**40 + 3).backward(fm.asarray(gd))
+    np.testing.assert_array_equal(host(x.grad),
+                                  host(fm.dropout_backward(gd, 0.3, seed=2**40 + 3)))
+
+    x = fm.asarray(xh).requires_grad_()
+    y = fm.log_softmax(x, 1)
+    gl = rng.standard_normal(xh.shape).astype(np.float32)
+    y.backward(fm.asarray(gl))
+    np.testing.assert_array_equal(host(x.grad),
+                                  host(fm.log_softmax_backward(gl, y.detach(), 1)))

@@ -219,6 +219,8 @@ PYBIND11_MODULE(_core, m) {
           "_version", [](const Array& a) -> std::uint64_t { return a.storage ? a.storage->version.load(std::memory_order_relaxed) : 0; },
           "Writes so far into this Array's storage (any view of it): autograd's check that a "
           "saved tensor was not modified in place.")
+      .def_property_readonly("_readonly", [](const Array& a) { return a.readonly; },
+                             "True where writes are refused (views of read-only memory).")
       .def_property_readonly("_offset", [](const Array& a) { return a.offset; },
                              "Element index of [0, ..., 0] inside the storage.")
       .def_property_readonly(

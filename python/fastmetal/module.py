@@ -219,6 +219,10 @@ class Module:
             if host.dtype.kind not in "fiu":
                 raise TypeError(f"[fastmetal.nn.{cls}.load_state_dict] expected {name} with "
                                 f"a real dtype, got {host.dtype}")
+            if p._readonly:  # checked for all before copying any: a failure loads nothing
+                raise ValueError(f"[fastmetal.nn.{cls}.load_state_dict] expected writeable "
+                                 f"parameters, got {name} read-only (it views memory that is "
+                                 "not writeable)")
             values[name] = host
         with no_grad():
             for name, host in values.items():

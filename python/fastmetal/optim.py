@@ -64,6 +64,9 @@ class Optimizer:
 
     def __init__(self, params, defaults):
         cls = type(self).__name__
+        if isinstance(params, Array):
+            raise TypeError(f"[fastmetal.nn.optim.{cls}] expected an iterable of parameters "
+                            "(model.parameters(), a list), got one Array (wrap it: [p])")
         try:
             items = list(params)
         except TypeError:
