@@ -363,6 +363,8 @@ def test_uniform_and_bernoulli_distributions(device):
     (lambda: fm.random.normal("3"), TypeError, r"expected shape as a tuple"),
     (lambda: fm.random.normal(None), TypeError, r"expected shape as a tuple"),
     (lambda: fm.random.normal((True, 2)), TypeError, r"expected shape as a tuple"),
+    (lambda: fm.random.normal((2**62,)), ValueError, r"expected at most 4 \* \(2\*\*32 - 1\) elements"),
+    (lambda: fm.random.uniform((2**17, 2**17, 2)), ValueError, r"expected at most 4 \* \(2\*\*32 - 1\)"),
     (lambda: fm.random.normal(3, std=-1.0), ValueError, r"expected std >= 0, got -1\.0"),
     (lambda: fm.random.normal(3, std=float("nan")), ValueError, r"expected std to be finite"),
     (lambda: fm.random.normal(3, mean=float("inf")), ValueError, r"expected mean to be finite"),

@@ -29,6 +29,7 @@ __all__ = ["Generator", "seed", "normal", "uniform", "bernoulli"]
 _WORDS_PER_BLOCK = 4      # a Philox-4x32 block gives four 32-bit words
 _COUNTER_LIMIT = 2**63    # the kernels take the counter as a signed 64-bit int
 _FLOAT32_MAX = float(_np.finfo(_np.float32).max)  # the kernels compute in float32
+_MAX_ELEMENTS = 4 * (2**32 - 1)  # four elements a thread, a 32-bit grid
 
 
 def _check_seed(value, op):
@@ -167,11 +168,14 @@ def _draw(op, fill, shape, dtype, device, generator, *params):
     """Validates the common arguments, fills a float32 Array with `fill` and converts it to
     `dtype` on its device."""
     shape = _shape(shape, op)
+    n = _math.prod(shape)
+    if n > _MAX_ELEMENTS:
+        raise ValueError(f"[fastmetal.{op}] expected at most 4 * (2**32 - 1) elements, got "
+                         f"shape {shape}")
     dt = _dtype(dtype, op)
     device = _device(device, op)
     gen = _generator(generator, op)
     out = _core.empty(shape, dtype="float32", device=device)
-    n = _math.prod(shape)
     key0, key1, counter = gen._take(n, op)
     if n:
         fill(out, key0, key1, counter, *params)
