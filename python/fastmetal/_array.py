@@ -244,9 +244,17 @@ def _reshape(self: Array, *shape: Any, order: str = "C") -> Array:
     return _view(_copy(self), (0, target, _views.contiguous_strides(target)))
 
 
+def _reshaped(g: Array, shape: tuple) -> Array:
+    """g in the shape of an input it came from: a view where g is contiguous (the usual
+    case, and the cheap one: backward runs this on every reshape), else reshape's copy."""
+    if _contiguous(g):
+        return g._view(g._offset, list(shape), list(_views.contiguous_strides(shape)))
+    return _reshape(g, shape)
+
+
 @_reshape.vjp
 def _reshape_vjp(ctx: Any, g: Array) -> Array:
-    return _reshape(g, ctx.shapes["self"])
+    return _reshaped(g, ctx.shapes["self"])
 
 
 @op(grads=("self",), passes=True, name="transpose", public=False)
@@ -279,7 +287,7 @@ def _squeeze(self: Array, axis: Any = None) -> Array:
 
 @_squeeze.vjp
 def _squeeze_vjp(ctx: Any, g: Array) -> Array:
-    return _reshape(g, ctx.shapes["self"])
+    return _reshaped(g, ctx.shapes["self"])
 
 
 @op(grads=("a",), passes=True)
@@ -294,7 +302,7 @@ def expand_dims(a: Array, axis: Any) -> Array:
 
 @expand_dims.vjp
 def _expand_dims_vjp(ctx: Any, g: Array) -> Array:
-    return _reshape(g, ctx.shapes["a"])
+    return _reshaped(g, ctx.shapes["a"])
 
 
 def _ravel(self: Array) -> Array:

@@ -148,7 +148,7 @@ def _recorded(op_name: str, forward: Callable, bind: Callable[[tuple, dict], dic
     if out_arg is not None:
         _check_out(out_arg, f"fastmetal.{op_name}")
     inputs = [values.get(n) for n in grad_names]
-    needs = tuple(type(v) is Array and v._requires_grad for v in inputs)
+    needs = tuple([type(v) is Array and v._requires_grad for v in inputs])
     if type(saved_names) is dict:  # saves_for: what the wanted gradients read
         key = ("needs", needs)
         chosen = saved_names.get(key)

@@ -8,6 +8,7 @@ its device. The kernels are in ``metal/training.metal``.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -48,7 +49,7 @@ def _pool_spec(kernel_size, stride, padding, op):
     return k, s, p
 
 
-@op(grads=("x",), saves=("x",))
+@op(grads=("x",), saves=("x",), aux=True)
 def max_pool2d(x, kernel_size, stride=None, padding=0):
     """2-D max pooling, as ``torch.nn.functional.max_pool2d`` (dilation 1, floor mode).
 
@@ -59,12 +60,12 @@ def max_pool2d(x, kernel_size, stride=None, padding=0):
     maximum (as PyTorch).
     """
     (kh, kw), (sh, sw), (ph, pw) = _pool_spec(kernel_size, stride, padding, "max_pool2d")
-    return _core._max_pool2d(x, kh, kw, sh, sw, ph, pw)
+    return _core._max_pool2d(x, kh, kw, sh, sw, ph, pw), (kh, kw, sh, sw, ph, pw)
 
 
 @max_pool2d.vjp
-def _max_pool2d_vjp(ctx, g):
-    return max_pool2d_backward(g, ctx.x, ctx.kernel_size, ctx.stride, ctx.padding)
+def _max_pool2d_vjp(ctx, g):  # aux: the checked window, so backward checks nothing again
+    return _core._max_pool2d_backward(g, ctx.x, *ctx.aux)
 
 
 def max_pool2d_backward(grad_output, x, kernel_size, stride=None, padding=0):
@@ -88,12 +89,18 @@ def _dropout_key(p, seed, op):
     if not 0 <= seed < 2**64:
         raise ValueError(f"[fastmetal.{op}] expected seed to be an int in [0, 2**64), "
                          f"got {seed!r}")
-    threshold = math.ceil(p * 2**24)  # exact: keep where the 24 random bits >= threshold
-    scale = float(np.float32(1.0) / np.float32(1.0 - p))  # PyTorch: x * (1 / (1 - p)) in float32
+    threshold, scale = _dropout_scale(p)
     return threshold, scale, int(seed) & 0xFFFFFFFF, int(seed) >> 32
 
 
-@op(grads=("x",))
+@functools.lru_cache(maxsize=64)  # NumPy scalar arithmetic is slow; a model has few p's
+def _dropout_scale(p):
+    threshold = math.ceil(p * 2**24)  # exact: keep where the 24 random bits >= threshold
+    scale = float(np.float32(1.0) / np.float32(1.0 - p))  # PyTorch: x * (1 / (1 - p)) in float32
+    return threshold, scale
+
+
+@op(grads=("x",), aux=True)
 def dropout(x, p=0.5, *, seed, training=True):
     """Dropout, as ``torch.nn.functional.dropout``: each element is zeroed with probability
     ``p`` and the others are scaled by ``1 / (1 - p)``; with ``training=False`` (or ``p == 0``)
@@ -110,13 +117,13 @@ def dropout(x, p=0.5, *, seed, training=True):
         raise TypeError(f"[fastmetal.dropout] expected training to be True or False, "
                         f"got {training!r}")
     if not training or threshold == 0:
-        return x
-    return _core._dropout(x, threshold, scale, k0, k1)
+        return x, None
+    return _core._dropout(x, threshold, scale, k0, k1), (threshold, scale, k0, k1)
 
 
 @dropout.vjp
-def _dropout_vjp(ctx, g):
-    return dropout_backward(g, ctx.p, seed=ctx.seed)
+def _dropout_vjp(ctx, g):  # aux: the mask's key, as the forward computed it
+    return _core._dropout(g, *ctx.aux)
 
 
 def dropout_backward(grad_output, p, *, seed):
@@ -147,7 +154,7 @@ def log_softmax(x, axis=-1):
 
 @log_softmax.vjp
 def _log_softmax_vjp(ctx, g):
-    return log_softmax_backward(g, ctx.out, ctx.axis)
+    return _core._log_softmax_backward(g, ctx.out, ctx.axis % g.ndim)
 
 
 def log_softmax_backward(grad_output, output, axis=-1):
