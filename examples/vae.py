@@ -96,7 +96,8 @@ def test_loss(model: VAE, x: npt.NDArray[np.float32], batch: int = 1000) -> floa
     return total / len(x)
 
 
-def save_plots(directory: str, history: dict, model: VAE, test: npt.NDArray[np.float32],
+def save_plots(directory: str, history: dict[str, list[float]], model: VAE,
+               test: npt.NDArray[np.float32],
                device: str) -> list[Path]:
     """loss.png (train and test loss per epoch), reconstruction.png (8 test digits over their
     reconstructions) and sample.png (64 digits decoded from z ~ N(0, 1)), as the PyTorch
@@ -134,7 +135,7 @@ def save_plots(directory: str, history: dict, model: VAE, test: npt.NDArray[np.f
     return paths
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--epochs", type=int, default=10, help="training epochs (default: 10)")
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = VAE(ns.seed, device)
     optimizer = nn.optim.Adam(model.parameters(), lr=ns.lr)
     rng = np.random.default_rng(ns.seed)
-    history: dict = {"train": [], "test": [], "seconds": []}
+    history: dict[str, list[float]] = {"train": [], "test": [], "seconds": []}
     for epoch in range(1, ns.epochs + 1):
         start = time.perf_counter()
         train_loss = train_epoch(model, optimizer, train, ns.batch_size, rng,

@@ -40,9 +40,9 @@ def train_steps(device, steps, seed=0):
                 rng.integers(0, 10, 8)) for _ in range(steps)]
     losses = []
     for x, y in batches:
-        loss, grad = loss_fn(model(x), y)
+        loss = loss_fn(model(x), y)
         opt.zero_grad()
-        model.backward(grad)
+        loss.backward()  # the whole step, backward included, must queue without waiting
         opt.step()
         losses.append(loss)
     return model, losses

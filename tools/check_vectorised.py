@@ -112,7 +112,7 @@ def generate(workdir: Path, plants: list[str]) -> Path:
         shutil.copytree(ROOT / "metal", metal)
         with open(metal / "elementwise_ops.tbl", "a") as f:
             for i, expr in enumerate(plants):
-                f.write(f"planted_{i}    | x    | {expr} | x | Planted by check_vectorised.py.\n")
+                f.write(f"planted_{i}    | x    | {expr} | x | - | Planted by check_vectorised.py.\n")
     out = workdir / "gen"
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_kernels.py"), "--metal-dir",
                         str(metal), "--out-dir", str(out)], capture_output=True, text=True)

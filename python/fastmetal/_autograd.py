@@ -223,6 +223,12 @@ def sum_to(g: Any, shape: tuple, dtype: Any, device: str) -> Array:
     return g
 
 
+def is_ones(g: Any) -> bool:
+    """Whether g is backward()'s implicit gradient of a one-element result (all ones): a
+    vjp may then return its factor unscaled (one kernel launch fewer per step)."""
+    return type(g) is Array and g._ones
+
+
 def _accumulate(leaf: Array, g: Array, borrowed: bool) -> None:
     if leaf.grad is None:
         # A gradient that is also another's (passed through by add, a view, ...) is copied,
@@ -244,6 +250,7 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False) ->
                                f"shape {tuple(tensor.shape)} (it can be left out only for "
                                "one element), got none")
         gradient = _core.ones(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
+        gradient._ones = True  # vjps may skip multiplying by it (is_ones)
         borrowed = False
     else:
         if isinstance(gradient, Array) and gradient.device != tensor.device:
@@ -431,6 +438,7 @@ def _backward(self: Array, gradient: Any = None, retain_graph: bool = False) -> 
 def install() -> None:
     Array._requires_grad = False
     Array._node = None
+    Array._ones = False
     Array.grad = None
     Array.requires_grad = property(_requires_grad_get, _requires_grad_set,
                                    doc="Whether gradients flow to this Array.")

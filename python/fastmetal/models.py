@@ -13,6 +13,8 @@ vae/main.py):
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import nn
@@ -48,11 +50,11 @@ class VAE(nn.Module):
         self.relu = nn.ReLU()
         self.sigmoid = nn.Sigmoid()
 
-    def encode(self, x):
+    def encode(self, x: Any) -> tuple[Any, Any]:
         h1 = self.relu(self.fc1(x))
         return self.fc21(h1), self.fc22(h1)
 
-    def reparameterize(self, mu, logvar, eps=None):
+    def reparameterize(self, mu: Any, logvar: Any, eps: Any = None) -> Any:
         """``mu + eps * exp(logvar / 2)``; ``eps`` drawn from ``fastmetal.random.normal`` on
         mu's device unless given (the tests give it, to follow PyTorch step by step)."""
         if eps is None:
@@ -60,21 +62,21 @@ class VAE(nn.Module):
             eps = random.normal(tuple(mu.shape), device=mu.device)
         return mu + eps * _exp(logvar * 0.5)
 
-    def decode(self, z):
+    def decode(self, z: Any) -> Any:
         return self.sigmoid(self.fc4(self.relu(self.fc3(z))))
 
-    def forward(self, x, eps=None):
+    def forward(self, x: Any, eps: Any = None) -> tuple[Any, Any, Any]:
         mu, logvar = self.encode(x.reshape(-1, 784))
         z = self.reparameterize(mu, logvar, eps)
         return self.decode(z), mu, logvar
 
 
-def _exp(x):
+def _exp(x: Any) -> Any:
     from ._elementwise import FUNCTIONS
     return FUNCTIONS["exp"](x)
 
 
-def vae_loss(recon_x, x, mu, logvar):
+def vae_loss(recon_x: Any, x: Any, mu: Any, logvar: Any) -> Any:
     """Reconstruction + KL divergence, summed over the batch, as PyTorch's example:
     ``BCE(recon_x, x, reduction="sum") - 0.5 * sum(1 + logvar - mu**2 - exp(logvar))``."""
     from ._elementwise import FUNCTIONS as E
