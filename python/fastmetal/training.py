@@ -47,17 +47,17 @@ def _pool_spec(kernel_size, stride, padding, op):
     return k, s, p
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0):
+def max_pool2d(input, kernel_size, stride=None, padding=0):  # noqa: A002 (PyTorch's name)
     """2-D max pooling, as ``torch.nn.functional.max_pool2d`` (dilation 1, floor mode).
 
-    ``x`` is ``(N, C, H, W)`` or ``(C, H, W)``; ``kernel_size``, ``stride`` (default:
+    ``input`` is ``(N, C, H, W)`` or ``(C, H, W)``; ``kernel_size``, ``stride`` (default:
     ``kernel_size``) and ``padding`` are an int or an ``(h, w)`` pair, with
     ``padding <= kernel_size // 2``. Padding never wins a window. Output
     ``(..., (H + 2 ph - kh) // sh + 1, (W + 2 pw - kw) // sw + 1)``. A NaN in a window is its
     maximum (as PyTorch).
     """
     (kh, kw), (sh, sw), (ph, pw) = _pool_spec(kernel_size, stride, padding, "max_pool2d")
-    return _core._max_pool2d(x, kh, kw, sh, sw, ph, pw)
+    return _core._max_pool2d(input, kh, kw, sh, sw, ph, pw)
 
 
 def max_pool2d_backward(grad_output, x, kernel_size, stride=None, padding=0):
@@ -86,10 +86,10 @@ def _dropout_key(p, seed, op):
     return threshold, scale, int(seed) & 0xFFFFFFFF, int(seed) >> 32
 
 
-def dropout(x, p=0.5, *, seed, training=True):
+def dropout(input, p=0.5, *, seed, training=True):  # noqa: A002 (PyTorch's name)
     """Dropout, as ``torch.nn.functional.dropout``: each element is zeroed with probability
     ``p`` and the others are scaled by ``1 / (1 - p)``; with ``training=False`` (or ``p == 0``)
-    ``x`` is returned as it is.
+    ``input`` is returned as it is.
 
     The mask is a pure function of ``seed`` (an int in ``[0, 2**64)``) and the element's
     index in C order: element ``i`` is kept where the high 24 bits of word ``i % 4`` of
@@ -102,8 +102,8 @@ def dropout(x, p=0.5, *, seed, training=True):
         raise TypeError(f"[fastmetal.dropout] expected training to be True or False, "
                         f"got {training!r}")
     if not training or threshold == 0:
-        return x
-    return _core._dropout(x, threshold, scale, k0, k1)
+        return input
+    return _core._dropout(input, threshold, scale, k0, k1)
 
 
 def dropout_backward(grad_output, p, *, seed):
@@ -125,10 +125,16 @@ def _axis(x, axis, op):
     return int(axis) % nd
 
 
-def log_softmax(x, axis=-1):
-    """``x - logsumexp(x, axis)``, as ``torch.log_softmax(x, dim=axis)``; the max is
-    subtracted first, so any finite logits give finite results."""
-    return _core._log_softmax(x, _axis(x, axis, "log_softmax"))
+def log_softmax(input, axis=-1, *, dim=None):  # noqa: A002 (PyTorch's name)
+    """``input - logsumexp(input, axis)``, as ``torch.log_softmax(input, dim=axis)`` (``dim=``
+    is accepted for ``axis``, as PyTorch names it); the max is subtracted first, so any
+    finite logits give finite results."""
+    if dim is not None:
+        if axis != -1:
+            raise TypeError(f"[fastmetal.log_softmax] expected axis or dim, not both, got "
+                            f"axis={axis!r}, dim={dim!r}")
+        axis = dim
+    return _core._log_softmax(input, _axis(input, axis, "log_softmax"))
 
 
 def log_softmax_backward(grad_output, output, axis=-1):
