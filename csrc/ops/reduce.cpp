@@ -33,9 +33,10 @@ struct Layout {
 };
 
 // A contiguous copy of a strided view, on its device (floats: x * 1 through the elementwise
-// kernels, exact for every float, NaN and -0 included; int64: the copy kernel).
+// kernels, exact for every float, NaN and -0 included; int64 and float16: the conversion
+// kernels' copy).
 Array gather(const Array& view) {
-  if (view.dtype == DType::int64) return convert(view, DType::int64);
+  if (view.dtype != DType::float32) return convert(view, view.dtype);  // int64, float16 (cumsum)
   Backend& b = view.backend();
   Array one = Array::empty(b, {}, view.dtype);
   const float v = 1.0f;

@@ -224,14 +224,16 @@ def _plan_several(a: Array, items: Tuple[Any, ...], where: str, for_write: bool)
     except ValueError:
         raise IndexError(f"[{where}] expected index arrays that broadcast together, got shapes "
                          f"{' '.join(str(s) for s in shapes)} (shape mismatch)") from None
-    flat_index: Any = None
-    stride = 1
-    for ax, idx, n in reversed(list(zip(axes, arrays, dims))):
+    normalized = []
+    for ax, idx, n in zip(axes, arrays, dims):
         _check_bounds(idx, n, ax, where)
         if isinstance(idx, Array):
-            idx = manipulation.where(idx < 0, idx + n, idx)
+            normalized.append(manipulation.where(idx < 0, idx + n, idx))
         else:
-            idx = np.where(idx < 0, idx + n, idx)
+            normalized.append(np.where(idx < 0, idx + n, idx))
+    flat_index: Any = None
+    stride = 1
+    for idx, n in reversed(list(zip(normalized, dims))):
         term = idx * stride if stride != 1 else idx
         flat_index = term if flat_index is None else term + flat_index
         stride *= n
@@ -250,18 +252,51 @@ def _plan_several(a: Array, items: Tuple[Any, ...], where: str, for_write: bool)
     front = axes[0] if adjacent else 0
     rest = [d for d in range(view.ndim) if d not in axes]
     order = rest[:front] + axes + rest[front:]
+    basic = view
     view = view.transpose(order)
     merged = view.shape[:front] + (int(np.prod(dims, dtype=np.int64)),) + \
         view.shape[front + len(axes):]
+    shape = view.shape[:front] + tuple(bshape) + view.shape[front + len(axes):]
     layout = _views.nocopy_reshape((view._offset, view.shape, view._strides), merged)
     if layout is not None:
         view = view._view(layout[0], list(layout[1]), list(layout[2]))
     elif for_write:
-        raise IndexError(f"[{where}] expected the indexed axes of a view to be mergeable into "
-                         f"one without a copy (assign through a contiguous array), got shape "
-                         f"{view.shape} with strides {view._strides}")
+        return _plan_whole(basic, axes, normalized, rest, front, shape, where)
     else:
         view = view.reshape(merged)  # a copy: reading gives a copy anyway
-    shape = view.shape[:front] + tuple(bshape) + view.shape[front + 1:]
     return Plan(view, front, flat_index, shape)
+
+
+def _plan_whole(basic: Array, axes: list, indices: list, rest: list, front: int,
+                shape: Tuple[int, ...], where: str) -> Plan:
+    """An assignment whose indexed axes cannot be merged in place (index arrays apart in the
+    key): index the whole basic view as one axis instead, with one flat index per element of
+    the result (the indexed axes' indices and every other axis's positions, each times its
+    C-order stride), where that view is one C-contiguous run."""
+    flat = _views.nocopy_reshape((basic._offset, basic.shape, basic._strides), (basic.size,))
+    if flat is None:
+        raise IndexError(f"[{where}] expected the indexed axes of a view to be mergeable into "
+                         f"one without a copy (assign through a contiguous array), got shape "
+                         f"{basic.shape} with strides {basic._strides}")
+    strides = _views.contiguous_strides(basic.shape)
+    nb = len(shape) - len(rest)  # the broadcast index dimensions, at `front`
+    ndim = len(shape)
+    total: Any = 0
+    for ax, idx in zip(axes, indices):
+        # the index's dimensions (right-aligned among the nb broadcast ones) at `front`
+        placed = (1,) * (front + nb - idx.ndim) + tuple(idx.shape) + (1,) * (ndim - front - nb)
+        total = total + (idx * strides[ax]).reshape(placed)
+    positions = list(range(front)) + list(range(front + nb, ndim))
+    for d, pos in zip(rest, positions):
+        n = basic.shape[d]
+        term = np.arange(n, dtype=np.int64).reshape((1,) * pos + (n,) + (1,) * (ndim - pos - 1))
+        total = total + term * strides[d]
+    if isinstance(total, Array):
+        offset, bshape, bstrides = _views.broadcast_to(
+            (total._offset, total.shape, total._strides), shape, where)
+        total = total._view(offset, list(bshape), list(bstrides)).copy()
+    else:
+        total = np.ascontiguousarray(np.broadcast_to(total, shape), dtype=np.int64)
+    view = basic._view(flat[0], list(flat[1]), list(flat[2]))
+    return Plan(view, 0, total, shape)
 
