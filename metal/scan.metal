@@ -17,7 +17,7 @@ kernel void cumsum_rows(device const T* x [[buffer(0)]], device T* out [[buffer(
                         constant ReduceArgs& a [[buffer(2)]],
                         uint g [[thread_position_in_grid]]) {
   const uint64_t ob = g / a.inner, oi = g % a.inner;
-  T acc = T(0);
+  T acc = static_cast<T>(0.0f);
   for (uint32_t r = 0; r < a.R; ++r) {
     const uint64_t k = (ob * a.R + r) * a.inner + oi;
     acc = scan_add(acc, x[k]);

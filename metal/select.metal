@@ -23,7 +23,10 @@ kernel void where_into(device const C* cond [[buffer(0)]], device const T* x [[b
                        device T* out [[buffer(2)]], constant ViewArgs& a [[buffer(3)]],
                        uint i [[thread_position_in_grid]]) {
   const int64_t e = a.base + int64_t(i);
-  if (cond[select_view_offset(a, 0, e)] != C(0)) out[select_view_offset(a, 2, e)] = x[select_view_offset(a, 1, e)];
+  // through float: nonzero int64 stays nonzero, NaN != 0 is true, and half compares on
+  // every backend
+  if (static_cast<float>(cond[select_view_offset(a, 0, e)]) != 0.0f)
+    out[select_view_offset(a, 2, e)] = x[select_view_offset(a, 1, e)];
 }
 
 FM_INSTANTIATE("where_float32_float32", where_into, float, float);

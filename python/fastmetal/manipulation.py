@@ -126,6 +126,9 @@ def concatenate(arrays: Any, axis: Optional[int] = 0, out: Any = None, dtype: An
     its slice of the result. ``casting`` is accepted for NumPy's signature; values are
     converted as ``astype`` does."""
     where = "concatenate"
+    if out is not None and not isinstance(out, Array):
+        raise TypeError(f"[fastmetal.{where}] expected out to be a fastmetal.Array, got "
+                        f"{type(out).__name__}")
     arrays = _sequence(arrays, where)
     device = _device(arrays, out, where)
     as_numpy = device is None and out is None
@@ -152,9 +155,6 @@ def concatenate(arrays: Any, axis: Optional[int] = 0, out: Any = None, dtype: An
     if out is None:
         result = _core.empty(tuple(shape), dtype=target, device=device or parts[0].device)
     else:
-        if not isinstance(out, Array):
-            raise TypeError(f"[fastmetal.{where}] expected out to be a fastmetal.Array, got "
-                            f"{type(out).__name__}")
         if tuple(out.shape) != tuple(shape):
             raise ValueError(f"[fastmetal.{where}] expected out of shape {tuple(shape)}, got "
                              f"shape {out.shape}")
@@ -174,6 +174,9 @@ def stack(arrays: Any, axis: int = 0, out: Any = None, dtype: Any = None,
     """Join ``arrays`` of one shape along a new axis ``axis``, as ``numpy.stack``
     (``concatenate`` of each with a new axis of length 1)."""
     where = "stack"
+    if out is not None and not isinstance(out, Array):
+        raise TypeError(f"[fastmetal.{where}] expected out to be a fastmetal.Array, got "
+                        f"{type(out).__name__}")
     arrays = _sequence(arrays, where)
     shapes = {tuple(a.shape) if isinstance(a, Array) else np.shape(a) for a in arrays}
     if len(shapes) != 1:
