@@ -463,3 +463,85 @@ FM_FUNC float fm_minimum(float x, float y) { return metal::select(y, x, metal::i
 
 // relu(NaN) = NaN, as np.maximum(x, 0) and torch.relu.
 FM_FUNC float fm_relu(float x) { return metal::select(x, 0.0f, x <= 0.0f); }
+
+// ---------------------------------------------------------------- floor division and modulo
+// NumPy's float floor_divide and remainder (npy_divmodf), computed in float as NumPy does
+// for float32 (and for float16, which NumPy also computes in float32): bit for bit its
+// results. C's fmodf is a libm call (which stops the CPU vectoriser), so the exact fmod is
+// built from one-rounding steps below.
+
+// 2**e as a float for an integer e in [-126, 127] (built from bits: exact).
+FM_FUNC float fm_pow2i(int32_t e) { return metal::as_type<float>(uint32_t(e + 127) << 23); }
+
+// floor(v) through rint (no libm call): rint is one instruction (or fm_soft_rint).
+FM_FUNC float fm_floor(float v) {
+  const float r = metal::rint(v);
+  return metal::select(r, r - 1.0f, r > v);
+}
+
+// One step of fm_fmod_abs: r reduced by B * 2**e1 * 2**e2 (see there).
+FM_FUNC float fm_fmod_step(float r, float B, int32_t e1, int32_t e2) {
+  const float Bs = (B * fm_pow2i(e1)) * fm_pow2i(e2);
+  const float t = fm_floor(r / Bs);
+  const float v = metal::fma(-t, Bs, r);
+  const float w = metal::select(v, v + Bs, v < 0.0f);
+  return metal::select(r, w, Bs <= r);
+}
+
+// |a| mod |b| for finite a and nonzero b, exactly (fmodf of the magnitudes). Twelve steps
+// take the quotient off 23 bits at a time, largest first: step s uses
+// B_s = |b| * 2**(23 * (11 - s)) (a power-of-two scaling: exact, or inf and then skipped),
+// so that r / B_s < 2**24 wherever B_s <= r (the step before left r < B_{s-1} = 2**23 B_s).
+// t = floor(r / B_s) is then an exact integer, one above the true floor at most (the
+// quotient is correctly rounded), and r - t * B_s is a multiple of ulp(B_s) smaller than
+// B_s in magnitude: a float, which one fma computes exactly; a negative one gets B_s back.
+// Written out step by step (no loop): the CPU vectoriser then sees straight-line code.
+FM_FUNC float fm_fmod_abs(float a, float b) {
+  const float B = metal::fabs(b);
+  float r = metal::fabs(a);
+  r = fm_fmod_step(r, B, 127, 126);  // 2**253
+  r = fm_fmod_step(r, B, 127, 103);  // 2**230
+  r = fm_fmod_step(r, B, 127, 80);
+  r = fm_fmod_step(r, B, 127, 57);
+  r = fm_fmod_step(r, B, 127, 34);
+  r = fm_fmod_step(r, B, 127, 11);   // 2**138
+  r = fm_fmod_step(r, B, 115, 0);
+  r = fm_fmod_step(r, B, 92, 0);
+  r = fm_fmod_step(r, B, 69, 0);
+  r = fm_fmod_step(r, B, 46, 0);
+  r = fm_fmod_step(r, B, 23, 0);
+  return fm_fmod_step(r, B, 0, 0);
+}
+
+// C's fmodf(a, b): the sign of a; NaN for an infinite a, a zero b or a NaN operand.
+FM_FUNC float fm_fmod(float a, float b) {
+  const float nan = metal::as_type<float>(0x7fc00000u);
+  float r = fm_copysign(fm_fmod_abs(a, b), a);
+  r = metal::select(r, nan, b == 0.0f);
+  r = metal::select(r, nan, metal::isinf(a));
+  return metal::select(r, nan, metal::isnan(b));
+}
+
+// NumPy's remainder (Python's %): fmod moved into the divisor's sign; a zero takes the
+// divisor's sign.
+FM_FUNC float fm_remainder(float a, float b) {
+  const float mod = fm_fmod(a, b);
+  const float if_pos = metal::select(mod, mod + b, mod < 0.0f);  // b > 0: a negative mod moves
+  const float if_neg = metal::select(mod, mod + b, mod > 0.0f);  // b < 0: a positive mod moves
+  const float moved = metal::select(if_pos, if_neg, b < 0.0f);
+  return metal::select(moved, fm_copysign(0.0f, b), mod == 0.0f);
+}
+
+// NumPy's floor_divide (Python's //): (a - fmod(a, b)) / b, one less where the remainder
+// moved, rounded to the nearest integer (it is one up to rounding); a / b for b == 0.
+FM_FUNC float fm_floor_divide(float a, float b) {
+  const float mod = fm_fmod(a, b);
+  const float div = (a - mod) / b;
+  const float if_pos = metal::select(div, div - 1.0f, mod < 0.0f);
+  const float if_neg = metal::select(div, div - 1.0f, mod > 0.0f);
+  const float d = metal::select(if_pos, if_neg, b < 0.0f);
+  const float f = fm_floor(d);
+  const float near = metal::select(f, f + 1.0f, d - f > 0.5f);
+  const float q = metal::select(near, fm_copysign(0.0f, a / b), d == 0.0f);
+  return metal::select(q, a / b, b == 0.0f);
+}

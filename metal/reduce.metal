@@ -298,3 +298,58 @@ kernel void reduce_sum_int64(device const int64_t* x [[buffer(0)]],
 
 FM_INSTANTIATE("reduce_sum_int64", reduce_sum_int64, int64_t);
 FM_INSTANTIATE("reduce_mean_int64", reduce_sum_int64, float);
+
+// prod (float32: products in float, NaN and inf as IEEE; int64: wrapping, in uint64_t) and
+// max / min of int64 arrays, as NumPy's multiply / maximum / minimum reductions: each thread
+// folds a strided share, then a threadgroup tree (no simdgroup functions: they carry 32-bit
+// values). One threadgroup per output (never split). Op: 0 product, 1 maximum, 2 minimum.
+FM_FUNC float fold_multiply(float a, float b) { return a * b; }
+FM_FUNC int64_t fold_multiply(int64_t a, int64_t b) {
+  return as_type<int64_t>(uint64_t(a) * uint64_t(b));
+}
+
+template <typename T, int Op>
+FM_FUNC T fold(T a, T b) {
+  switch (Op) {
+    case 1: return a > b ? a : b;
+    case 2: return a < b ? a : b;
+    default: return fold_multiply(a, b);
+  }
+}
+
+template <typename T, int Op>
+FM_FUNC T fold_identity() {
+  switch (Op) {
+    case 1: return T(-9223372036854775807 - 1);  // int64 only
+    case 2: return T(9223372036854775807);
+    default: return T(1);
+  }
+}
+
+template <typename T, int Op>
+kernel void reduce_fold(device const T* x [[buffer(0)]], device T* out [[buffer(1)]],
+                        constant ReduceArgs& a [[buffer(2)]],
+                        uint3 tg_pos [[threadgroup_position_in_grid]],
+                        uint32_t tid [[thread_index_in_threadgroup]],
+                        uint3 tg_size [[threads_per_threadgroup]]) {
+  threadgroup T part[kReduceSlots];
+  const uint32_t n = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t o = tg_pos.x;
+  T s = fold_identity<T, Op>();
+  for (uint32_t r = tid; r < a.R; r += n) s = fold<T, Op>(s, x[reduce_index(a, o, r)]);
+  const uint32_t slots = min(n, uint32_t(kReduceSlots));
+  if (tid < slots) part[tid] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint32_t span = 1;
+  while (span < slots) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    if (tid < h && tid + h < slots) part[tid] = fold<T, Op>(part[tid], part[tid + h]);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0) out[o] = part[0];
+}
+
+FM_INSTANTIATE("reduce_prod_float32", reduce_fold, float, 0);
+FM_INSTANTIATE("reduce_prod_int64", reduce_fold, int64_t, 0);
+FM_INSTANTIATE("reduce_max_int64", reduce_fold, int64_t, 1);
+FM_INSTANTIATE("reduce_min_int64", reduce_fold, int64_t, 2);

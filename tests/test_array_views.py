@@ -86,8 +86,8 @@ def test_index_errors_are_worded(device):
              ((1.0,), IndexError, "got float"),
              (([0, 2],), IndexError, "index 2 is out of bounds for axis 0 with size 2"),
              ((np.array([True, False, True]),), IndexError, "boolean index did not match"),
-             (([0], [1]), IndexError, "at most one index array"),
-             ((0, [1]), IndexError, "integers together with an index array"),
+             (([0, 1], [1, 0, 1]), IndexError, "index arrays that broadcast together"),
+             ((0, [5]), IndexError, "index 5 is out of bounds for axis"),
              ((np.array([0.5]),), IndexError, "integer or boolean index arrays"),
              ((True,), IndexError, "boolean"),
              (("a",), IndexError, "got str")]

@@ -387,3 +387,33 @@ def test_functional_grad_and_value_and_grad(device):
         fm.grad(lambda a: a * 2.0)(fm.asarray(w, device=device))
     with pytest.raises(TypeError, match="argnums"):
         fm.grad(f, argnums="0")
+
+
+# ----------------------------------------------------------------------------- the NumPy surface
+def test_numpy_surface_gradients(device):
+    a, b = RNG.uniform(0.5, 2, (2, 3)), RNG.uniform(0.5, 2, (2, 3))
+    cond = np.array([[True, False, True], [False, False, True]])
+    check_gradient(lambda x, y: fm.where(cond, x, y), lambda x, y: np.where(cond, x, y),
+                   [a, b], device)
+    check_gradient(lambda x, y: fm.concatenate([x, y * 2.0], axis=1),
+                   lambda x, y: np.concatenate([x, y * 2.0], axis=1), [a, b], device)
+    check_gradient(lambda x, y: fm.concatenate([x, y], axis=None),
+                   lambda x, y: np.concatenate([x, y], axis=None), [a, b], device)
+    check_gradient(lambda x, y: fm.stack([x, y], axis=1), lambda x, y: np.stack([x, y], axis=1),
+                   [a, b], device)
+    c = RNG.uniform(0.5, 2, (2, 3, 4))
+    check_gradient(lambda x: fm.permute(x, 2, 0, 1), lambda x: np.transpose(x, (2, 0, 1)), [c],
+                   device)
+    check_gradient(lambda x: fm.swapaxes(x, 0, 2), lambda x: np.swapaxes(x, 0, 2), [c], device)
+    check_gradient(lambda x: fm.moveaxis(x, 0, -1), lambda x: np.moveaxis(x, 0, -1), [c], device)
+    check_gradient(lambda x: fm.cumsum(x, axis=1), lambda x: np.cumsum(x, axis=1), [c], device)
+    check_gradient(lambda x: fm.cumsum(x), lambda x: np.cumsum(x), [c], device)
+    check_gradient(lambda x: fm.prod(x, axis=1), lambda x: np.prod(x, axis=1), [c], device)
+    check_gradient(lambda x, y: x % y, lambda x, y: np.remainder(x, y),
+                   [RNG.uniform(1, 5, (2, 3)), RNG.uniform(0.7, 0.9, (2, 3))], device)
+
+
+def test_prod_gradient_with_zeros_divides_by_nothing(device):
+    x = _leaf([[2.0, 0.0, 3.0], [0.0, 0.0, 5.0], [1.0, 2.0, 4.0]], device)
+    fm.prod(x, axis=1).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[0, 6, 0], [0, 0, 0], [8, 4, 2]])

@@ -14,7 +14,7 @@ from fastmetal._optable import OPS
 API_DOC = Path(__file__).resolve().parent.parent / "docs" / "API.md"
 # Where the functions are defined (imported by the package, so attributes of it); not API names.
 SUBMODULES = {"conv", "numerics", "nn", "reductions", "linalg", "training", "layers", "optim",
-              "module", "losses", "nn_utils"}
+              "module", "losses", "nn_utils", "creation", "manipulation", "arithmetic"}
 
 
 def documented_names(section_prefix: str) -> set[str]:

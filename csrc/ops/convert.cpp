@@ -69,4 +69,52 @@ Array compare_int64(const std::string& op, const Array& x, const Array& y) {
   return out;
 }
 
+bool is_int64_arithmetic(const std::string& op) {
+  return op == "add" || op == "subtract" || op == "multiply" || op == "floor_divide" ||
+         op == "remainder" || op == "maximum" || op == "minimum" || op == "power";
+}
+
+bool is_int64_unary(const std::string& op) {
+  return op == "negative" || op == "abs" || op == "square";
+}
+
+Array binary_int64(const std::string& op, const Array& x, const Array& y) {
+  if (!is_int64_arithmetic(op) || x.dtype != DType::int64 || y.dtype != DType::int64)
+    throw TypeError(message(op, "expected int64 arithmetic on two int64 arrays"));
+  const Shape shape = broadcast_shapes(x.shape, y.shape, op);
+  Array out = Array::empty(x.backend(), shape, DType::int64, op.c_str());
+  if (out.size() == 0) return out;
+  launch_view("int64_" + op, {buf(x), buf(y), buf(out)}, shape,
+              {broadcast_strides(x.shape, x.strides, shape),
+               broadcast_strides(y.shape, y.strides, shape), out.strides});
+  return out;
+}
+
+Array unary_int64(const std::string& op, const Array& x) {
+  if (!is_int64_unary(op) || x.dtype != DType::int64)
+    throw TypeError(message(op, "expected an int64 unary op on an int64 array"));
+  Array out = Array::empty(x.backend(), x.shape, DType::int64, op.c_str());
+  if (out.size() == 0) return out;
+  launch_view("int64_" + op, {buf(x), buf(out)}, x.shape,
+              {x.strides, Strides(x.shape.size(), 0), out.strides});
+  return out;
+}
+
+Array where(const Array& cond, const Array& x, const Array& y) {
+  if (x.dtype != y.dtype)
+    throw TypeError(message("where", "expected x and y of one dtype, got ", dtype_name(x.dtype),
+                            " and ", dtype_name(y.dtype)));
+  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape, x.shape, "where"), y.shape,
+                                       "where");
+  Array out = Array::empty(x.backend(), shape, x.dtype, "where");
+  if (out.size() == 0) return out;
+  launch_convert(y, out);  // y everywhere (launch_convert broadcasts y to out's shape) ...
+  // ... then x where the condition holds.
+  launch_view(std::string("where_") + dtype_name(cond.dtype) + "_" + dtype_name(x.dtype),
+              {buf(cond), buf(x), buf(out)}, shape,
+              {broadcast_strides(cond.shape, cond.strides, shape),
+               broadcast_strides(x.shape, x.strides, shape), out.strides});
+  return out;
+}
+
 }  // namespace fm

@@ -1,6 +1,6 @@
 // Elementwise work across dtypes (metal/convert.metal): astype between float32, float16
-// and int64 on the device, copies of any dtype between any strides, and comparisons of
-// int64 arrays (float32 masks).
+// and int64 on the device, copies of any dtype between any strides, comparisons of int64
+// arrays (float32 masks), int64 arithmetic and where.
 #pragma once
 #include <string>
 
@@ -17,5 +17,17 @@ Array convert(const Array& x, DType to);
 bool is_comparison(const std::string& op);
 // The float32 mask (1.0 / 0.0) of `op` on two int64 arrays, broadcast as NumPy.
 Array compare_int64(const std::string& op, const Array& x, const Array& y);
+
+// int64 arithmetic as NumPy's int64 ufuncs (metal/int64_math.metal): the op names of the
+// table that have an int64 form (add, subtract, multiply, floor_divide, remainder,
+// maximum, minimum, power; negative, abs, square).
+bool is_int64_arithmetic(const std::string& op);
+bool is_int64_unary(const std::string& op);
+// A new int64 array: op(x, y) broadcast as NumPy, wrapping on overflow.
+Array binary_int64(const std::string& op, const Array& x, const Array& y);
+Array unary_int64(const std::string& op, const Array& x);
+// condition ? x : y (metal/select.metal), broadcast as NumPy; x and y of one dtype (the
+// result's), the condition float32, float16 or int64 (nonzero and NaN are true).
+Array where(const Array& cond, const Array& x, const Array& y);
 
 }  // namespace fm

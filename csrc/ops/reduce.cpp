@@ -33,9 +33,10 @@ struct Layout {
 };
 
 // A contiguous copy of a strided view, on its device (floats: x * 1 through the elementwise
-// kernels, exact for every float, NaN and -0 included; int64: the copy kernel).
+// kernels, exact for every float, NaN and -0 included; int64 and float16: the conversion
+// kernels' copy).
 Array gather(const Array& view) {
-  if (view.dtype == DType::int64) return convert(view, DType::int64);
+  if (view.dtype != DType::float32) return convert(view, view.dtype);  // int64, float16 (cumsum)
   Backend& b = view.backend();
   Array one = Array::empty(b, {}, view.dtype);
   const float v = 1.0f;
@@ -204,7 +205,7 @@ void launch_extreme_rows(const Layout& l, const ReduceArgs& a, const std::string
 
 void check_not_empty(ReduceOp op, const Layout& l) {
   const bool has_identity = op == ReduceOp::sum || op == ReduceOp::mean || op == ReduceOp::var ||
-                            op == ReduceOp::std;  // 0, or 0 / 0 = NaN
+                            op == ReduceOp::std || op == ReduceOp::prod;  // 0 or 1, or 0 / 0 = NaN
   if (!has_identity && l.R == 0) {  // as NumPy, even where no output
     if (op == ReduceOp::argmax || op == ReduceOp::argmin)
       throw ValueError(message(reduce_op_name(op), "expected a non-empty axis, got an empty ",
@@ -216,16 +217,20 @@ void check_not_empty(ReduceOp op, const Layout& l) {
   }
 }
 
-// sum (int64, wrapping) or mean (float32) of an int64 array.
+// sum (int64, wrapping) or mean (float32) of an int64 array; max, min and prod (int64,
+// the product wrapping) by reduce_fold.
 Array reduce_int64(ReduceOp op, const Array& x, const std::vector<int>& axes) {
   Layout l = layout(x, axes);
+  check_not_empty(op, l);
   const bool mean = op == ReduceOp::mean;
   Array out = Array::empty(x.backend(), l.kept, mean ? DType::float32 : DType::int64);
   if (out.size() == 0) return out;
   ReduceArgs a = kernel_args(l, reduce_op_name(op));
   a.divisor = float(l.R);
-  launch_reduce(x.backend(), mean ? "reduce_mean_int64" : "reduce_sum_int64", out.size(), a,
-                {buf(l.src), buf(out)});
+  const std::string kernel = op == ReduceOp::sum ? "reduce_sum_int64"
+                             : mean              ? "reduce_mean_int64"
+                                                 : std::string("reduce_") + reduce_op_name(op) + "_int64";
+  launch_reduce(x.backend(), kernel, out.size(), a, {buf(l.src), buf(out)});
   return out;
 }
 
@@ -235,21 +240,22 @@ ReduceOp parse_reduce_op(const std::string& n) {
   static const std::pair<const char*, ReduceOp> names[] = {
       {"sum", ReduceOp::sum},       {"mean", ReduceOp::mean},     {"var", ReduceOp::var},
       {"std", ReduceOp::std},       {"max", ReduceOp::max},       {"min", ReduceOp::min},
-      {"argmax", ReduceOp::argmax}, {"argmin", ReduceOp::argmin}};
+      {"argmax", ReduceOp::argmax}, {"argmin", ReduceOp::argmin}, {"prod", ReduceOp::prod}};
   for (auto& [s, op] : names)
     if (n == s) return op;
   throw ValueError(message("reduce", "expected one of sum, mean, var, std, max, min, argmax, ",
-                           "argmin, got '", n, "'"));
+                           "argmin, prod, got '", n, "'"));
 }
 
 const char* reduce_op_name(ReduceOp op) {
-  static const char* names[] = {"sum", "mean", "var", "std", "max", "min", "argmax", "argmin"};
+  static const char* names[] = {"sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod"};
   return names[int(op)];
 }
 
 Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double ddof) {
   const std::string name = reduce_op_name(op);
-  if (x.dtype == DType::int64 && (op == ReduceOp::sum || op == ReduceOp::mean))
+  if (x.dtype == DType::int64 && op != ReduceOp::var && op != ReduceOp::std &&
+      op != ReduceOp::argmax && op != ReduceOp::argmin)
     return reduce_int64(op, x, axes);
   if (x.dtype != DType::float32)
     throw TypeError(message(name, "expected a float32 array, got ", dtype_name(x.dtype)));
@@ -306,6 +312,9 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
     case ReduceOp::min:
       launch_extreme_rows(l, a, "reduce_min", out);
       break;
+    case ReduceOp::prod:  // one threadgroup per output, never split
+      launch_reduce(b, "reduce_prod_float32", outputs, kernel_args(l, name), {buf(l.src), buf(out)});
+      break;
     default:
       throw ValueError(message(name, "expected a value reduction"));
   }
@@ -350,6 +359,57 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   c.seg_len = std::uint32_t(l.R);
   c.flags = kCombineFlag;
   launch_reduce(b, kernel, outputs, c, {buf(l.src), buf(out)}, {buf(cand)});
+  return out;
+}
+
+Array cumsum(const Array& x, int axis) {
+  if (x.dtype != DType::float32 && x.dtype != DType::float16 && x.dtype != DType::int64)
+    throw TypeError(message("cumsum", "expected a float32, float16 or int64 array, got ",
+                            dtype_name(x.dtype)));
+  Array flat = x;
+  if (axis < 0) {  // NumPy: the flattened array
+    flat = x.contiguous() ? x : gather(x);
+    flat.shape = {x.size()};
+    flat.strides = {1};
+    axis = 0;
+  }
+  Layout l = layout(flat, {axis});
+  Array out = Array::empty(x.backend(), flat.shape, x.dtype, "cumsum");
+  const i64 lines = l.outer * l.inner;
+  if (out.size() == 0) return out;
+  if (lines > i64(std::numeric_limits<std::uint32_t>::max()) ||
+      l.R > i64(std::numeric_limits<std::uint32_t>::max()))
+    throw ValueError(message("cumsum", "expected at most 2**32-1 lines of at most 2**32-1 ",
+                             "elements, got ", lines, " lines of ", l.R));
+  // layout() put the axis last where it had to gather: then the lines are rows (inner = 1)
+  // of a (kept..., R) copy, and the result is written in that order and moved back below.
+  const bool moved = !flat.contiguous();
+  ReduceArgs a{};
+  a.outer = std::uint32_t(l.outer);
+  a.R = std::uint32_t(l.R);
+  a.inner = std::uint32_t(l.inner);
+  a.split = 1;
+  a.seg_len = a.R;
+  Array target = moved ? Array::empty(x.backend(), l.src.shape, x.dtype, "cumsum") : out;
+  Dispatch d;
+  d.grid[0] = std::uint32_t(lines);
+  d.group[0] = x.backend().preferred_group_size(std::string("cumsum_") + dtype_name(x.dtype));
+  d.cost = std::uint64_t(std::max<i64>(1, l.R));
+  x.backend().launch(std::string("cumsum_") + dtype_name(x.dtype), d,
+                     {buf(l.src), buf(target), KernelArg::inline_bytes(&a, sizeof a)});
+  if (moved) {
+    // target is (kept axes..., axis) in C order: view it with the axis back in its place.
+    Array view = target;
+    const int nd = int(flat.ndim());
+    Strides ts = contiguous_strides(target.shape);
+    view.shape = flat.shape;
+    view.strides.assign(nd, 0);
+    int k = 0;
+    for (int dd = 0; dd < nd; ++dd)
+      if (dd != axis) view.strides[dd] = ts[k++];
+    view.strides[axis] = ts[nd - 1];
+    launch_convert(view, out);
+  }
   return out;
 }
 

@@ -1,5 +1,5 @@
 // Reductions over axes of an fm::Array (NumPy semantics): sum, mean, var, std, max, min,
-// argmax, argmin. Validation of axes happens at the Python boundary
+// argmax, argmin, prod; and cumsum (a scan along one axis). Validation of axes happens at the Python boundary
 // (csrc/python/reduce_bindings.cpp); here axes are normalised, sorted and unique.
 //
 // The input is brought into an (outer, R, inner) layout (reduce_args.h): directly where it
@@ -15,7 +15,7 @@
 
 namespace fm {
 
-enum class ReduceOp { sum, mean, var, std, max, min, argmax, argmin };
+enum class ReduceOp { sum, mean, var, std, max, min, argmax, argmin, prod };
 
 // "sum" -> ReduceOp::sum ...; ValueError for unknown names.
 ReduceOp parse_reduce_op(const std::string& name);
@@ -23,10 +23,13 @@ const char* reduce_op_name(ReduceOp op);
 
 // The float32 result, contiguous, with the shape of the kept axes (in order).
 // `op` is not argmax / argmin. ddof: var / std only. int64 input: sum (an int64 result,
-// wrapping on overflow as NumPy) and mean (float32) only.
+// wrapping on overflow as NumPy), mean (float32), max, min and prod (int64) only.
 Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double ddof);
 // argmax / argmin over one axis (or all axes, flattened, when axis < 0): a contiguous int64
 // array of indices on x's device, with the shape of the kept axes (in order).
 Array reduce_arg(ReduceOp op, const Array& x, int axis);
+// The cumulative sum along `axis` (all axes, flattened, when axis < 0), as NumPy's cumsum:
+// a new contiguous array of x's dtype (float32, float16 or int64).
+Array cumsum(const Array& x, int axis);
 
 }  // namespace fm

@@ -124,14 +124,50 @@ py::object finish(Output& o, bool fm_result) {
   return wrap_result(std::move(o.target), fm_result);
 }
 
+// An int64 result `r` as the op returns it: r itself, or written into out= (an Array of
+// r's shape, converted to its dtype on the device; a NumPy array, cast as NumPy's
+// same_kind casting allows).
+py::object int64_result(const std::string& op, Array r, py::handle out, bool fm_result) {
+  if (out.is_none()) return wrap_result(std::move(r), fm_result);
+  if (is_array(out)) {
+    const Array& o = out.cast<const Array&>();
+    prepare_write(o, op, "out");
+    if (o.shape != r.shape)
+      throw ValueError(message(op, "expected out with the broadcast shape ", shape_str(r.shape),
+                               ", got shape ", shape_str(o.shape)));
+    {
+      py::gil_scoped_release nogil;
+      launch_convert(r, o);  // r is a fresh array: no overlap with out
+      o.backend().end_op();
+    }
+    return py::reinterpret_borrow<py::object>(out);
+  }
+  if (!py::isinstance<py::array>(out))
+    throw TypeError(message(op, "expected out to be a numpy.ndarray or fastmetal.Array, got ",
+                            std::string(py::str(py::type::handle_of(out).attr("__name__")))));
+  py::module_::import("numpy").attr("copyto")(out, numpy_view(r), py::arg("casting") = "same_kind");
+  return py::reinterpret_borrow<py::object>(out);
+}
+
 }  // namespace
 
 py::object unary(const std::string& op, py::handle x, py::handle out) {
   Backend& backend = pick_backend(op, {{"x", x}, {"out", out}});
   const bool fm_result = any_array({x, out});
   Array xa = to_array(x, backend, op, "x");
-  if (xa.dtype == DType::int64) {  // int64: copies only (into a new array or an int64 Array)
-    if (op != "copy") throw int64_refused(op, "x", xa.dtype);
+  if (xa.dtype == DType::int64 && is_int64_unary(op)) {  // negative, abs, square: in int64
+    Array r;
+    run_maybe_without_gil(xa.size(), [&] {
+      r = unary_int64(op, xa);
+      backend.end_op();
+    });
+    return int64_result(op, std::move(r), out, fm_result);
+  }
+  // Other math on int64 (exp, sqrt, ...) runs in float32, as NumPy's runs in float64.
+  if (xa.dtype == DType::int64 && op != "copy") {
+    run_maybe_without_gil(xa.size(), [&] { xa = convert(xa, DType::float32); });
+  }
+  if (xa.dtype == DType::int64) {  // int64 copies (into a new array or an int64 Array)
     Array r;
     if (!out.is_none()) {
       if (!is_array(out) || out.cast<const Array&>().dtype != DType::int64)
@@ -215,13 +251,68 @@ py::object compare_with_int64(const std::string& op, py::handle x, py::handle y,
   return py::cast(std::move(r));
 }
 
+// A Python int as an int64, or NumPy's OverflowError where it does not fit.
+void check_python_int(const std::string& op, py::handle v) {
+  if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) return;
+  int overflow = 0;
+  PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow != 0) {  // NumPy's error type for this
+    const std::string m = message(op, "expected a Python int within int64 for an int64 array, ",
+                                  "got ", std::string(py::repr(v)), " (out of bounds for int64)");
+    PyErr_SetString(PyExc_OverflowError, m.c_str());
+    throw py::error_already_set();
+  }
+}
+
+// NumPy refuses negative integer exponents of integers (ValueError); those the host can see
+// (a Python int or a NumPy array) are refused here, before any work.
+void check_exponents(py::handle y) {
+  bool negative = false;
+  if (PyLong_Check(y.ptr())) negative = y.cast<long long>() < 0;
+  else if (py::isinstance<py::array>(y) && py::reinterpret_borrow<py::array>(y).size() > 0)
+    negative = py::reinterpret_borrow<py::array>(y).attr("min")().cast<long long>() < 0;
+  if (negative)
+    throw ValueError(message("power", "expected non-negative exponents for an int64 base, got a ",
+                             "negative one (Integers to negative integer powers are not allowed)"));
+}
+
+// Arithmetic with an int64 Array operand, as NumPy's type promotion: against integers (int64
+// Arrays, NumPy integer arrays, Python ints) in int64 (metal/int64_math.metal), except true
+// division; against floats, and for `divide`, in float32 after converting the int64 Arrays on
+// the device (NumPy: float64; fastmetal has no float64).
+py::object arithmetic_with_int64(const std::string& op, py::handle x, py::handle y,
+                                 py::handle out, Backend& backend, bool fm_result) {
+  const bool integers = (is_int64_array(x) || is_integer_operand(x)) &&
+                        (is_int64_array(y) || is_integer_operand(y));
+  if (integers && is_int64_arithmetic(op)) {
+    check_python_int(op, x);
+    check_python_int(op, y);
+    if (op == "power") check_exponents(y);
+    Array xa = to_array(x, backend, op, "x", DType::int64);
+    Array ya = to_array(y, backend, op, "y", DType::int64);
+    Array r;
+    run_maybe_without_gil(std::max(xa.size(), ya.size()), [&] {
+      r = binary_int64(op, xa, ya);
+      backend.end_op();
+    });
+    return int64_result(op, std::move(r), out, fm_result);
+  }
+  auto as_float = [&](py::handle v) -> py::object {
+    if (!is_int64_array(v)) return py::reinterpret_borrow<py::object>(v);
+    Array f;
+    const Array& a = v.cast<const Array&>();
+    run_maybe_without_gil(a.size(), [&] { f = convert(a, DType::float32); });
+    return py::cast(std::move(f));
+  };
+  return binary(op, as_float(x), as_float(y), out);
+}
+
 py::object binary(const std::string& op, py::handle x, py::handle y, py::handle out) {
   Backend& backend = pick_backend(op, {{"x", x}, {"y", y}, {"out", out}});
   const bool fm_result = any_array({x, y, out});
   if (is_int64_array(x) || is_int64_array(y)) {
-    if (!is_comparison(op))
-      throw int64_refused(op, is_int64_array(x) ? "x" : "y", DType::int64);
-    return compare_with_int64(op, x, y, out, backend);
+    if (is_comparison(op)) return compare_with_int64(op, x, y, out, backend);
+    return arithmetic_with_int64(op, x, y, out, backend, fm_result);
   }
   // Python scalars are weakly typed (NEP 50): they take the array operand's dtype.
   const bool xs = is_python_scalar(x), ys = is_python_scalar(y);
@@ -250,6 +341,44 @@ py::object binary(const std::string& op, py::handle x, py::handle y, py::handle 
     backend.end_op();
   });
   return finish(o, fm_result);
+}
+
+// where(condition, x, y) as numpy.where with three arguments: the result dtype as NumPy's
+// promotion of x and y (int64 when both are integers; else float, Python scalars taking the
+// other's dtype, int64 Arrays converted to float32 on the device); the condition is used as
+// it is where it is an Array (float masks, int64), else converted to a float32 mask.
+py::object where_py(py::handle cond, py::handle x, py::handle y) {
+  const std::string op = "where";
+  Backend& backend = pick_backend(op, {{"condition", cond}, {"x", x}, {"y", y}});
+  const bool fm_result = any_array({cond, x, y});
+  const bool integers = (is_int64_array(x) || is_integer_operand(x)) &&
+                        (is_int64_array(y) || is_integer_operand(y));
+  DType dtype = DType::int64;
+  if (!integers) {
+    auto float_of = [&](py::handle v, const char* name) -> std::optional<DType> {
+      if (is_python_scalar(v) || is_int64_array(v) || is_integer_operand(v)) return std::nullopt;
+      return native_dtype_of(v, op, name);
+    };
+    const auto dx = float_of(x, "x"), dy = float_of(y, "y");
+    dtype = dx && dy ? promote(*dx, *dy) : dx ? *dx : dy ? *dy : DType::float32;
+  }
+  auto operand = [&](py::handle v, const char* name) -> Array {
+    if (dtype != DType::int64 && is_int64_array(v)) return convert(v.cast<const Array&>(), dtype);
+    if (dtype == DType::int64) check_python_int(op, v);
+    return to_array(v, backend, op, name, dtype);
+  };
+  Array c = is_array(cond) ? cond.cast<const Array&>()
+                           : to_array(cond, backend, op, "condition", DType::float32);
+  if (&c.backend() != &backend)
+    throw ValueError(message(op, "expected condition on device '", backend.name(), "', got '",
+                             c.backend().name(), "'"));
+  Array xa = operand(x, "x"), ya = operand(y, "y");
+  Array r;
+  run_maybe_without_gil(std::max({c.size(), xa.size(), ya.size()}), [&] {
+    r = where(c, xa, ya);
+    backend.end_op();
+  });
+  return wrap_result(std::move(r), fm_result);
 }
 
 }  // namespace fm::python

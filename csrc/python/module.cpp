@@ -306,6 +306,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("unary", &fm::python::unary, py::arg("op"), py::arg("x"), py::arg("out") = py::none());
   m.def("binary", &fm::python::binary, py::arg("op"), py::arg("x"), py::arg("y"),
         py::arg("out") = py::none());
+  m.def("_where", &fm::python::where_py, py::arg("condition"), py::arg("x"), py::arg("y"));
 
   fm::python::bind_numerics(m);
   fm::python::bind_conv2d(m);

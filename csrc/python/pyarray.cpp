@@ -217,8 +217,8 @@ Array to_contiguous_array(py::handle obj, Backend& backend, const std::string& o
 TypeError int64_refused(const std::string& op, const char* arg, DType got) {
   return TypeError(message(op, "expected a float32 or float16 array for ", arg, ", got an ",
                            dtype_name(got), " fastmetal.Array (int64 Arrays support copies, "
-                           "views, astype, comparisons, sum and mean; convert with "
-                           ".astype('float32'))"));
+                           "views, astype, comparisons, arithmetic, sum, prod, max, min, mean "
+                           "and cumsum; convert with .astype('float32'))"));
 }
 
 py::dtype numpy_dtype(DType t) {

@@ -77,7 +77,8 @@ py::object reduce_py(const std::string& name, py::handle x, py::handle axis, boo
   Backend& b = pick_backend(name, {{"a", x}});
   const bool as_array = is_array(x);
   const bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
-  const bool int_ok = op == ReduceOp::sum || op == ReduceOp::mean;
+  const bool int_ok = op == ReduceOp::sum || op == ReduceOp::mean || op == ReduceOp::max ||
+                      op == ReduceOp::min || op == ReduceOp::prod;
   const DType in_dtype = native_dtype_of(x, name, "a");
   if (in_dtype == DType::int64 && !int_ok) throw int64_refused(name, "a", in_dtype);
   Array a = in_dtype == DType::int64 ? to_array(x, b, name, "a") : input_array(x, name, "a", b);
@@ -107,6 +108,29 @@ py::object reduce_py(const std::string& name, py::handle x, py::handle axis, boo
   }
   if (as_array) return py::cast(std::move(out));
   return numpy_result(numpy_view(out));
+}
+
+// cumsum(a, axis=None): in a's dtype (float32, float16 or int64; others as float32).
+py::object cumsum_py(py::handle x, py::handle axis) {
+  const std::string name = "cumsum";
+  Backend& b = pick_backend(name, {{"a", x}});
+  const DType dtype = native_dtype_of(x, name, "a");
+  Array a = to_array(x, b, name, "a", dtype);
+  int ax = -1;
+  if (!axis.is_none()) {
+    auto i = int_arg(axis);
+    if (!i) throw TypeError(message(name, "expected axis to be None or an int, got ",
+                                    std::string(py::repr(axis))));
+    ax = normalize_axis(name, *i, std::max<std::int64_t>(a.ndim(), 1));
+    if (a.ndim() == 0) ax = -1;
+  }
+  Array out;
+  {
+    py::gil_scoped_release nogil;
+    out = cumsum(a, ax);
+    b.end_op();
+  }
+  return wrap_result(std::move(out), is_array(x));
 }
 
 // A transposed 2-D view (no copy).
@@ -250,6 +274,7 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
 void bind_reductions(py::module_& m) {
   m.def("_reduce", &reduce_py, py::arg("op"), py::arg("a"), py::arg("axis") = py::none(),
         py::arg("keepdims") = false, py::arg("ddof") = 0.0);
+  m.def("_cumsum", &cumsum_py, py::arg("a"), py::arg("axis") = py::none());
   m.def("_matmul", &matmul_py, py::arg("a"), py::arg("b"), py::arg("out") = py::none());
   m.def("_linear", &linear_py, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
   m.def("_linear_backward", &linear_backward_py, py::arg("grad_output"), py::arg("x"),

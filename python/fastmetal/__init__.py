@@ -36,8 +36,13 @@ from . import _array  # Array operators, views and NumPy dispatch
 from ._array import expand_dims
 from .numerics import derivative, fourier_series, gradient
 from .conv import conv2d, conv2d_backward
-from .reductions import sum, mean, var, std, max, min, argmax, argmin  # noqa: A004
-from .linalg import matmul, linear, linear_backward
+from .reductions import sum, mean, var, std, max, min, argmax, argmin, prod, cumsum  # noqa: A004
+from .linalg import matmul, linear, linear_backward, dot
+from .creation import arange, linspace, full, zeros_like, ones_like, full_like, empty_like
+from .manipulation import (where, concatenate, stack, transpose, permute, swapaxes, moveaxis,
+                           squeeze)
+from .arithmetic import divmod  # noqa: A004
+from . import _numpy_surface  # noqa: F401  (Array's //, %, divmod, prod, ...; NumPy dispatch)
 from . import training
 from .training import (cross_entropy, dropout, dropout_backward, log_softmax,
                        log_softmax_backward, max_pool2d, max_pool2d_backward)
@@ -72,9 +77,14 @@ __all__ = [
     "set_default_device",
     "synchronize",
     "zeros",
+    # creation (creation.py)
+    "arange", "linspace", "full", "zeros_like", "ones_like", "full_like", "empty_like",
+    # joining, selecting, rearranging (manipulation.py)
+    "where", "concatenate", "stack", "transpose", "permute", "swapaxes", "moveaxis", "squeeze",
     # elementwise (metal/elementwise_ops.tbl)
     *_elementwise_names,
     "expand_dims",
+    "divmod",
     # automatic differentiation
     "grad", "value_and_grad", "no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled",
     # numerical differentiation
@@ -85,8 +95,8 @@ __all__ = [
     "conv2d",
     "conv2d_backward",
     # reductions and linear algebra
-    "sum", "mean", "var", "std", "max", "min", "argmax", "argmin",
-    "matmul", "linear", "linear_backward",
+    "sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod", "cumsum",
+    "matmul", "linear", "linear_backward", "dot",
     # training
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward",

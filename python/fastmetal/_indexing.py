@@ -12,9 +12,15 @@ writes in place, ``v`` broadcast to the indexed shape. Everything runs on the ar
 device (metal/index.metal), except two reads of small host data: the bounds of an int64
 Array index and the count of an Array mask's nonzero elements (one number), both through
 ``.numpy()``. Out-of-bounds indices raise IndexError, as NumPy. Not supported (IndexError):
-several index arrays in one key, an index array together with integer indices, 0-d
-masks. Repeated indices in an assignment: one of the values wins, which one is
+0-d masks. Repeated indices in an assignment: one of the values wins, which one is
 unspecified (NumPy: the last).
+
+Several index arrays in one key (``a[[0, 2], [1, 3]]``, ``a[i, :, j]``; integers beside an
+index array count as 0-d index arrays and masks as their ``nonzero()`` arrays, as NumPy):
+they are broadcast together, the indexed axes are brought together (where the index arrays
+are not adjacent in the key, in front, as NumPy places the result's broadcast axes) and
+merged into one, and the flat index ``sum(i_k * stride_k)`` (int64 arithmetic, on the
+device for Array indices) gathers along it.
 """
 from __future__ import annotations
 
@@ -90,13 +96,8 @@ def _check_bounds(idx: Any, n: int, axis: int, where: str) -> None:
 def plan(a: Array, key: Any, where: str, for_write: bool) -> Plan:
     items = key if isinstance(key, tuple) else (key,)
     adv = [i for i, k in enumerate(items) if is_advanced(k)]
-    if len(adv) > 1:
-        raise IndexError(f"[{where}] expected at most one index array in a key (several are "
-                         f"not supported), got {len(adv)}")
-    if any(_is_int(k) for k in items):
-        raise IndexError(f"[{where}] expected slices, None or ... beside an index array "
-                         f"(integers together with an index array are not supported), got "
-                         f"{key!r}")
+    if len(adv) > 1 or any(_is_int(k) for k in items):
+        return _plan_several(a, items, where, for_write)
     pos = adv[0]
     kind, idx = _classify(items[pos], where)
     m = 1 if kind == "int" else idx.ndim
@@ -163,6 +164,142 @@ def setitem(a: Array, key: Any, value: Any, where: str, as_array: Any) -> None:
     if int(np.prod(p.shape, dtype=np.int64)) == 0:
         return
     _core._put(p.view, p.axis, p.index, v._view(offset, list(shape), list(strides)))
+
+
+def _plan_several(a: Array, items: Tuple[Any, ...], where: str, for_write: bool) -> Plan:
+    """A key with several index arrays (or integers beside one): one merged axis, one flat
+    index (see the module docstring)."""
+    from . import manipulation  # the module that uses this one's Array methods
+
+    # Masks become their nonzero() index arrays, integers 0-d index arrays.
+    expanded: list = []
+    for k in items:
+        if _is_int(k):
+            expanded.append(("int", np.asarray(operator.index(k), dtype=np.int64)))
+        elif is_advanced(k):
+            kind, idx = _classify(k, where)
+            if kind == "mask":
+                if idx.ndim == 0:
+                    raise IndexError(f"[{where}] expected a mask of at least one dimension, "
+                                     f"got a 0-d mask")
+                parts = manipulation.nonzero(idx) if isinstance(idx, Array) else np.nonzero(idx)
+                expanded.extend(("int", p if isinstance(p, Array) else p.astype(np.int64))
+                                for p in parts)
+            else:
+                expanded.append(("int", idx))
+        else:
+            expanded.append(("basic", k))
+    consumed = sum(1 for kind, k in expanded if kind == "int" or
+                   (k is not None and k is not Ellipsis))
+    if consumed > a.ndim:
+        raise IndexError(f"[{where}] expected at most {a.ndim} indices for an array of "
+                         f"dimension {a.ndim}, got {consumed} (too many indices)")
+    fill = a.ndim - consumed
+    flat: list = []
+    for kind, k in expanded:
+        if kind == "basic" and k is Ellipsis:
+            flat.extend([("basic", slice(None))] * fill)
+            fill = 0
+        else:
+            flat.append((kind, k))
+    flat.extend([("basic", slice(None))] * fill)
+    # The basic view (index arrays as full slices) and where each index array's axis is.
+    view = a[tuple(slice(None) if kind == "int" else k for kind, k in flat)]
+    axes, arrays = [], []
+    out_axis = 0
+    for kind, k in flat:
+        if kind == "int":
+            axes.append(out_axis)
+            arrays.append(k)
+            out_axis += 1
+        elif k is None or isinstance(k, slice):
+            out_axis += 1
+    positions = [i for i, (kind, _) in enumerate(flat) if kind == "int"]
+    adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
+    dims = [view.shape[ax] for ax in axes]
+    # Broadcast the index arrays, check their bounds, make them non-negative.
+    shapes = [tuple(i.shape) for i in arrays]
+    try:
+        bshape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise IndexError(f"[{where}] expected index arrays that broadcast together, got shapes "
+                         f"{' '.join(str(s) for s in shapes)} (shape mismatch)") from None
+    normalized = []
+    for ax, idx, n in zip(axes, arrays, dims):
+        _check_bounds(idx, n, ax, where)
+        if isinstance(idx, Array):
+            normalized.append(manipulation.where(idx < 0, idx + n, idx))
+        else:
+            normalized.append(np.where(idx < 0, idx + n, idx))
+    flat_index: Any = None
+    stride = 1
+    for idx, n in reversed(list(zip(normalized, dims))):
+        term = idx * stride if stride != 1 else idx
+        flat_index = term if flat_index is None else term + flat_index
+        stride *= n
+    device_index = any(isinstance(i, Array) for i in arrays)
+    if device_index and not isinstance(flat_index, Array):
+        flat_index = _core.asarray(np.asarray(flat_index, dtype=np.int64), dtype="int64",
+                                   device=a.device)
+    if isinstance(flat_index, Array):
+        if tuple(flat_index.shape) != tuple(bshape):  # a broadcast view, copied
+            offset, shape, strides = _views.broadcast_to(
+                (flat_index._offset, flat_index.shape, flat_index._strides), tuple(bshape), where)
+            flat_index = flat_index._view(offset, list(shape), list(strides)).copy()
+    else:
+        flat_index = np.ascontiguousarray(np.broadcast_to(flat_index, bshape), dtype=np.int64)
+    # The indexed axes together (in front where the index arrays were not adjacent), merged.
+    front = axes[0] if adjacent else 0
+    rest = [d for d in range(view.ndim) if d not in axes]
+    order = rest[:front] + axes + rest[front:]
+    basic = view
+    view = view.transpose(order)
+    merged = view.shape[:front] + (int(np.prod(dims, dtype=np.int64)),) + \
+        view.shape[front + len(axes):]
+    shape = view.shape[:front] + tuple(bshape) + view.shape[front + len(axes):]
+    layout = _views.nocopy_reshape((view._offset, view.shape, view._strides), merged)
+    if layout is not None:
+        view = view._view(layout[0], list(layout[1]), list(layout[2]))
+    elif for_write:
+        return _plan_whole(basic, axes, normalized, rest, front, shape, where)
+    else:
+        view = view.reshape(merged)  # a copy: reading gives a copy anyway
+    return Plan(view, front, flat_index, shape)
+
+
+def _plan_whole(basic: Array, axes: list, indices: list, rest: list, front: int,
+                shape: Tuple[int, ...], where: str) -> Plan:
+    """An assignment whose indexed axes cannot be merged in place (index arrays apart in the
+    key): index the whole basic view as one axis instead, with one flat index per element of
+    the result (the indexed axes' indices and every other axis's positions, each times its
+    C-order stride), where that view is one C-contiguous run."""
+    flat = _views.nocopy_reshape((basic._offset, basic.shape, basic._strides), (basic.size,))
+    if flat is None:
+        raise IndexError(f"[{where}] expected the indexed axes of a view to be mergeable into "
+                         f"one without a copy (assign through a contiguous array), got shape "
+                         f"{basic.shape} with strides {basic._strides}")
+    strides = _views.contiguous_strides(basic.shape)
+    nb = len(shape) - len(rest)  # the broadcast index dimensions, at `front`
+    ndim = len(shape)
+    total: Any = 0
+    for ax, idx in zip(axes, indices):
+        # the index's dimensions (right-aligned among the nb broadcast ones) at `front`
+        placed = (1,) * (front + nb - idx.ndim) + tuple(idx.shape) + (1,) * (ndim - front - nb)
+        total = total + (idx * strides[ax]).reshape(placed)
+    positions = list(range(front)) + list(range(front + nb, ndim))
+    for d, pos in zip(rest, positions):
+        n = basic.shape[d]
+        term = np.arange(n, dtype=np.int64).reshape((1,) * pos + (n,) + (1,) * (ndim - pos - 1))
+        total = total + term * strides[d]
+    if isinstance(total, Array):
+        offset, bshape, bstrides = _views.broadcast_to(
+            (total._offset, total.shape, total._strides), shape, where)
+        total = total._view(offset, list(bshape), list(bstrides)).copy()
+    else:
+        total = np.ascontiguousarray(np.broadcast_to(total, shape), dtype=np.int64)
+    view = basic._view(flat[0], list(flat[1]), list(flat[2]))
+    return Plan(view, 0, total, shape)
+
 
 
 def _host_key(key: Any) -> Any:

@@ -73,6 +73,8 @@ def index(layout: Layout, key: Any, where: str) -> Layout:
         elif isinstance(k, (bool, np.bool_)):
             raise IndexError(f"[{where}] expected basic indices (int, slice, None, ...), got "
                              f"a boolean index (boolean masks are not supported)")
+        elif isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu":
+            consumed += 1  # a 0-d integer array is an integer, as in NumPy
         elif isinstance(k, (list, np.ndarray)) or hasattr(k, "__array__"):
             raise IndexError(f"[{where}] expected basic indices (int, slice, None, ...), got "
                              f"{_type_name(k)} (advanced indexing is not supported)")

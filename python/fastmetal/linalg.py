@@ -16,7 +16,7 @@ import numpy as np
 from . import _core
 from ._declare import needed, op
 
-__all__ = ["matmul", "linear", "linear_backward"]
+__all__ = ["matmul", "linear", "linear_backward", "dot"]
 
 
 @op(grads=("a", "b"), saves=("a", "b"))
@@ -96,3 +96,35 @@ def linear_backward(grad_output, x, weight, needs=("input", "weight", "bias")) -
     dimensions), grad_bias = grad_output summed over all leading dimensions.
     """
     return _core._linear_backward(grad_output, x, weight, needs)
+
+
+def dot(a, b, out=None):
+    """Dot product as ``numpy.dot``: a product for 0-d operands, the inner product of two
+    1-D arrays (a 0-d result), ``matmul`` for 2-D ones, and for N-D operands the sum over
+    the last axis of ``a`` and the second-to-last of ``b`` (result shape
+    ``a.shape[:-1] + b.shape[:-2] + b.shape[-1:]``), all through :func:`matmul` on the
+    device. float32 (other dtypes converted, as ``matmul``)."""
+    a_nd = a.ndim if isinstance(a, _core.Array) else np.ndim(a)
+    b_nd = b.ndim if isinstance(b, _core.Array) else np.ndim(b)
+    if a_nd == 0 or b_nd == 0:
+        return _core.binary("multiply", a, b, out)
+    if b_nd <= 2:  # matmul's broadcasting over a's leading axes is dot's rule here
+        return matmul(a, b, out)
+    a_arr = a if isinstance(a, _core.Array) else _core.asarray(np.asarray(a, np.float32))
+    b_arr = b if isinstance(b, _core.Array) else _core.asarray(np.asarray(b, np.float32),
+                                                               device=a_arr.device)
+    n = a_arr.shape[-1]
+    k = b_arr.shape[-2]
+    if n != k:
+        raise ValueError(f"[fastmetal.dot] expected a.shape[-1] == b.shape[-2], got shapes "
+                         f"{a_arr.shape} and {b_arr.shape} (shapes not aligned)")
+    b_moved = b_arr.transpose(*([b_nd - 2] + [d for d in range(b_nd) if d != b_nd - 2]))
+    result = matmul(a_arr.reshape(-1, n), b_moved.reshape(n, -1))
+    shape = tuple(a_arr.shape[:-1]) + tuple(b_arr.shape[:-2]) + tuple(b_arr.shape[-1:])
+    result = result.reshape(shape)
+    if out is not None:
+        out[...] = result
+        return out
+    if not isinstance(a, _core.Array) and not isinstance(b, _core.Array):
+        return result.numpy()
+    return result

@@ -7,7 +7,9 @@ in gives a ``fastmetal.Array`` on its device. ``argmax``/``argmin`` return int64
 (an int64 ``fastmetal.Array`` for Array input). Computation is float32: float16 input is
 converted on the device and the result converted back (float16 out, as NumPy); other
 input dtypes are converted to float32 and the results are float32. int64 Arrays (the
-index dtype) take ``sum`` (int64) and ``mean`` (float32) only.
+index dtype) take ``sum``, ``prod``, ``max``, ``min`` (int64, products and sums wrapping on
+overflow as NumPy's) and ``mean`` (float32). ``prod`` and ``cumsum`` (a scan, in the
+input's dtype) complete NumPy's set.
 
 Accuracy: on the ``cpu`` device sums accumulate in float64 over fixed chunks (bitwise the
 same for any ``FASTMETAL_NUM_THREADS``); the MSL kernels (``metal/reduce.metal``: each
@@ -15,10 +17,13 @@ thread a Kahan-compensated share, then a simdgroup + threadgroup tree; few long 
 into segments on several threadgroups, combined by a second launch, the partition a
 function of the shape only) are at least as accurate as NumPy's pairwise float32 sum. NaN as NumPy: sums and max/min propagate NaN,
 argmax/argmin return the first NaN's index. Empty reductions: ``sum`` gives 0, ``mean``
-NaN (without NumPy's warning), ``max``/``min``/``argmax``/``argmin`` raise ``ValueError``.
+NaN with NumPy's ``RuntimeWarning`` ("Mean of empty slice"; ``var``/``std`` warn
+"Degrees of freedom <= 0 for slice" where ``N - ddof <= 0``), ``prod`` gives 1,
+``max``/``min``/``argmax``/``argmin`` raise ``ValueError``.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import math
@@ -28,7 +33,7 @@ import numpy as np
 from . import _core
 from ._declare import op
 
-__all__ = ["sum", "mean", "var", "std", "max", "min", "argmax", "argmin"]
+__all__ = ["sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod", "cumsum"]
 
 _builtin_sum = sum
 
@@ -66,9 +71,37 @@ def _finish(name: str, result: Any, out: Any) -> Any:
     return out
 
 
+def _reduced_count(a: Any, axis: Any) -> int:
+    """How many elements each output of a reduction over `axis` takes (for the warnings);
+    -1 where the axis is invalid (the reduction then raises its own error)."""
+    shape = tuple(a.shape) if isinstance(a, _core.Array) else np.shape(a)
+    axes = range(len(shape)) if axis is None else \
+        (axis if isinstance(axis, (tuple, list)) else (axis,))
+    count = 1
+    try:
+        for ax in axes:
+            count *= shape[int(ax)]
+    except (TypeError, IndexError, ValueError):
+        return -1
+    return count
+
+
+def _warn_if_empty(name: str, a: Any, axis: Any, ddof: float) -> None:
+    """NumPy's RuntimeWarnings of mean / var / std with nothing (or too little) to average."""
+    n = _reduced_count(a, axis)
+    if n < 0:
+        return
+    if name == "mean" and n == 0:
+        warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=4)
+    elif name in ("var", "std") and n - ddof <= 0:
+        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=4)
+
+
 def _reduce(name: str, a: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
             ddof: float = 0.0) -> Any:
     _check_dtype(name, dtype)
+    if name in ("mean", "var", "std"):
+        _warn_if_empty(name, a, axis, ddof)
     return _finish(name, _core._reduce(name, a, axis, bool(keepdims), float(ddof)), out)
 
 
@@ -156,6 +189,72 @@ def argmax(a, axis=None, out=None, *, keepdims=False):
 def argmin(a, axis=None, out=None, *, keepdims=False):
     """Index (int64) of the first smallest element, as ``numpy.argmin``."""
     return _reduce("argmin", a, axis, None, out, keepdims)
+
+
+@op(grads=("a",), saves=("a", "out"))
+def prod(a, axis=None, dtype=None, out=None, keepdims=False):
+    """Product of the elements over ``axis`` (all by default), as ``numpy.prod``: 1 for an
+    empty axis; float32 products in float32 (float16 input: computed in float32, returned as
+    float16), int64 products wrapping on overflow as NumPy's. On the device: one
+    threadgroup per output multiplies strided shares, then a tree (so the rounding order is
+    not NumPy's: results agree to float32 rounding, not bit for bit)."""
+    if dtype is not None and np.dtype(dtype) not in (np.float32, np.int64):
+        raise TypeError(f"[fastmetal.prod] expected dtype None, float32 or int64, got {dtype!r}")
+    return _finish("prod", _core._reduce("prod", a, axis, bool(keepdims), 0.0), out)
+
+
+@prod.vjp
+def _prod_vjp(ctx, g):
+    # The product of the others, without dividing by a zero: with z the zeros' mask,
+    # p' = prod(x + z) (zeros taken as 1): p' / x where the slice has no zero, p' at the
+    # zero of a slice with exactly one, 0 elsewhere.
+    from ._elementwise import FUNCTIONS as E
+    x, shape = ctx.a, ctx.shapes["a"]
+    zeros = E["equal"](x, 0.0)
+    count = _reduce("sum", zeros, ctx.axis, None, None, True)
+    others = _reduce("prod", E["add"](x, zeros), ctx.axis, None, None, True)
+    safe = E["add"](x, zeros)
+    grad = E["divide"](others, safe) * E["equal"](count, 0.0) * (1.0 - zeros) + \
+        others * zeros * E["equal"](count, 1.0)
+    return _spread(g, shape, ctx.axis, ctx.keepdims) * grad
+
+
+@op(grads=("a",))
+def cumsum(a, axis=None, dtype=None, out=None):
+    """Cumulative sum along ``axis`` (of the flattened array when ``axis`` is None), as
+    ``numpy.cumsum``, in the input's dtype (float32, float16 or int64; other inputs as
+    float32). Each line is summed in order, as NumPy does, so the results are NumPy's bit
+    for bit (float16: each partial sum rounded to float16, as NumPy; int64: wrapping).
+    An ``Array`` in gives an ``Array`` on its device, NumPy in gives NumPy."""
+    if dtype is not None:
+        want = np.dtype(dtype)
+        have = a.dtype if isinstance(a, _core.Array) else None
+        if have is None or want != have:
+            raise TypeError(f"[fastmetal.cumsum] expected dtype None (the input's dtype), "
+                            f"got {dtype!r}; convert the input with astype first")
+    result = _core._cumsum(a, axis)
+    if out is None:
+        return result
+    if isinstance(out, _core.Array):
+        if out.shape != result.shape:
+            raise ValueError(f"[fastmetal.cumsum] expected out of shape {result.shape}, "
+                             f"got shape {out.shape}")
+        out[...] = result
+        return out
+    return _finish("cumsum", result, out)
+
+
+@cumsum.vjp
+def _cumsum_vjp(ctx, g):
+    # Each input adds into every later output: the reversed cumulative sum of g.
+    shape = ctx.shapes["a"]
+    flat = ctx.axis is None
+    if flat:
+        g = g.reshape(-1)
+    axis = 0 if flat else int(ctx.axis) % len(shape)
+    rev = (slice(None),) * axis + (slice(None, None, -1),)
+    back = cumsum(g[rev], axis)[rev]
+    return back.reshape(shape) if flat else back
 
 
 # ----------------------------------------------------------------------------- gradients

@@ -50,23 +50,23 @@ def _pool_spec(kernel_size, stride, padding, op):
     return k, s, p
 
 
-@op(grads=("x",), saves=("x",), aux=True)
-def max_pool2d(x, kernel_size, stride=None, padding=0):
+@op(grads=("input",), saves=("input",), aux=True)
+def max_pool2d(input, kernel_size, stride=None, padding=0):  # noqa: A002 (PyTorch's name)
     """2-D max pooling, as ``torch.nn.functional.max_pool2d`` (dilation 1, floor mode).
 
-    ``x`` is ``(N, C, H, W)`` or ``(C, H, W)``; ``kernel_size``, ``stride`` (default:
+    ``input`` is ``(N, C, H, W)`` or ``(C, H, W)``; ``kernel_size``, ``stride`` (default:
     ``kernel_size``) and ``padding`` are an int or an ``(h, w)`` pair, with
     ``padding <= kernel_size // 2``. Padding never wins a window. Output
     ``(..., (H + 2 ph - kh) // sh + 1, (W + 2 pw - kw) // sw + 1)``. A NaN in a window is its
     maximum (as PyTorch).
     """
     (kh, kw), (sh, sw), (ph, pw) = _pool_spec(kernel_size, stride, padding, "max_pool2d")
-    return _core._max_pool2d(x, kh, kw, sh, sw, ph, pw), (kh, kw, sh, sw, ph, pw)
+    return _core._max_pool2d(input, kh, kw, sh, sw, ph, pw), (kh, kw, sh, sw, ph, pw)
 
 
 @max_pool2d.vjp
 def _max_pool2d_vjp(ctx, g):  # aux: the checked window, so backward checks nothing again
-    return _core._max_pool2d_backward(g, ctx.x, *ctx.aux)
+    return _core._max_pool2d_backward(g, ctx.input, *ctx.aux)
 
 
 def max_pool2d_backward(grad_output, x, kernel_size, stride=None, padding=0):
@@ -101,11 +101,11 @@ def _dropout_scale(p):
     return threshold, scale
 
 
-@op(grads=("x",), aux=True)
-def dropout(x, p=0.5, *, seed, training=True):
+@op(grads=("input",), aux=True)
+def dropout(input, p=0.5, *, seed, training=True):  # noqa: A002 (PyTorch's name)
     """Dropout, as ``torch.nn.functional.dropout``: each element is zeroed with probability
     ``p`` and the others are scaled by ``1 / (1 - p)``; with ``training=False`` (or ``p == 0``)
-    ``x`` is returned as it is.
+    ``input`` is returned as it is.
 
     The mask is a pure function of ``seed`` (an int in ``[0, 2**64)``) and the element's
     index in C order: element ``i`` is kept where the high 24 bits of word ``i % 4`` of
@@ -118,8 +118,8 @@ def dropout(x, p=0.5, *, seed, training=True):
         raise TypeError(f"[fastmetal.dropout] expected training to be True or False, "
                         f"got {training!r}")
     if not training or threshold == 0:
-        return x, None
-    return _core._dropout(x, threshold, scale, k0, k1), (threshold, scale, k0, k1)
+        return input, None
+    return _core._dropout(input, threshold, scale, k0, k1), (threshold, scale, k0, k1)
 
 
 @dropout.vjp
@@ -146,16 +146,23 @@ def _axis(x, axis, op):
     return int(axis) % nd
 
 
-@op(grads=("x",), saves=("out",))
-def log_softmax(x, axis=-1):
-    """``x - logsumexp(x, axis)``, as ``torch.log_softmax(x, dim=axis)``; the max is
-    subtracted first, so any finite logits give finite results."""
-    return _core._log_softmax(x, _axis(x, axis, "log_softmax"))
+@op(grads=("input",), saves=("out",), aux=True)
+def log_softmax(input, axis=-1, *, dim=None):  # noqa: A002 (PyTorch's name)
+    """``input - logsumexp(input, axis)``, as ``torch.log_softmax(input, dim=axis)`` (``dim=``
+    is accepted for ``axis``, as PyTorch names it); the max is subtracted first, so any
+    finite logits give finite results."""
+    if dim is not None:
+        if axis != -1:
+            raise TypeError(f"[fastmetal.log_softmax] expected axis or dim, not both, got "
+                            f"axis={axis!r}, dim={dim!r}")
+        axis = dim
+    axis = _axis(input, axis, "log_softmax")
+    return _core._log_softmax(input, axis), axis
 
 
 @log_softmax.vjp
 def _log_softmax_vjp(ctx, g):
-    return _core._log_softmax_backward(g, ctx.out, ctx.axis % g.ndim)
+    return _core._log_softmax_backward(g, ctx.out, ctx.aux)  # aux: the checked axis
 
 
 def log_softmax_backward(grad_output, output, axis=-1):
