@@ -117,10 +117,11 @@ def threadgroup_asserts(text: str, instances: list[fe.Instance]) -> str:
         args = fe.split_top_level(inst.template_args or "")
         subst = dict(zip(k.template_params, args))
 
-        def sub(s: str) -> str:
-            return re.sub(r"\b\w+\b", lambda m: f"({subst[m.group(0)]})" if m.group(0) in subst
+        def sub(s: str, wrap: bool) -> str:  # a type argument must not be parenthesised
+            return re.sub(r"\b\w+\b", lambda m: (f"({subst[m.group(0)]})" if wrap else
+                                                  subst[m.group(0)]) if m.group(0) in subst
                           else m.group(0), s)
-        size = " + ".join(f"sizeof({sub(t)}{sub(dims)})" for t, _, dims in decls)
+        size = " + ".join(f"sizeof({sub(t, False)}{sub(dims, True)})" for t, _, dims in decls)
         lines.append(f'static_assert({size} <= {MAX_THREADGROUP_BYTES}, '
                      f'"fm_msl_threadgroup_size:{inst.host_name}:{k.name}");')
     return "\n".join(lines) + "\n"
