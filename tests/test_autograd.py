@@ -417,3 +417,75 @@ def test_prod_gradient_with_zeros_divides_by_nothing(device):
     x = _leaf([[2.0, 0.0, 3.0], [0.0, 0.0, 5.0], [1.0, 2.0, 4.0]], device)
     fm.prod(x, axis=1).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [[0, 6, 0], [0, 0, 0], [8, 4, 2]])
+
+
+# ----------------------------------------------------------------------------- property-based
+def _broadcast_pair(draw):
+    from hypothesis import strategies as st
+    nd = draw(st.integers(0, 3))
+    shape = [draw(st.integers(1, 3)) for _ in range(nd)]
+    def variant():
+        drop = draw(st.integers(0, nd))
+        return tuple(1 if draw(st.booleans()) else n for n in shape[drop:])
+    return variant(), variant()
+
+
+def test_binary_gradients_over_random_broadcasts_and_strides(device):
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    names = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power"]
+
+    @settings(max_examples=25, deadline=None, derandomize=True)
+    @given(st.data(), st.sampled_from(names), st.booleans())
+    def run(data, name, strided):
+        sx, sy = _broadcast_pair(data.draw)
+        spec = next(s for s in OPS if s.name == name)
+        x = RNG.uniform(0.5, 2.0, sx)
+        y = RNG.uniform(0.5, 2.0, sy) + 0.013  # no ties for maximum/minimum
+        fn = fm._elementwise.FUNCTIONS[name]
+        if strided and x.ndim:  # a reversed, non-contiguous view of the first operand
+            f_fm = lambda a, b: fn(a[::-1], b)  # noqa: E731
+            f_np = lambda a, b: numpy_reference(spec, a[::-1], b)  # noqa: E731
+        else:
+            f_fm, f_np = fn, _reference(spec)
+        check_gradient(f_fm, f_np, [x, y], device)
+
+    run()
+
+
+TORCH_NAMES = {"negative": "neg", "subtract": "sub", "multiply": "mul", "divide": "div",
+               "power": "pow", "copy": "clone"}
+
+
+@pytest.mark.parametrize("spec", [s for s in DIFFERENTIABLE if s.public], ids=lambda s: s.name)
+def test_elementwise_gradients_equal_torch(spec, device):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    tfn = {"softplus": F.softplus, "gelu": F.gelu}.get(spec.name) or \
+        getattr(torch, TORCH_NAMES.get(spec.name, spec.name))
+    args = [_sample(spec.name, (3, 4)).astype(np.float32) for _ in range(spec.arity)]
+    if spec.name == "remainder":
+        args[1] = np.abs(args[1]) + 0.5
+    ours = [fm.asarray(a, device=device).requires_grad_() for a in args]
+    theirs = [torch.tensor(a, requires_grad=True) for a in args]
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    (fm._elementwise.FUNCTIONS[spec.name](*ours) * w).sum().backward()
+    (tfn(*theirs) * torch.tensor(w)).sum().backward()
+    for a, t in zip(ours, theirs):
+        np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "var", "std", "max", "min", "prod"])
+def test_reduction_gradients_equal_torch(name, device):
+    torch = pytest.importorskip("torch")
+    x = (RNG.permutation(24).reshape(2, 3, 4) / 7.0 + 0.5).astype(np.float32)
+    a = fm.asarray(x, device=device).requires_grad_()
+    t = torch.tensor(x, requires_grad=True)
+    getattr(fm, name)(a, axis=1).sum().backward()
+    tfn = {"max": lambda v: torch.amax(v, 1), "min": lambda v: torch.amin(v, 1),
+           "var": lambda v: torch.var(v, 1, unbiased=False),
+           "std": lambda v: torch.std(v, 1, unbiased=False)}.get(name) or \
+        (lambda v: getattr(torch, name)(v, 1))
+    tfn(t).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=2e-6)
