@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One device-machine call for the matmul work (issue 27): build with CUDA, the matmul tests
+# on cuda and cpu, `bench matmul` on cuda (and --sweep of every tile and split), then the
+# CPU part pinned to two cores (taskset -c 0,1) on AVX-512 and AVX2. Logs go to $OUT.
+#   tools/matmul_gpu_bench.sh [parts...]     parts: build test bench sweep cpu (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+parts=${*:-build test bench sweep cpu}
+export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
+has() { [[ " $parts " == *" $1 "* ]]; }
+t0=$(date +%s)
+stamp() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
+if has build; then
+  stamp build
+  python3 -m pip install --no-build-isolation --no-deps -q . -Ccmake.define.FASTMETAL_CUDA=ON \
+    -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 -Cbuild-dir=/tmp/fm-build > "$OUT/build.log" 2>&1 \
+    || { tail -40 "$OUT/build.log"; exit 1; }
+fi
+cd /tmp  # the installed package, not the checkout's python/ folder
+nvidia-smi -L; lscpu | grep "Model name"
+if has test; then
+  stamp test
+  python3 -m pytest "$OLDPWD/tests/test_matmul.py" -q -x -p no:cacheprovider --device cuda 2>&1 | tail -5
+fi
+if has bench; then
+  stamp bench
+  python3 -m fastmetal bench matmul --device cuda 2>&1 | tee "$OUT/bench_cuda.txt"
+fi
+if has sweep; then
+  stamp sweep
+  python3 -m fastmetal bench matmul --device cuda --sweep --quick 2>&1 | tee "$OUT/sweep_cuda.txt"
+fi
+if has cpu; then
+  for isa in avx512 avx2; do
+    stamp "cpu $isa"
+    FASTMETAL_CPU_ISA=$isa FASTMETAL_NUM_THREADS=2 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
+      MKL_NUM_THREADS=2 taskset -c 0,1 python3 -m fastmetal bench matmul --device cpu \
+      2>&1 | tee "$OUT/bench_cpu_$isa.txt"
+  done
+fi
+stamp done
