@@ -72,7 +72,7 @@ FM_FUNC void mm_coords(bool k_fast, int32_t e, thread int32_t& r, thread int32_t
   }
 }
 
-template <int BM, int BN, int BK, int TM, int TN, int AV, int BV>
+template <int BM, int BN, int BK, int TM, int TN, int PAD, int AV, int BV>
 kernel void matmul_gemm(device const float* A [[buffer(0)]],
                         device const float* B [[buffer(1)]],
                         device float* C [[buffer(2)]],
@@ -82,7 +82,7 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
                         uint3 tg_size [[threads_per_threadgroup]]) {
   constexpr int MT = BM / TM, NT = BN / TN;  // virtual threads along rows / columns
   constexpr int V = MT * NT;
-  constexpr int AW = BM / 4 + 1, BW = BN / 4 + 1;  // float4 per staged row
+  constexpr int AW = BM / 4 + PAD, BW = BN / 4 + PAD;  // float4 per staged row
   constexpr int LA = BM * BK / V, LB = BN * BK / V;  // tile elements per virtual thread
   constexpr int QA = AV == FM_MM_SCALAR ? 1 : LA / 4, QB = BV == FM_MM_SCALAR ? 1 : LB / 4;
   constexpr int SA = AV == FM_MM_SCALAR ? LA : 1, SB = BV == FM_MM_SCALAR ? LB : 1;
@@ -95,8 +95,8 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
 
   // 2 buffers of BK rows of AW (BW) float4 (sizes spelled in template parameters: the MSL
   // gate checks them per instance).
-  threadgroup float4 As[2 * BK * BM / 4 + 2 * BK];
-  threadgroup float4 Bs[2 * BK * BN / 4 + 2 * BK];
+  threadgroup float4 As[2 * BK * BM / 4 + 2 * BK * PAD];
+  threadgroup float4 Bs[2 * BK * BN / 4 + 2 * BK * PAD];
 
   const int32_t M = p.M, N = p.N, K = p.K, batch = p.batch;
   const int32_t a_rs = p.a_rs, a_cs = p.a_cs, b_rs = p.b_rs, b_cs = p.b_cs;
@@ -323,23 +323,28 @@ kernel void matmul_sum_splits(device const float* ws [[buffer(0)]],
 // Every tile with scalar loads and with the four quad layouts: suffix _<A><B>, k = quads
 // along k (A row-major, B column-major), m / n = quads along A's rows / B's columns. The host
 // takes scalar loads for both operands when either cannot take quads.
-FM_INSTANTIATE("matmul_128x128", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_128x128_kn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_128x128_kk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_128x128_mn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_128x128_mk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x128", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_64x128_kn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x128_kk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x128_mn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x128_mk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x64", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_64x64_kn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x64_kk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x64_mn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x64_mk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_32x64", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_32x64_kn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_32x64_kk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_32x64_mn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_32x64_mk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_128x128", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_SCALAR, FM_MM_SCALAR);
+FM_INSTANTIATE("matmul_128x128_kn", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_128x128_kk", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_128x128_mn", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_128x128_mk", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_64x128", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_SCALAR, FM_MM_SCALAR);
+FM_INSTANTIATE("matmul_64x128_kn", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_64x128_kk", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_64x128_mn", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_64x128_mk", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_64x64", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_SCALAR, FM_MM_SCALAR);
+FM_INSTANTIATE("matmul_64x64_kn", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_64x64_kk", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_64x64_mn", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_64x64_mk", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_32x64", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_SCALAR, FM_MM_SCALAR);
+FM_INSTANTIATE("matmul_32x64_kn", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_QUAD_K, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_32x64_kk", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_QUAD_K, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_32x64_mn", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_32x64_mk", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_QUAD_MN, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_128x128x16", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_SCALAR, FM_MM_SCALAR);
+FM_INSTANTIATE("matmul_128x128x16_kn", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_QUAD_K, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_128x128x16_kk", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_QUAD_K, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_128x128x16_mn", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
+FM_INSTANTIATE("matmul_128x128x16_mk", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_QUAD_MN, FM_MM_QUAD_K);

@@ -51,6 +51,7 @@ constexpr GemmTile kTiles[] = {
     {"matmul_64x128", 64, 128, 8, 128},
     {"matmul_64x64", 64, 64, 16, 128},
     {"matmul_32x64", 32, 64, 16, 128},
+    {"matmul_128x128x16", 128, 128, 16, 256},
 };
 constexpr int kTile128x128 = 0, kTile64x128 = 1, kTile64x64 = 2, kTile32x64 = 3;
 
@@ -62,7 +63,7 @@ i64 tile_count(const GemmTile& t, i64 M, i64 N, i64 batch) {
   return i64(ceil_div(M, t.rows)) * ceil_div(N, t.cols) * batch;
 }
 
-// Tuning and test hooks: FASTMETAL_MATMUL_TILE=128x128|64x128|64x64|32x64 forces a tile,
+// Tuning and test hooks: FASTMETAL_MATMUL_TILE=128x128|64x128|64x64|32x64|128x128x16 forces a tile,
 // FASTMETAL_MATMUL_SPLITS=n a number of K splits (clamped to the slices there are).
 int forced_tile() {
   const char* env = std::getenv("FASTMETAL_MATMUL_TILE");

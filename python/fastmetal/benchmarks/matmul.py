@@ -32,7 +32,7 @@ LAYERS = [("MNIST fc1 64x9216->128", 64, 9216, 128), ("VAE fc1 128x784->400", 12
           ("VAE fc2 128x400->20", 128, 400, 20)]
 
 
-def cases(device: str, quick: bool):
+def cases(device: str, quick: bool, sweep: bool = False):
     """(name, flop count, {what: (a, b, a_transposed, b_transposed)}) rows: products C = op(A)
     @ op(B) from row-major host arrays, op = transpose where flagged (a view, no copy)."""
     r = np.random.default_rng(0)
@@ -41,11 +41,11 @@ def cases(device: str, quick: bool):
         return r.standard_normal(s).astype(np.float32)
     rows = []
     squares = SQUARE_GPU if device != "cpu" else (1024,)
-    if quick:
-        squares = tuple(n for n in squares if n <= 2048)
+    if quick or sweep:
+        squares = tuple(n for n in squares if n <= (4096 if sweep else 2048))
     for n in squares:
         rows.append((f"matmul {n}^2", 2 * n**3, (f32(n, n), f32(n, n), False, False)))
-    if not quick or device == "cpu":
+    if not (quick or sweep) or device == "cpu":
         rows.append(("matmul 4096x1024 @ 1024^2", 2 * 4096 * 1024**2,
                      (f32(4096, 1024), f32(1024, 1024), False, False)))
     if device != "cpu":
@@ -65,6 +65,7 @@ def op_view(a, t):
 
 # ----------------------------------------------------------------------------- CPU
 def cpu_rows(ns, torch):
+    fm.set_default_device("cpu")  # NumPy in, NumPy out runs on the default device
     print(f"{'case':38} {'fastmetal':>18} {'numpy':>18} {'torch':>18}  np/fm torch/fm")
     out = []
     for name, flops, (a, b, ta, tb) in cases("cpu", ns.quick):
@@ -150,10 +151,10 @@ def sweep(ns, device):
     """Tuning: every tile shape and split count forced (FASTMETAL_MATMUL_TILE / _SPLITS)."""
     from .gpu import gpu_time
     sync = lambda: fm.synchronize(device)  # noqa: E731
-    tiles = ("128x128", "64x128", "64x64", "32x64")
-    splits = [s for s in ns.splits.split(",") if s]
-    print(f"{'case':38} " + " ".join(f"{t + ('/' + s if s else ''):>12}" for t in tiles for s in splits))
-    for name, flops, (a, b, ta, tb) in cases(device, ns.quick):
+    tiles = [t for t in ns.tiles.split(",") if t]
+    splits = ns.splits.split(",")  # '' = the host's choice
+    print(f"{'case':38} " + " ".join(f"{t + '/' + (s or 'auto'):>12}" for t in tiles for s in splits))
+    for name, flops, (a, b, ta, tb) in cases(device, ns.quick, sweep=True):
         A = op_view(fm.asarray(a, device=device), ta)
         B = op_view(fm.asarray(b, device=device), tb)
         cells = []
@@ -176,7 +177,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="skip the largest products")
     ap.add_argument("--reductions", action="store_true", help="CPU: also the reduction rows")
     ap.add_argument("--sweep", action="store_true", help="GPU tuning: every tile and split")
-    ap.add_argument("--splits", default=",4,16", help="with --sweep: split counts ('' = the host's)")
+    ap.add_argument("--splits", default=",1,2,4,16", help="with --sweep: split counts ('' = the host's)")
+    ap.add_argument("--tiles", default="128x128,128x128x16,64x128,64x64,32x64",
+                    help="with --sweep: tiles to force")
     ns = ap.parse_args(argv)
     torch = torch_or_none()
     gpus = [d for d in ("cuda", "metal") if d in fm.devices()]
