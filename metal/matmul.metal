@@ -72,7 +72,7 @@ FM_FUNC void mm_coords(bool k_fast, int32_t e, thread int32_t& r, thread int32_t
   }
 }
 
-template <int BM, int BN, int BK, int TM, int TN, int PAD, int AV, int BV>
+template <int BM, int BN, int BK, int TM, int TN, int AV, int BV, bool WT>
 kernel void matmul_gemm(device const float* A [[buffer(0)]],
                         device const float* B [[buffer(1)]],
                         device float* C [[buffer(2)]],
@@ -82,7 +82,7 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
                         uint3 tg_size [[threads_per_threadgroup]]) {
   constexpr int MT = BM / TM, NT = BN / TN;  // virtual threads along rows / columns
   constexpr int V = MT * NT;
-  constexpr int AW = BM / 4 + PAD, BW = BN / 4 + PAD;  // float4 per staged row
+  constexpr int AW = BM / 4 + 1, BW = BN / 4 + 1;  // float4 per staged row
   constexpr int LA = BM * BK / V, LB = BN * BK / V;  // tile elements per virtual thread
   constexpr int QA = AV == FM_MM_SCALAR ? 1 : LA / 4, QB = BV == FM_MM_SCALAR ? 1 : LB / 4;
   constexpr int SA = AV == FM_MM_SCALAR ? LA : 1, SB = BV == FM_MM_SCALAR ? LB : 1;
@@ -92,11 +92,12 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
                 "quads divide evenly");
   // Quad coordinates that are the same for every load of a thread (see below) need these.
   static_assert(V % (BK / 4) == 0 && V % (BM / 4) == 0 && V % (BN / 4) == 0, "quad runs");
+  static_assert(!WT || (MT % 4 == 0 && NT % 8 == 0 && V % 32 == 0), "SIMD-group tiles");
 
   // 2 buffers of BK rows of AW (BW) float4 (sizes spelled in template parameters: the MSL
   // gate checks them per instance).
-  threadgroup float4 As[2 * BK * BM / 4 + 2 * BK * PAD];
-  threadgroup float4 Bs[2 * BK * BN / 4 + 2 * BK * PAD];
+  threadgroup float4 As[2 * BK * BM / 4 + 2 * BK];
+  threadgroup float4 Bs[2 * BK * BN / 4 + 2 * BK];
 
   const int32_t M = p.M, N = p.N, K = p.K, batch = p.batch;
   const int32_t a_rs = p.a_rs, a_cs = p.a_cs, b_rs = p.b_rs, b_cs = p.b_cs;
@@ -122,7 +123,18 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
   float acc[TM * TN];
   if (T == uint32_t(V)) {
     // ---- fast path: one virtual thread per thread, double buffered
-    const int32_t tr = int32_t(tid) / NT, tc = int32_t(tid) - tr * NT;
+    // This thread's place in the tile. WT: each SIMD group of 32 covers 4 x 8 virtual
+    // threads, so one k step's threadgroup reads touch 4 float4 of A and 8 of B per group
+    // (64 and 128 bytes) instead of 2 and 16 (row-major order).
+    int32_t tr, tc;
+    if (WT) {
+      const int32_t w = int32_t(tid) / 32, lane = int32_t(tid) % 32;
+      tr = (w / (NT / 8)) * 4 + lane / 8;
+      tc = (w % (NT / 8)) * 8 + lane % 8;
+    } else {
+      tr = int32_t(tid) / NT;
+      tc = int32_t(tid) - tr * NT;
+    }
     for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
     // This thread's loads of a slice: load j is tile element (or quad) tid + j * V. For
     // quads, V is a multiple of the quads per tile row, so one coordinate is the same for
@@ -323,28 +335,24 @@ kernel void matmul_sum_splits(device const float* ws [[buffer(0)]],
 // Every tile with scalar loads and with the four quad layouts: suffix _<A><B>, k = quads
 // along k (A row-major, B column-major), m / n = quads along A's rows / B's columns. The host
 // takes scalar loads for both operands when either cannot take quads.
-FM_INSTANTIATE("matmul_128x128", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_128x128_kn", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_128x128_kk", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_128x128_mn", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_128x128_mk", matmul_gemm, 128, 128, 8, 8, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x128", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_64x128_kn", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x128_kk", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x128_mn", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x128_mk", matmul_gemm, 64, 128, 8, 8, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x64", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_64x64_kn", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x64_kk", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x64_mn", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x64_mk", matmul_gemm, 64, 64, 16, 4, 8, 1, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_32x64", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_32x64_kn", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_32x64_kk", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_32x64_mn", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_32x64_mk", matmul_gemm, 32, 64, 16, 4, 4, 1, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_128x128x16", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_128x128x16_kn", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_128x128x16_kk", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_128x128x16_mn", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_128x128x16_mk", matmul_gemm, 128, 128, 16, 8, 8, 0, FM_MM_QUAD_MN, FM_MM_QUAD_K);
+FM_INSTANTIATE("matmul_128x128", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR, false);
+FM_INSTANTIATE("matmul_128x128_kn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_128x128_kk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_128x128_mn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_128x128_mk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_64x128", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR, false);
+FM_INSTANTIATE("matmul_64x128_kn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_64x128_kk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_64x128_mn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_64x128_mk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_64x64", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_SCALAR, FM_MM_SCALAR, false);
+FM_INSTANTIATE("matmul_64x64_kn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_64x64_kk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_64x64_mn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_64x64_mk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_32x64", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_SCALAR, FM_MM_SCALAR, false);
+FM_INSTANTIATE("matmul_32x64_kn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_32x64_kk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_32x64_mn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_32x64_mk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_128x128w_kn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, true);

@@ -155,7 +155,7 @@ def test_hypothesis_kernels(ops, threads):
         _core._set_kernel_group_size(0)
 
 
-TILES = ("128x128", "64x128", "64x64", "32x64", "128x128x16")
+TILES = ("128x128", "64x128", "64x64", "32x64")
 
 
 def test_matmul_kernels_are_built():

@@ -2,11 +2,11 @@
 # One device-machine call for the matmul work (issue 27): build with CUDA, the matmul tests
 # on cuda and cpu, `bench matmul` on cuda (and --sweep of every tile and split), then the
 # CPU part pinned to two cores (taskset -c 0,1) on AVX-512 and AVX2. Logs go to $OUT.
-#   tools/matmul_gpu_bench.sh [parts...]     parts: build test bench sweep cpu (default: all)
+#   tools/matmul_gpu_bench.sh [parts...]     parts: build test bench sweep sass cpu (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-parts=${*:-build test bench sweep cpu}
+parts=${*:-build test bench sweep sass cpu}
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
 has() { [[ " $parts " == *" $1 "* ]]; }
 t0=$(date +%s)
@@ -29,9 +29,17 @@ if has bench; then
 fi
 if has sweep; then
   stamp sweep
-  python3 -m fastmetal bench matmul --device cuda --sweep --quick 2>&1 | tee "$OUT/sweep_cuda.txt"
+  python3 -m fastmetal bench matmul --device cuda --sweep --quick ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_cuda.txt"
+fi
+if has sass; then  # the matmul kernels' machine code, for reading here
+  obj=$(find /tmp/fm-build -name 'cuda_entries_matmul.cu.o' | head -1)
+  cuobjdump -sass "$obj" | gzip > "$OUT/matmul_sass.txt.gz"
 fi
 if has cpu; then
+  stamp "cpu avx512, interleaved rounds (for comparison)"
+  FASTMETAL_CPU_ISA=avx512 FASTMETAL_NUM_THREADS=2 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
+    MKL_NUM_THREADS=2 taskset -c 0,1 python3 -m fastmetal bench matmul --device cpu --interleave \
+    2>&1 | tee "$OUT/bench_cpu_avx512_interleaved.txt"
   for isa in avx512 avx2; do
     stamp "cpu $isa"
     FASTMETAL_CPU_ISA=$isa FASTMETAL_NUM_THREADS=2 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \

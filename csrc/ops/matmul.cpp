@@ -51,9 +51,9 @@ constexpr GemmTile kTiles[] = {
     {"matmul_64x128", 64, 128, 8, 128},
     {"matmul_64x64", 64, 64, 16, 128},
     {"matmul_32x64", 32, 64, 16, 128},
-    {"matmul_128x128x16", 128, 128, 16, 256},
+    {"matmul_128x128w", 128, 128, 8, 256},  // experiment: SIMD-group tiles (row-major operands only)
 };
-constexpr int kTile128x128 = 0, kTile64x128 = 1, kTile64x64 = 2, kTile32x64 = 3;
+constexpr int kTile128x128 = 0, kTile64x64 = 2, kTile32x64 = 3;  // 64x128: the tuning hook's
 
 // Threadgroups that keep a large GPU busy: an H100 has 132 multiprocessors, each holding
 // two 256-thread groups of these tiles (or four of 128). Below it the host splits K.
@@ -63,7 +63,7 @@ i64 tile_count(const GemmTile& t, i64 M, i64 N, i64 batch) {
   return i64(ceil_div(M, t.rows)) * ceil_div(N, t.cols) * batch;
 }
 
-// Tuning and test hooks: FASTMETAL_MATMUL_TILE=128x128|64x128|64x64|32x64|128x128x16 forces a tile,
+// Tuning and test hooks: FASTMETAL_MATMUL_TILE=128x128|64x128|64x64|32x64 forces a tile,
 // FASTMETAL_MATMUL_SPLITS=n a number of K splits (clamped to the slices there are).
 int forced_tile() {
   const char* env = std::getenv("FASTMETAL_MATMUL_TILE");
@@ -80,16 +80,20 @@ i64 forced_splits() {
 // Two families, told apart without naming a backend (as conv2d's choose_tile): devices
 // whose memory the host sees (Apple's unified-memory GPUs; the CPU runs these kernels only
 // in tests) get MLX's matmul shapes, 64x64 (32x64 for at most 32 rows), 128 threads.
-// Discrete GPUs get 128x128 where the product has more than 64 rows and that still gives a
-// quarter of kFillGroups groups, else 64x128; 32x64 for at most 32 rows.
-const GemmTile& choose_tile(Backend& be, i64 M, i64 N, i64 batch) {
+// Discrete GPUs get 128x128 where both sides exceed 64, K is at least 256 and there are at
+// least 16 such tiles (split-K fills the GPU from there: 512^2 takes 8 splits, 1024^2 4),
+// else 32x64, the most groups for a small or short product. Measured on an H100
+// (`bench matmul --sweep`, BENCHMARKS.md): 1024^2 32.0 TFLOP/s on 128x128 with 4 splits
+// against 29.2 on 64x128 with 2; MNIST's 64x9216 @ 9216x128 8.6 on 32x64 (66 splits)
+// against 6.5-7.4 on the others; its input gradient (K = 128) 13.5 against 9.2, its weight
+// gradient (K = 64) 16.7 against 13.0.
+const GemmTile& choose_tile(Backend& be, i64 M, i64 N, i64 K, i64 batch) {
   const int forced = forced_tile();
   if (forced >= 0) return kTiles[forced];
-  if (M <= 32) return kTiles[kTile32x64];
-  if (be.host_visible()) return kTiles[kTile64x64];
-  if (M > 64 && tile_count(kTiles[kTile128x128], M, N, batch) >= kFillGroups / 4)
+  if (be.host_visible()) return M <= 32 ? kTiles[kTile32x64] : kTiles[kTile64x64];
+  if (M > 64 && N > 64 && K >= 256 && tile_count(kTiles[kTile128x128], M, N, batch) >= 16)
     return kTiles[kTile128x128];
-  return kTiles[kTile64x128];
+  return kTiles[kTile32x64];
 }
 
 // K splits: a product of few tiles and a long K (linear 9216 -> 128 at batch 64: one 64x128
@@ -127,7 +131,7 @@ bool quads_along(const Array& x, i64 fast_stride, i64 fast_len, i64 other_stride
 // Launches C = A @ B (p filled, K > 0) through the MSL kernels.
 void launch_gemm(Backend& be, MatmulArgs p, const Array& a, const Array& b, const Array& out) {
   const i64 M = p.M, N = p.N, K = p.K, batch = p.batch;
-  const GemmTile& tile = choose_tile(be, M, N, batch);
+  const GemmTile& tile = choose_tile(be, M, N, K, batch);
   // Quads along k for A needs a_cs == 1 (K % 4 == 0), along its rows a_rs == 1 (M % 4 == 0);
   // for B along k b_rs == 1, along its columns b_cs == 1 (N % 4 == 0). Row-major first.
   const int bd = p.batch_dims;
