@@ -72,7 +72,7 @@ FM_FUNC void mm_coords(bool k_fast, int32_t e, thread int32_t& r, thread int32_t
   }
 }
 
-template <int BM, int BN, int BK, int TM, int TN, int AV, int BV, bool WT>
+template <int BM, int BN, int BK, int TM, int TN, int AV, int BV, bool UNROLL>
 kernel void matmul_gemm(device const float* A [[buffer(0)]],
                         device const float* B [[buffer(1)]],
                         device float* C [[buffer(2)]],
@@ -92,7 +92,6 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
                 "quads divide evenly");
   // Quad coordinates that are the same for every load of a thread (see below) need these.
   static_assert(V % (BK / 4) == 0 && V % (BM / 4) == 0 && V % (BN / 4) == 0, "quad runs");
-  static_assert(!WT || (MT % 4 == 0 && NT % 8 == 0 && V % 32 == 0), "SIMD-group tiles");
 
   // 2 buffers of BK rows of AW (BW) float4 (sizes spelled in template parameters: the MSL
   // gate checks them per instance).
@@ -123,18 +122,7 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
   float acc[TM * TN];
   if (T == uint32_t(V)) {
     // ---- fast path: one virtual thread per thread, double buffered
-    // This thread's place in the tile. WT: each SIMD group of 32 covers 4 x 8 virtual
-    // threads, so one k step's threadgroup reads touch 4 float4 of A and 8 of B per group
-    // (64 and 128 bytes) instead of 2 and 16 (row-major order).
-    int32_t tr, tc;
-    if (WT) {
-      const int32_t w = int32_t(tid) / 32, lane = int32_t(tid) % 32;
-      tr = (w / (NT / 8)) * 4 + lane / 8;
-      tc = (w % (NT / 8)) * 8 + lane % 8;
-    } else {
-      tr = int32_t(tid) / NT;
-      tc = int32_t(tid) - tr * NT;
-    }
+    const int32_t tr = int32_t(tid) / NT, tc = int32_t(tid) - tr * NT;
     for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
     // This thread's loads of a slice: load j is tile element (or quad) tid + j * V. For
     // quads, V is a multiple of the quads per tile row, so one coordinate is the same for
@@ -237,7 +225,20 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
       if (more) {
         FM_MM_LOAD_SLICE(nk)
       }
-      for (int kk = 0; kk < BK; ++kk) {  // acc += A[k][rows] * B[k][columns], slice `cur`
+      // acc += A[k][rows] * B[k][columns], slice `cur`. UNROLL: all BK steps unrolled (nvcc
+      // otherwise unrolls two of them and pays a loop's index updates every other step).
+      if (UNROLL) {
+        FM_UNROLL
+        for (int kk = 0; kk < BK; ++kk) {
+          float4 av[TM / 4], bv[TN / 4];
+          for (int i = 0; i < TM / 4; ++i) av[i] = As[(cur * BK + kk) * AW + i * MT + tr];
+          for (int j = 0; j < TN / 4; ++j) bv[j] = Bs[(cur * BK + kk) * BW + j * NT + tc];
+          for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j)
+              acc[i * TN + j] = fma(av[i / 4][i % 4], bv[j / 4][j % 4], acc[i * TN + j]);
+        }
+      } else
+      for (int kk = 0; kk < BK; ++kk) {
         float4 av[TM / 4], bv[TN / 4];
         for (int i = 0; i < TM / 4; ++i) av[i] = As[(cur * BK + kk) * AW + i * MT + tr];
         for (int j = 0; j < TN / 4; ++j) bv[j] = Bs[(cur * BK + kk) * BW + j * NT + tc];
@@ -335,24 +336,24 @@ kernel void matmul_sum_splits(device const float* ws [[buffer(0)]],
 // Every tile with scalar loads and with the four quad layouts: suffix _<A><B>, k = quads
 // along k (A row-major, B column-major), m / n = quads along A's rows / B's columns. The host
 // takes scalar loads for both operands when either cannot take quads.
-FM_INSTANTIATE("matmul_128x128", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR, false);
-FM_INSTANTIATE("matmul_128x128_kn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
-FM_INSTANTIATE("matmul_128x128_kk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
-FM_INSTANTIATE("matmul_128x128_mn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
-FM_INSTANTIATE("matmul_128x128_mk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
-FM_INSTANTIATE("matmul_64x128", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR, false);
-FM_INSTANTIATE("matmul_64x128_kn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
-FM_INSTANTIATE("matmul_64x128_kk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
-FM_INSTANTIATE("matmul_64x128_mn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
-FM_INSTANTIATE("matmul_64x128_mk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
-FM_INSTANTIATE("matmul_64x64", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_SCALAR, FM_MM_SCALAR, false);
-FM_INSTANTIATE("matmul_64x64_kn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
-FM_INSTANTIATE("matmul_64x64_kk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
-FM_INSTANTIATE("matmul_64x64_mn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
-FM_INSTANTIATE("matmul_64x64_mk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
-FM_INSTANTIATE("matmul_32x64", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_SCALAR, FM_MM_SCALAR, false);
-FM_INSTANTIATE("matmul_32x64_kn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
-FM_INSTANTIATE("matmul_32x64_kk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
-FM_INSTANTIATE("matmul_32x64_mn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
-FM_INSTANTIATE("matmul_32x64_mk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
-FM_INSTANTIATE("matmul_128x128w_kn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_128x128", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR, true);
+FM_INSTANTIATE("matmul_128x128_kn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_128x128_kk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_128x128_mn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_128x128_mk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_64x128", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR, true);
+FM_INSTANTIATE("matmul_64x128_kn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_64x128_kk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_64x128_mn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_64x128_mk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_64x64", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_SCALAR, FM_MM_SCALAR, true);
+FM_INSTANTIATE("matmul_64x64_kn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_64x64_kk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_64x64_mn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_64x64_mk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_32x64", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_SCALAR, FM_MM_SCALAR, true);
+FM_INSTANTIATE("matmul_32x64_kn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_32x64_kk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_32x64_mn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE("matmul_32x64_mk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_128x128r_kn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);

@@ -320,3 +320,27 @@ def test_linear_bad_arguments():
         fm.linear_backward(np.zeros((2, 4)), x, w, needs=("inputs",))
     with pytest.raises(ValueError, match=r"\[fastmetal\.linear_backward\] expected needs"):
         fm.linear_backward(np.zeros((2, 4)), x, w, needs="input")
+
+
+def test_cpu_products_same_bits_for_any_thread_count():
+    """The CPU's GEMM and its dot-product path (linear's x @ W^T) give the same bits whatever
+    the pool size (each element's sum runs in a fixed order; threads only take tiles)."""
+    import subprocess
+    import sys
+    code = (
+        "import hashlib, numpy as np, fastmetal as fm\n"
+        "fm.set_default_device('cpu')\n"
+        "r = np.random.default_rng(5)\n"
+        "x = r.standard_normal((37, 3000)).astype(np.float32)\n"
+        "w = r.standard_normal((101, 3000)).astype(np.float32)\n"
+        "a = r.standard_normal((300, 200)).astype(np.float32)\n"
+        "outs = [fm.linear(x, w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a)]\n"
+        "print(hashlib.sha256(b''.join(np.ascontiguousarray(o).tobytes() for o in outs)).hexdigest())\n")
+    digests = set()
+    for threads in (1, 2, 3):
+        env = dict(os.environ, FASTMETAL_NUM_THREADS=str(threads))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        digests.add(r.stdout.split()[-1])
+    assert len(digests) == 1, digests

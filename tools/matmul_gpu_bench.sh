@@ -21,7 +21,8 @@ cd /tmp  # the installed package, not the checkout's python/ folder
 nvidia-smi -L; lscpu | grep "Model name"
 if has test; then
   stamp test
-  python3 -m pytest "$OLDPWD/tests/test_matmul.py" -q -x -p no:cacheprovider --device cuda 2>&1 | tail -5
+  python3 -m pytest "$OLDPWD/tests/test_matmul.py" "$OLDPWD/tests/test_nn_linear.py" -q -x -p no:cacheprovider \
+    --device cuda --device cpu 2>&1 | tail -5
 fi
 if has bench; then
   stamp bench
@@ -36,10 +37,6 @@ if has sass; then  # the matmul kernels' machine code, for reading here
   cuobjdump -sass "$obj" | gzip > "$OUT/matmul_sass.txt.gz"
 fi
 if has cpu; then
-  stamp "cpu avx512, interleaved rounds (for comparison)"
-  FASTMETAL_CPU_ISA=avx512 FASTMETAL_NUM_THREADS=2 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
-    MKL_NUM_THREADS=2 taskset -c 0,1 python3 -m fastmetal bench matmul --device cpu --interleave \
-    2>&1 | tee "$OUT/bench_cpu_avx512_interleaved.txt"
   for isa in avx512 avx2; do
     stamp "cpu $isa"
     FASTMETAL_CPU_ISA=$isa FASTMETAL_NUM_THREADS=2 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \

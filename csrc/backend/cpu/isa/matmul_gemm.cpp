@@ -2,7 +2,8 @@
 // micro-kernels of the conv2d engine (conv2d_engine.h: gemm_block, pack_a) on strided,
 // batched operands. Compiled once per ISA (see isa_dispatch.h).
 //
-// Per batch: A is packed into MR-row strips (any strides), B is copied into a row-padded
+// Linear's forward (both operands contiguous along k, few rows) takes dot products of rows
+// instead (matmul_dot, below). Otherwise, per batch: A is packed into MR-row strips (any strides), B is copied into a row-padded
 // contiguous panel (the micro-kernel reads whole NR-wide vectors), then tiles of at most
 // kRowBlock rows x kColPanel columns (smaller when there would be fewer tiles than twice
 // the threads) run in parallel. Every element of C is the same
@@ -133,6 +134,60 @@ void tile(const MatmulArgs& p, const Tiling& tl, const Scratch& s, i64 ldb, floa
   gemm_block(rows, p.K, s.ap.data() + i64(m0) * p.K, s.off.data(), s.bp.data() + n0, cols,
              c + i64(m0) * p.N + n0, p.N, nullptr, /*spill=*/false, /*accumulate=*/false, k_outer);
 }
+// Both operands contiguous along k (A row-major, B the transpose of a row-major matrix:
+// linear's x @ W^T) and few rows: C[m][n] = A_m . B_n as dot products of rows (the engine's
+// dot_acc), which needs no copy of B, where the GEMM path first copies W^T into a row-major
+// panel (4.7 MB for MNIST's 128 x 9216 weight, as much memory traffic as the product's
+// arithmetic takes time on two cores). Threads take column panels; each walks K in chunks
+// of LC so that its panel's chunk of B (ncols x LC) stays in L2 while every group of DMA
+// rows of A passes. Each element's sum runs over k in the same order whatever the panels,
+// so results do not depend on the thread count.
+bool dot_path(const MatmulArgs& p) {
+  return p.a_cs == 1 && p.b_rs == 1 && p.b_cs != 1 && p.K >= 128 && p.M <= 512;
+}
+
+void matmul_dot(const MatmulArgs& p, const float* A, const float* B, float* C) {
+  static constexpr auto table = dot_table(std::make_index_sequence<DMA>{});
+  auto& pool = ThreadPool::instance();
+  const int M = p.M, N = p.N;
+  const i64 K = p.K;
+  const i64 panel = std::max<i64>(DNB, round_up(ceil_div(N, pool.num_threads()), DNB));
+  const i64 panels = ceil_div(N, panel), groups = ceil_div(M, DMA);
+  for (i64 b = 0; b < p.batch; ++b) {
+    const float* a = A + batch_offset(p, b, p.a_bs);
+    const float* bb = B + batch_offset(p, b, p.b_bs);
+    float* c = C + b * i64(M) * N;
+    pool.parallel_for(panels, [&](i64 t) {
+      const i64 j0 = t * panel;
+      const int ncols = int(std::min<i64>(panel, N - j0)), nkb = int(ceil_div(ncols, DNB));
+      static thread_local std::vector<float> vacc_buf;
+      const i64 per_group = i64(nkb) * DTILE;
+      if (i64(vacc_buf.size()) < groups * per_group) vacc_buf.resize(std::size_t(groups * per_group));
+      float* vacc = vacc_buf.data();
+      std::fill(vacc, vacc + groups * per_group, 0.f);
+      const float* ap[DMA];
+      const float* bp[DNB];
+      for (i64 c0 = 0; c0 < K; c0 += LC) {
+        const i64 len = std::min(LC, K - c0);
+        for (i64 g = 0; g < groups; ++g) {
+          const int ma = int(std::min<i64>(DMA, M - g * DMA));
+          for (int i = 0; i < ma; ++i) ap[i] = a + (g * DMA + i) * i64(p.a_rs) + c0;
+          for (int kb = 0; kb < nkb; ++kb) {
+            const int nb = std::min(DNB, ncols - kb * DNB);
+            for (int j = 0; j < nb; ++j) bp[j] = bb + (j0 + kb * DNB + j) * i64(p.b_cs) + c0;
+            table[ma - 1][nb - 1](len, ap, bp, vacc + g * per_group + kb * DTILE);
+          }
+        }
+      }
+      for (i64 g = 0; g < groups; ++g) {
+        const int ma = int(std::min<i64>(DMA, M - g * DMA));
+        float* out = c + g * DMA * i64(N) + j0;
+        for (int i = 0; i < ma; ++i) std::fill(out + i * i64(N), out + i * i64(N) + ncols, 0.f);
+        dot_reduce(ma, ncols, vacc + g * per_group, out, N);
+      }
+    });
+  }
+}
 }  // namespace
 
 void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) {
@@ -142,6 +197,7 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
     std::fill(C, C + MN * p.batch, 0.f);
     return;
   }
+  if (dot_path(p)) return matmul_dot(p, A, B, C);
   auto& pool = ThreadPool::instance();
   const Tiling tl = tiling(p, pool.num_threads());
   const i64 tiles = tl.count();
