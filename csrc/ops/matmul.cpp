@@ -51,7 +51,6 @@ constexpr GemmTile kTiles[] = {
     {"matmul_64x128", 64, 128, 8, 128},
     {"matmul_64x64", 64, 64, 16, 128},
     {"matmul_32x64", 32, 64, 16, 128},
-    {"matmul_128x128r", 128, 128, 8, 256},  // experiment: the k steps not unrolled (row-major only)
 };
 constexpr int kTile128x128 = 0, kTile64x64 = 2, kTile32x64 = 3;  // 64x128: the tuning hook's
 
