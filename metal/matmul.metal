@@ -33,9 +33,10 @@
 //    these same threadgroup tiles) is what Apple wants for peak; it is not used because
 //    fastmetal's portable subset has no exact CPU emulation or CUDA mapping of it yet, and
 //    no Mac runs here to measure the gain: the scalar-FMA tile is the portable baseline.
-//  * discrete GPUs (CUDA): 128x128 (BK 8, 8x8, 256 threads) and 64x128 (128 threads), the
-//    classic SIMT SGEMM shapes: 64 accumulators per thread, compiled with at most 128
-//    registers (cmake/cuda.cmake) so two 256-thread groups fit one multiprocessor.
+//  * discrete GPUs (CUDA): 128x128 (BK 8, 8x8, 256 threads), the classic SIMT SGEMM shape
+//    (64 accumulators per thread, compiled with at most 128 registers, cmake/cuda.cmake, so
+//    two 256-thread groups fit one multiprocessor), and 32x64 for short or narrow products
+//    (the most groups); 64x128 (128 threads) is built for the tuning hook.
 //
 // Grid (threadgroups): x = column tiles, y = row tiles, z = splits * batch.
 #include <metal_stdlib>

@@ -344,3 +344,18 @@ def test_cpu_products_same_bits_for_any_thread_count():
         assert r.returncode == 0, r.stderr[-3000:]
         digests.add(r.stdout.split()[-1])
     assert len(digests) == 1, digests
+
+
+def test_bench_matmul_runs_on_the_cpu(capsys):
+    """`python -m fastmetal bench matmul` on the cpu device: every row printed with its
+    GFLOP/s and ratios (a short budget; torch's column is '-' where torch is missing)."""
+    from fastmetal.benchmarks.matmul import main
+    saved = fm.default_device()
+    try:
+        assert main(["--device", "cpu", "--quick", "--budget", "0.001", "--interleave"]) == 0
+    finally:
+        fm.set_default_device(saved)
+    out = capsys.readouterr().out
+    for case in ("matmul 1024^2", "MNIST fc1 64x9216->128 fwd linear+bias", "grad_w g^T@x"):
+        assert case in out, out
+    assert out.count("G ") >= 2 * 11

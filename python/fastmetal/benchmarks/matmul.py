@@ -75,12 +75,13 @@ def cpu_rows(ns, torch):
         if torch is not None:
             tA, tB = op_view(torch.from_numpy(a), ta), op_view(torch.from_numpy(b), tb)
             fns["torch"] = lambda tA=tA, tB=tB: tA @ tB
-        if "fwd" in name and torch is not None:  # the layer itself: linear with bias
+        if "fwd" in name:  # the layer itself: linear with bias
             w, bias = b, np.zeros(b.shape[0], np.float32) + 0.5
-            tw, tbias = torch.from_numpy(w), torch.from_numpy(bias)
-            ta_ = torch.from_numpy(a)
-            fns = {"fm": lambda: fm.linear(a, w, bias), "np": lambda: a @ w.T + bias,
-                   "torch": lambda: torch.nn.functional.linear(ta_, tw, tbias)}
+            fns = {"fm": lambda a=a, w=w, bias=bias: fm.linear(a, w, bias),
+                   "np": lambda a=a, w=w, bias=bias: a @ w.T + bias}
+            if torch is not None:
+                tx, tw, tbias = (torch.from_numpy(v) for v in (a, w, bias))
+                fns["torch"] = lambda tx=tx, tw=tw, tbias=tbias: torch.nn.functional.linear(tx, tw, tbias)
             name = name.replace("x@W^T", "linear+bias")
         out.append(report(name, flops, cpu_time(fns, ns)))
     return out
