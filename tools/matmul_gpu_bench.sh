@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device-machine call for the matmul work (issue 27): build with CUDA, the matmul tests
+# One GPU-machine call for the matmul work: build with CUDA, the matmul tests
 # on cuda and cpu, `bench matmul` on cuda (and --sweep of every tile and split), then the
 # CPU part pinned to two cores (taskset -c 0,1) on AVX-512 and AVX2. Logs go to $OUT.
 #   tools/matmul_gpu_bench.sh [parts...]     parts: build test bench sweep sass cpu (default: all)
