@@ -323,8 +323,9 @@ def test_linear_bad_arguments():
 
 
 def test_cpu_products_same_bits_for_any_thread_count():
-    """The CPU's GEMM and its dot-product path (linear's x @ W^T) give the same bits whatever
-    the pool size (each element's sum runs in a fixed order; threads only take tiles)."""
+    """The CPU's GEMM (B copied, and B read in place: g @ v) and its dot-product path
+    (linear's x @ W^T) give the same bits whatever the pool size (each element's sum runs in
+    a fixed order; threads only take tiles)."""
     import subprocess
     import sys
     code = (
@@ -334,7 +335,9 @@ def test_cpu_products_same_bits_for_any_thread_count():
         "x = r.standard_normal((37, 3000)).astype(np.float32)\n"
         "w = r.standard_normal((101, 3000)).astype(np.float32)\n"
         "a = r.standard_normal((300, 200)).astype(np.float32)\n"
-        "outs = [fm.linear(x, w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a)]\n"
+        "g = r.standard_normal((37, 64)).astype(np.float32)\n"
+        "v = r.standard_normal((64, 320)).astype(np.float32)\n"
+        "outs = [fm.linear(x, w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a), fm.matmul(g, v)]\n"
         "print(hashlib.sha256(b''.join(np.ascontiguousarray(o).tobytes() for o in outs)).hexdigest())\n")
     digests = set()
     for threads in (1, 2, 3):
