@@ -41,11 +41,11 @@ Scratch& thread_scratch() {
 
 // Whether the micro-kernel reads B where it is (row k at B + k * b_rs) instead of a copy:
 // rows contiguous, every vector it reads inside the operand (the last tile reads up to a
-// whole vector: N % VL == 0), and few rows of C, where copying B (K x N floats written and
-// read back) costs as much as the product (linear's input gradient g @ W: 64 rows of C, W
-// 128 x 9216). With many rows the padded copy pays: its row pitch keeps B's rows off the
-// same L1 sets.
-bool b_in_place(const MatmulArgs& p) { return p.b_cs == 1 && p.N % VL == 0 && p.M <= 256; }
+// whole vector: N % VL == 0), and at most 128 rows of C, where copying B (K x N floats
+// written and read back) costs as much as the product (linear's input gradient g @ W: 64
+// rows of C, W 128 x 9216). With more rows the padded copy pays: its row pitch keeps B's
+// rows off the same L1 sets.
+bool b_in_place(const MatmulArgs& p) { return p.b_cs == 1 && p.N % VL == 0 && p.M <= 128; }
 
 // Packs batch b's operands into s; returns where the micro-kernel reads B (s.off[k]: row k).
 const float* pack(const MatmulArgs& p, const float* A, const float* B, i64 b, Scratch& s,
