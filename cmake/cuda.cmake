@@ -43,8 +43,9 @@ function(fm_add_cuda_backend target)
   # The conv2d GEMM kernels: at most 128 registers a thread gives two 256-thread groups (four
   # 128-thread ones) per multiprocessor instead of one; their double-buffered paths fit
   # without spilling (ptxas -v; only the any-group-size fallback spills a little).
-  set_source_files_properties(${FM_GEN_DIR}/cuda_entries_conv2d.cu PROPERTIES
-    COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")
+  # The matmul GEMM tiles likewise (metal/matmul.metal: 64 accumulators a thread at 8x8).
+  set_source_files_properties(${FM_GEN_DIR}/cuda_entries_conv2d.cu ${FM_GEN_DIR}/cuda_entries_matmul.cu
+    PROPERTIES COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")
   add_library(fm_cuda_kernels OBJECT ${FM_CUDA_ENTRIES})
   add_dependencies(fm_cuda_kernels fm_generated)
   set_target_properties(fm_cuda_kernels PROPERTIES CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)

@@ -17,6 +17,7 @@ def test_bench_lists_its_benchmarks():
     r = subprocess.run([sys.executable, "-m", "fastmetal", "bench", "--help"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "elementwise" in r.stdout and "conv2d" in r.stdout
+    assert "matmul" in r.stdout
 
 
 def test_info_says_why_each_missing_backend_is_missing():

@@ -155,9 +155,90 @@ def test_hypothesis_kernels(ops, threads):
         _core._set_kernel_group_size(0)
 
 
+TILES = ("128x128", "64x128", "64x64", "32x64")
+
+
 def test_matmul_kernels_are_built():
-    for name in ("matmul_64x64", "matmul_32x64"):
-        assert _core._has_kernel("cpu", name), name
+    for tile in TILES:
+        for layout in ("", "_kn", "_kk", "_mn", "_mk"):
+            assert _core._has_kernel("cpu", f"matmul_{tile}{layout}"), tile + layout
+    assert _core._has_kernel("cpu", "matmul_sum_splits")
+
+
+def layout_cases(r):
+    """Operands that reach every load path of the MSL GEMM: row-major (quads along k for A,
+    along columns for B), transposed (quads along A's rows / along k for B), odd sizes and
+    steps (scalar loads), a misaligned start (scalar), broadcast batches, partial tiles."""
+    def f32(*shape):
+        return r.standard_normal(shape).astype(np.float32)
+
+    a, b = f32(70, 44), f32(44, 36)
+    flat = f32(1 + 40 * 24)
+    return [
+        (a, b),                                      # _kn
+        (a, np.ascontiguousarray(b.T).T),            # _kk
+        (np.ascontiguousarray(a.T).T, b),            # _mn
+        (np.ascontiguousarray(a.T).T, np.ascontiguousarray(b.T).T),  # _mk
+        (f32(33, 45), f32(45, 17)),                  # odd sizes: scalar
+        (f32(40, 90)[:, ::2], f32(45, 40)[:, ::3]),  # steps: scalar
+        (flat[1:].reshape(40, 24), f32(24, 8)),      # misaligned start: scalar
+        (f32(2, 1, 12, 8), f32(3, 8, 20)),           # broadcast batches, quads
+        (f32(3, 5, 7), f32(7, 9)[::-1]),             # reversed rows of B
+    ]
+
+
+@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("splits", ["", "3"])
+def test_msl_gemm_tiles_layouts_splits(kernels, tile, splits, monkeypatch):
+    """Every tile shape (forced as the tuning hook does) with every operand layout, with and
+    without split-K, under the emulator with the tile's own threadgroup size (the fast,
+    double-buffered path) and with 37 threads (the any-size path)."""
+    monkeypatch.setenv("FASTMETAL_MATMUL_TILE", tile)
+    monkeypatch.setenv("FASTMETAL_MATMUL_SPLITS", splits)
+    r = np.random.default_rng(7)
+    for threads in (0, 37):
+        _core._set_kernel_group_size(threads)
+        for a, b in layout_cases(r):
+            check_matmul(a, b)
+
+
+def test_msl_gemm_long_k_splits(kernels):
+    """The host's own split choice on a tall-skinny product (few tiles, long K: the MNIST
+    layer's shape at a smaller scale), forward and both backward products."""
+    r = np.random.default_rng(8)
+    x = r.standard_normal((16, 2304)).astype(np.float32)
+    w = r.standard_normal((24, 2304)).astype(np.float32)
+    gy = r.standard_normal((16, 24)).astype(np.float32)
+    np.testing.assert_allclose(fm.linear(x, w), x.astype(np.float64) @ w.T, rtol=1e-4, atol=2e-3)
+    gi, gw, _ = fm.linear_backward(gy, x, w, needs=("input", "weight"))
+    np.testing.assert_allclose(gi, gy.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(gw, gy.T.astype(np.float64) @ x, rtol=1e-4, atol=1e-3)
+
+
+TRAINING_SHAPES = [(64, 9216, 128), (128, 784, 400), (128, 400, 20), (256, 256, 256)]
+
+
+@pytest.mark.parametrize("m,k,n", TRAINING_SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in TRAINING_SHAPES])
+def test_training_shapes_forward_backward(device, m, k, n, rng):
+    """The MNIST / VAE layers and a square product on every device: linear forward, its
+    input gradient (grad @ W) and weight gradient (grad^T @ x, a transposed A)."""
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    gy = rng.standard_normal((m, n)).astype(np.float32)
+    xa, wa, ga = fm.asarray(x), fm.asarray(w), fm.asarray(gy)
+    y = fm.linear(xa, wa).numpy()
+    gi, gw, _ = fm.linear_backward(ga, xa, wa, needs=("input", "weight"))
+    x64, w64, g64 = x.astype(np.float64), w.astype(np.float64), gy.astype(np.float64)
+    for got, want, depth in ((y, x64 @ w64.T, k), (gi.numpy(), g64 @ w64, n), (gw.numpy(), g64.T @ x64, m)):
+        # float32 accumulation over `depth` terms of unit-variance products
+        err = np.abs(got - want).max() / np.sqrt(depth)
+        assert err < 1e-5 * np.sqrt(depth) + 1e-5, err
+
+
+def test_matmul_empty_batches_and_zero_k(device):
+    assert fm.matmul(np.zeros((0, 3, 4), np.float32), np.zeros((4, 5), np.float32)).shape == (0, 3, 5)
+    got = fm.matmul(fm.asarray(np.ones((2, 8, 0), np.float32)), np.ones((0, 12), np.float32))
+    np.testing.assert_array_equal(got.numpy(), np.zeros((2, 8, 12), np.float32))
 
 
 @pytest.mark.parametrize("threads,seed", [(256, 1), (37, 2), (64, 3), (300, 4), (1, 5)])
@@ -239,3 +320,45 @@ def test_linear_bad_arguments():
         fm.linear_backward(np.zeros((2, 4)), x, w, needs=("inputs",))
     with pytest.raises(ValueError, match=r"\[fastmetal\.linear_backward\] expected needs"):
         fm.linear_backward(np.zeros((2, 4)), x, w, needs="input")
+
+
+def test_cpu_products_same_bits_for_any_thread_count():
+    """The CPU's GEMM (B copied, and B read in place: g @ v) and its dot-product path
+    (linear's x @ W^T) give the same bits whatever the pool size (each element's sum runs in
+    a fixed order; threads only take tiles)."""
+    import subprocess
+    import sys
+    code = (
+        "import hashlib, numpy as np, fastmetal as fm\n"
+        "fm.set_default_device('cpu')\n"
+        "r = np.random.default_rng(5)\n"
+        "x = r.standard_normal((37, 3000)).astype(np.float32)\n"
+        "w = r.standard_normal((101, 3000)).astype(np.float32)\n"
+        "a = r.standard_normal((300, 200)).astype(np.float32)\n"
+        "g = r.standard_normal((37, 64)).astype(np.float32)\n"
+        "v = r.standard_normal((64, 320)).astype(np.float32)\n"
+        "outs = [fm.linear(x, w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a), fm.matmul(g, v)]\n"
+        "print(hashlib.sha256(b''.join(np.ascontiguousarray(o).tobytes() for o in outs)).hexdigest())\n")
+    digests = set()
+    for threads in (1, 2, 3):
+        env = dict(os.environ, FASTMETAL_NUM_THREADS=str(threads))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        digests.add(r.stdout.split()[-1])
+    assert len(digests) == 1, digests
+
+
+def test_bench_matmul_runs_on_the_cpu(capsys):
+    """`python -m fastmetal bench matmul` on the cpu device: every row printed with its
+    GFLOP/s and ratios (a short budget; torch's column is '-' where torch is missing)."""
+    from fastmetal.benchmarks.matmul import main
+    saved = fm.default_device()
+    try:
+        assert main(["--device", "cpu", "--quick", "--budget", "0.001", "--interleave"]) == 0
+    finally:
+        fm.set_default_device(saved)
+    out = capsys.readouterr().out
+    for case in ("matmul 1024^2", "MNIST fc1 64x9216->128 fwd linear+bias", "grad_w g^T@x"):
+        assert case in out, out
+    assert out.count("G ") >= 2 * 11

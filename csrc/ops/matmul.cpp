@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <optional>
+#include <cstdlib>
+#include <iterator>
 
 #include "backend/native_ops.h"
 #include "core/errors.h"
 #include "kernel_group.h"
 #include "matmul_args.h"
-#include "reduce.h"
 
 namespace fm {
 namespace {
@@ -38,6 +38,147 @@ Promoted promote(const Shape& s, const Strides& st, bool left) {
 bool fits32(i64 v) { return v >= std::numeric_limits<std::int32_t>::min() && v <= std::numeric_limits<std::int32_t>::max(); }
 
 std::uint32_t ceil_div(i64 a, i64 b) { return std::uint32_t((a + b - 1) / b); }
+
+// ---- the MSL GEMM's launch: tile, operand loads, split-K (docs/gpu_kernels.md says why)
+
+struct GemmTile {
+  const char* name;       // kernel name stem
+  int rows, cols, depth;  // BM, BN, BK
+  std::uint32_t threads;  // virtual threads: one per thread is the fast path
+};
+constexpr GemmTile kTiles[] = {
+    {"matmul_128x128", 128, 128, 8, 256},
+    {"matmul_64x128", 64, 128, 8, 128},
+    {"matmul_64x64", 64, 64, 16, 128},
+    {"matmul_32x64", 32, 64, 16, 128},
+};
+constexpr int kTile128x128 = 0, kTile64x64 = 2, kTile32x64 = 3;  // 64x128: the tuning hook's
+
+// Threadgroups that keep a large GPU busy: an H100 has 132 multiprocessors, each holding
+// two 256-thread groups of these tiles (or four of 128). Below it the host splits K.
+constexpr i64 kFillGroups = 264;
+
+i64 tile_count(const GemmTile& t, i64 M, i64 N, i64 batch) {
+  return i64(ceil_div(M, t.rows)) * ceil_div(N, t.cols) * batch;
+}
+
+// Tuning and test hooks: FASTMETAL_MATMUL_TILE=128x128|64x128|64x64|32x64 forces a tile,
+// FASTMETAL_MATMUL_SPLITS=n a number of K splits (clamped to the slices there are).
+int forced_tile() {
+  const char* env = std::getenv("FASTMETAL_MATMUL_TILE");
+  if (env == nullptr || *env == 0) return -1;
+  for (int i = 0; i < int(std::size(kTiles)); ++i)
+    if (std::string("matmul_") + env == kTiles[i].name) return i;
+  return -1;
+}
+i64 forced_splits() {
+  const char* env = std::getenv("FASTMETAL_MATMUL_SPLITS");
+  return env == nullptr ? 0 : std::max<i64>(0, std::atoll(env));
+}
+
+// Two families, told apart without naming a backend (as conv2d's choose_tile): devices
+// whose memory the host sees (Apple's unified-memory GPUs; the CPU runs these kernels only
+// in tests) get MLX's matmul shapes, 64x64 (32x64 for at most 32 rows), 128 threads.
+// Discrete GPUs get 128x128 where both sides exceed 64, K is at least 256 and there are at
+// least 16 such tiles (split-K fills the GPU from there: 512^2 takes 8 splits, 1024^2 4),
+// else 32x64, the most groups for a small or short product. Measured on an H100
+// (`bench matmul --sweep`, BENCHMARKS.md): 1024^2 32.0 TFLOP/s on 128x128 with 4 splits
+// against 29.2 on 64x128 with 2; MNIST's 64x9216 @ 9216x128 8.6 on 32x64 (66 splits)
+// against 6.5-7.4 on the others; its input gradient (K = 128) 13.5 against 9.2, its weight
+// gradient (K = 64) 16.7 against 13.0.
+const GemmTile& choose_tile(Backend& be, i64 M, i64 N, i64 K, i64 batch) {
+  const int forced = forced_tile();
+  if (forced >= 0) return kTiles[forced];
+  if (be.host_visible()) return M <= 32 ? kTiles[kTile32x64] : kTiles[kTile64x64];
+  if (M > 64 && N > 64 && K >= 256 && tile_count(kTiles[kTile128x128], M, N, batch) >= 16)
+    return kTiles[kTile128x128];
+  return kTiles[kTile32x64];
+}
+
+// K splits: a product of few tiles and a long K (linear 9216 -> 128 at batch 64: one 64x128
+// tile looping over 9,216 terms) keeps a GPU nearly idle. Split K until there are about
+// kFillGroups groups, each split at least kMinSlices slices deep; the splits write slabs of
+// a workspace that matmul_sum_splits adds in a fixed order.
+i64 choose_splits(const GemmTile& t, i64 M, i64 N, i64 K, i64 batch) {
+  constexpr i64 kMinSlices = 8, kMaxSplits = 128;
+  const i64 slices = (K + t.depth - 1) / t.depth;
+  const i64 forced = forced_splits();
+  if (forced > 0) return std::min(forced, slices);
+  const i64 tiles = tile_count(t, M, N, batch);
+  if (tiles * 2 > kFillGroups) return 1;
+  return std::max<i64>(1, std::min({kFillGroups / tiles, slices / kMinSlices, kMaxSplits}));
+}
+
+// Whether x's start is 16-byte aligned where the device reads it.
+bool aligned16(const Array& x) {
+  const std::uintptr_t at = x.storage->host != nullptr
+                                ? reinterpret_cast<std::uintptr_t>(x.host_data())
+                                : std::uintptr_t(x.byte_offset());
+  return at % 16 == 0;
+}
+
+// An operand's quad layout (matmul_args.h): quads along `fast` (stride 1, length % 4 == 0)
+// where every other stride and the start are 16-byte aligned; 0 where none.
+bool quads_along(const Array& x, i64 fast_stride, i64 fast_len, i64 other_stride,
+                 const std::int32_t* batch_strides, int batch_dims) {
+  if (fast_stride != 1 || fast_len % 4 != 0 || other_stride % 4 != 0 || !aligned16(x)) return false;
+  for (int d = 0; d < batch_dims; ++d)
+    if (batch_strides[d] % 4 != 0) return false;
+  return true;
+}
+
+// Launches C = A @ B (p filled, K > 0) through the MSL kernels.
+void launch_gemm(Backend& be, MatmulArgs p, const Array& a, const Array& b, const Array& out) {
+  const i64 M = p.M, N = p.N, K = p.K, batch = p.batch;
+  const GemmTile& tile = choose_tile(be, M, N, K, batch);
+  // Quads along k for A needs a_cs == 1 (K % 4 == 0), along its rows a_rs == 1 (M % 4 == 0);
+  // for B along k b_rs == 1, along its columns b_cs == 1 (N % 4 == 0). Row-major first.
+  const int bd = p.batch_dims;
+  std::string layout;
+  const char a_mode = quads_along(a, p.a_cs, K, p.a_rs, p.a_bs, bd)   ? 'k'
+                      : quads_along(a, p.a_rs, M, p.a_cs, p.a_bs, bd) ? 'm'
+                                                                      : 0;
+  const char b_mode = quads_along(b, p.b_cs, N, p.b_rs, p.b_bs, bd)   ? 'n'
+                      : quads_along(b, p.b_rs, K, p.b_cs, p.b_bs, bd) ? 'k'
+                                                                      : 0;
+  if (a_mode != 0 && b_mode != 0) layout = std::string("_") + a_mode + b_mode;
+  const std::string kernel = tile.name + layout;
+
+  i64 splits = choose_splits(tile, M, N, K, batch);
+  const i64 slices = (K + tile.depth - 1) / tile.depth;
+  const i64 chunk_slices = (slices + splits - 1) / splits;
+  p.k_chunk = std::int32_t(chunk_slices * tile.depth);
+  splits = (slices + chunk_slices - 1) / chunk_slices;  // no empty split
+  p.splits = std::int32_t(splits);
+  const i64 n_out = batch * M * N;
+  if (!fits32(n_out * splits))
+    splits = 1, p.splits = 1, p.k_chunk = std::int32_t(K);
+  Array ws = splits > 1 ? Array::empty(be, {splits * n_out}, DType::float32) : out;
+  p.c_quads = N % 4 == 0 && aligned16(ws) ? 1 : 0;
+
+  const std::uint32_t col_tiles = ceil_div(N, tile.cols);
+  std::uint32_t t = kernel_group_size();
+  if (t == 0) t = tile.threads;
+  t = std::max<std::uint32_t>(1, std::min(t, be.max_group_size(kernel)));
+  while (t > 1 && std::uint64_t(col_tiles) * t > std::numeric_limits<std::uint32_t>::max()) t /= 2;
+  Dispatch d;
+  d.group[0] = t;
+  d.grid[0] = col_tiles * t;
+  d.grid[1] = ceil_div(M, tile.rows);
+  d.grid[2] = std::uint32_t(batch * splits);
+  d.cost = std::uint64_t(std::min<i64>(K, p.k_chunk)) * 16;
+  be.launch(kernel, d,
+            {KernelArg::buffer(a.storage, a.byte_offset()), KernelArg::buffer(b.storage, b.byte_offset()),
+             KernelArg::buffer(ws.storage, ws.byte_offset()), KernelArg::inline_bytes(&p, sizeof p)});
+  if (splits == 1) return;
+  Dispatch s;
+  s.group[0] = std::min<std::uint32_t>(256, be.max_group_size("matmul_sum_splits"));
+  s.grid[0] = std::uint32_t(n_out);
+  s.cost = std::uint64_t(splits);
+  be.launch("matmul_sum_splits", s,
+            {KernelArg::buffer(ws.storage, ws.byte_offset()),
+             KernelArg::buffer(out.storage, out.byte_offset()), KernelArg::inline_bytes(&p, sizeof p)});
+}
 
 }  // namespace
 
@@ -141,62 +282,10 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
     be.copy_from_host(*out.storage, out.byte_offset(), zeros.data(), out.nbytes());
     return;
   }
-  const bool small = M <= 32;
-  const std::string kernel = small ? "matmul_32x64" : "matmul_64x64";
-  const int tile_rows = small ? 32 : 64;
-  const std::uint32_t col_tiles = ceil_div(N, 64);
-  std::uint32_t t = kernel_group_size();
-  if (t == 0) t = small ? 128 : 256;  // the tiles' virtual thread counts
-  t = std::max<std::uint32_t>(1, std::min(t, be.max_group_size(kernel)));
-  while (t > 1 && std::uint64_t(col_tiles) * t > std::numeric_limits<std::uint32_t>::max()) t /= 2;
-  Dispatch d;
-  d.group[0] = t;
-  d.grid[0] = col_tiles * t;
-  d.grid[1] = ceil_div(M, tile_rows);
-  d.grid[2] = std::uint32_t(batch);
-  d.cost = std::uint64_t(K) * 16;
-  be.launch(kernel, d,
-            {KernelArg::buffer(a.storage, a.byte_offset()), KernelArg::buffer(b.storage, b.byte_offset()),
-             KernelArg::buffer(out.storage, out.byte_offset()), KernelArg::inline_bytes(&p, sizeof p)});
+  launch_gemm(be, p, a, b, out);
 }
-
-namespace {
-
-// A 2-D product with few output tiles and a long K (linear 9216 -> 128 at batch 64: two
-// 64x64 tiles, each looping over 9216 terms) keeps a GPU nearly idle. Split K into S slices,
-// run them as one batched product of views (batch stride K/S along K, no copy) and sum the
-// S partial products. Only for the MSL GEMM: a backend's own GEMM parallelises by itself.
-std::optional<Array> split_k_product(const std::string& op, const Array& a, const Array& b) {
-  Backend& be = a.backend();
-  if (be.native_op("matmul") != nullptr || a.ndim() != 2 || b.ndim() != 2) return std::nullopt;
-  const i64 M = a.shape[0], K = a.shape[1], N = b.shape[1];
-  const i64 tiles = i64(ceil_div(M, M <= 32 ? 32 : 64)) * ceil_div(N, 64);
-  constexpr i64 kMinSlice = 128, kTargetGroups = 256;
-  if (K < 16 * kMinSlice || tiles * 4 > kTargetGroups || M == 0 || N == 0) return std::nullopt;
-  i64 S = 1;
-  for (i64 s = std::min(K / kMinSlice, kTargetGroups / tiles); s >= 2; --s)
-    if (K % s == 0) {
-      S = s;
-      break;
-    }
-  if (S < 4) return std::nullopt;
-  const i64 slice = K / S;
-  Array av = a, bv = b;
-  av.shape = {S, M, slice};
-  av.strides = {slice * a.strides[1], a.strides[0], a.strides[1]};
-  bv.shape = {S, slice, N};
-  bv.strides = {slice * b.strides[0], b.strides[0], b.strides[1]};
-  Array partial = Array::empty(be, {S, M, N}, DType::float32);
-  matmul_into(op, av, bv, partial);
-  return reduce(ReduceOp::sum, partial, {0}, 0);
-}
-
-}  // namespace
 
 Array matmul(const std::string& op, const Array& a, const Array& b) {
-  if (a.dtype == DType::float32 && b.dtype == DType::float32 && a.ndim() == 2 && b.ndim() == 2 &&
-      a.shape[1] == b.shape[0])
-    if (std::optional<Array> r = split_k_product(op, a, b)) return *r;
   Array out = Array::empty(a.backend(), matmul_shape(op, a.shape, b.shape), DType::float32);
   matmul_into(op, a, b, out);
   return out;

@@ -2,7 +2,7 @@
 
     python -m fastmetal                 devices, build info, a quick check and timing of each op
     python -m fastmetal info            devices, and why each missing backend is missing
-    python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d, gpu, mnist, vae (default: all)
+    python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d, matmul, gpu, mnist, vae (default: all)
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 
 import fastmetal as fm
 
-BENCHMARKS = ("elementwise", "fourier", "conv2d", "gpu", "mnist", "vae")
+BENCHMARKS = ("elementwise", "fourier", "conv2d", "matmul", "gpu", "mnist", "vae")
 
 
 def _fourier_case(rng):
@@ -83,7 +83,7 @@ def demo() -> int:
         t_fm, t_peer = median_time(ours, 0.2, min_repeats=3), median_time(peer, 0.2, min_repeats=1)
         print(f"  {name:<36} max rel err {err:.1e} {'ok ' if ok else 'BAD'}  fastmetal "
               f"{fmt_time(t_fm):>10}  {peer_name} {fmt_time(t_peer):>10}  ({t_peer / t_fm:.1f}x)")
-    print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d|gpu|mnist|vae]")
+    print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d|matmul|gpu|mnist|vae]")
     return 1 if failures else 0
 
 
