@@ -1,9 +1,8 @@
-// Which devices exist, which one ops use by default, and the backend-generic defaults.
+// Which devices exist and which one ops use by default.
 // The backends register themselves from their folders (registry.h); this file names none.
 #include "registry.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <map>
@@ -85,11 +84,11 @@ Registry& registry() {
         r->problems.push_back(std::string(u.name) + ": not built (" + u.how + ")");
     if (r->order.empty()) throw BackendError("[fastmetal] internal: no backend registered");
     r->default_backend = r->backends[r->order.front()].get();
-    if (const char* env = std::getenv("FASTMETAL_DEVICE"); env && *env) {
-      auto it = r->backends.find(env);
+    if (const std::string asked = env::device(); !asked.empty()) {
+      auto it = r->backends.find(asked);
       r->default_backend = it == r->backends.end() ? nullptr : it->second.get();
       if (it == r->backends.end())
-        r->env_error = std::string("[fastmetal] FASTMETAL_DEVICE='") + env +
+        r->env_error = std::string("[fastmetal] FASTMETAL_DEVICE='") + asked +
                        "' is not an available device; available: " + available_list(*r) +
                        " (accepted values: metal, cuda, cpu, where present); unset it or "
                        "call fastmetal.set_default_device()";
@@ -138,69 +137,10 @@ void set_default_device(const std::string& name) {
 }
 
 namespace env {
-namespace {
-std::mutex problems_mu;
-std::vector<std::string>& problem_list() {
-  static auto* list = new std::vector<std::string>();  // leaked, as the registry
-  return *list;
-}
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-}  // namespace
-
-void report(const std::string& problem) {
-  std::lock_guard<std::mutex> lock(problems_mu);
-  auto& list = problem_list();
-  for (const auto& p : list)
-    if (p == problem) return;
-  list.push_back(problem);
-}
-
-int num_threads() {
-  const char* value = std::getenv("FASTMETAL_NUM_THREADS");
-  if (value == nullptr || *value == '\0') return 0;
-  // Digits only: std::stoi would take "4abc" as 4 and "-1" as a number.
-  long n = 0;
-  bool ok = std::strlen(value) <= 4;
-  for (const char* c = value; ok && *c; ++c) {
-    ok = *c >= '0' && *c <= '9';
-    n = n * 10 + (*c - '0');
-  }
-  if (ok && n >= 1 && n <= 1024) return int(n);
-  report(std::string("[fastmetal] FASTMETAL_NUM_THREADS='") + value +
-         "' is not understood; accepted values: an integer from 1 to 1024; using the cores "
-         "this process may use instead");
-  return 0;
-}
-
-std::string cpu_isa(const std::vector<std::string>& known, bool (*usable)(const std::string&)) {
-  const char* value = std::getenv("FASTMETAL_CPU_ISA");
-  if (value == nullptr || *value == '\0') return "";
-  const std::string isa = value;
-  bool is_known = false;
-  for (const auto& k : known) is_known = is_known || k == isa;
-  if (is_known && usable(isa)) return isa;
-  std::vector<std::string> here;
-  for (const auto& k : known)
-    if (usable(k)) here.push_back(k);
-  report("[fastmetal] FASTMETAL_CPU_ISA='" + isa + "' " +
-         (is_known ? "is not supported by this CPU" : "is not understood") +
-         "; accepted values: " + joined(known) + " (this CPU: " + joined(here) +
-         "); using " + here.back() + " instead");
-  return "";
-}
 
 std::vector<std::string> config_problems() {
-  num_threads();
   registry();  // constructs every backend: each reports what it did not understand
-  std::vector<std::string> all;
-  {
-    std::lock_guard<std::mutex> lock(problems_mu);
-    all = problem_list();
-  }
+  std::vector<std::string> all = reported();
   std::lock_guard<std::mutex> lock(registry().mu);
   if (!registry().env_error.empty()) all.push_back(registry().env_error);
   return all;

@@ -10,6 +10,7 @@
 #include "kernel_group.h"
 #include "matmul_args.h"
 #include "reduce.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
@@ -156,8 +157,8 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
   d.grid[2] = std::uint32_t(batch);
   d.cost = std::uint64_t(K) * 16;
   be.launch(kernel, d,
-            {KernelArg::buffer(a.storage, a.byte_offset()), KernelArg::buffer(b.storage, b.byte_offset()),
-             KernelArg::buffer(out.storage, out.byte_offset()), KernelArg::inline_bytes(&p, sizeof p)});
+            {buf(a), buf(b),
+             buf(out), KernelArg::inline_bytes(&p, sizeof p)});
 }
 
 namespace {

@@ -39,7 +39,8 @@ from ._elementwise import FUNCTIONS
 
 _unary = _core.unary
 _binary = _core.binary
-_HOST_VISIBLE = ("cpu", "metal")
+# Devices whose memory NumPy views share: asked of each backend, not listed by name.
+_HOST_VISIBLE = frozenset(d for d in _core.devices() if _core._device_capabilities(d)["host_visible"])
 
 
 def _package() -> Any:
