@@ -1,6 +1,6 @@
 """The CPU kernels' hot loops are vectorised on every instruction set the build produces.
 
-Reads machine code (tools/check_vectorised.py), never timings. Without a needed tool
+Reads machine code (tools/ci/check_vectorised.py), never timings. Without a needed tool
 (g++/objdump for x86-64, the ziglang wheel for arm64) the test skips with the reason,
 unless FASTMETAL_REQUIRE_GATES=1 (CI), where a skip would hide a regression: then it fails.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "check_vectorised.py"
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "ci" / "check_vectorised.py"
 
 
 def load_tool():

@@ -1,6 +1,6 @@
 // The backend interface: everything an op needs from a device, and nothing more.
 //
-// Backends: cpu (always), metal (macOS, csrc/backend/metal/), cuda (optional).
+// Backends: one folder each under csrc/backend/, which registers itself (registry.h).
 // Ops validate their arguments first, then call allocate/wrap_host and launch with
 // kernels found by host name (the names FM_INSTANTIATE gives in metal/*.metal).
 //
@@ -176,7 +176,7 @@ class Backend {
 };
 
 // ---- the device registry (backend/registry.cpp) ----
-std::vector<std::string> available_devices();       // best first, "cpu" always last
+std::vector<std::string> available_devices();       // best first, the CPU always last
 std::vector<std::string> device_problems();         // why each missing backend is missing
 Backend& get_backend(const std::string& name);        // ValueError if unknown/unavailable
 Backend& default_backend();

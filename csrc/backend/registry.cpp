@@ -14,33 +14,27 @@
 namespace fm {
 namespace {
 
-// What a user is told about a backend this build does not contain (one line each; a
-// backend that is built says itself why its device is missing).
-#if defined(__APPLE__)
-constexpr bool kApple = true;
-#else
-constexpr bool kApple = false;
-#endif
-struct Unbuilt {
-  const char* name;
-  const char* how;
-};
-const Unbuilt kBuildHints[] = {
-    {"metal", kApple ? "this build was configured with FASTMETAL_METAL=OFF or without Apple's "
-                       "Metal compiler"
-                     : "Metal needs macOS and an Apple GPU"},
-    {"cuda", "build with FASTMETAL_CUDA=ON where nvcc and an NVIDIA GPU are present"},
-};
-
 struct Registration {
   const char* name;
   int rank;
   BackendFactory make;
 };
 
-// Filled during static initialisation (before any registry() call), hence a function static.
+// What a user is told about a backend this build may lack (FM_BUILD_HINT, from the
+// backend's folder, compiled into every build).
+struct BuildHint {
+  const char* name;
+  int rank;
+  const char* how;
+};
+
+// Filled during static initialisation (before any registry() call), hence function statics.
 std::vector<Registration>& registrations() {
   static auto* list = new std::vector<Registration>();  // leaked, as the registry
+  return *list;
+}
+std::vector<BuildHint>& build_hints() {
+  static auto* list = new std::vector<BuildHint>();  // leaked, as the registry
   return *list;
 }
 
@@ -78,10 +72,14 @@ Registry& registry() {
         r->problems.push_back(reg.name + (": " + why_not));
       }
     }
-    for (const Unbuilt& u : kBuildHints)
+    // A backend that is built says itself why its device is missing; one that is not, here.
+    std::vector<BuildHint> hints = build_hints();
+    std::stable_sort(hints.begin(), hints.end(),
+                     [](const BuildHint& x, const BuildHint& y) { return x.rank < y.rank; });
+    for (const BuildHint& h : hints)
       if (std::none_of(regs.begin(), regs.end(),
-                       [&](const Registration& reg) { return std::strcmp(reg.name, u.name) == 0; }))
-        r->problems.push_back(std::string(u.name) + ": not built (" + u.how + ")");
+                       [&](const Registration& reg) { return std::strcmp(reg.name, h.name) == 0; }))
+        r->problems.push_back(std::string(h.name) + ": not built (" + h.how + ")");
     if (r->order.empty()) throw BackendError("[fastmetal] internal: no backend registered");
     r->default_backend = r->backends[r->order.front()].get();
     if (const std::string asked = env::device(); !asked.empty()) {
@@ -102,6 +100,11 @@ Registry& registry() {
 
 bool register_backend(const char* name, int rank, BackendFactory make) {
   registrations().push_back(Registration{name, rank, make});
+  return true;
+}
+
+bool register_build_hint(const char* name, int rank, const char* how) {
+  build_hints().push_back(BuildHint{name, rank, how});
   return true;
 }
 

@@ -275,7 +275,7 @@ enum class ConvPass { forward, input_grad, weight_grad };
 // applies and was measured faster: discrete GPUs (an H100, BENCHMARKS.md), forward and input
 // gradient with at least 16 channels on both sides (below that the transforms' memory
 // traffic outweighs the saved multiplications) as F(4x4, 3x3); weight gradient as
-// F(4x4, 3x3) with at least 32 (tools/conv_wgrad_sweep.py, since the products' 16-byte loads
+// F(4x4, 3x3) with at least 32 (tools/sweeps/conv_wgrad_sweep.py, since the products' 16-byte loads
 // and the row-parallel last step: MNIST's 32 -> 64 layer 0.059 ms against 0.083-0.093 for
 // the implicit GEMM; ResNet-50 layer1 0.148 ms, layer2 0.104, layer3 0.119; below 32
 // channels not measured).
@@ -638,7 +638,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
   // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128, 17 splits), and split
   // until there is at least one wave of the tile's groups (MNIST conv2, 3 tiles of 64x128:
-  // 128 splits 0.085 ms, 88 splits, half a wave, 0.093 ms; tools/conv_wgrad_sweep.py on an
+  // 128 splits 0.085 ms, 88 splits, half a wave, 0.093 ms; tools/sweeps/conv_wgrad_sweep.py on an
   // H100, BENCHMARKS.md). Other devices keep kFillGroups groups (not measured there).
   const bool discrete = forced_tile() < 0 && discrete_shapes(b);
   const GemmTile& tile = discrete && cout_g > 64 ? kTiles[kTile128x128]
