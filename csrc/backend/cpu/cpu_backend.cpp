@@ -148,8 +148,8 @@ class CpuBackend final : public Backend {
 // FASTMETAL_CPU_ISA or FASTMETAL_NUM_THREADS it does not understand together with the
 // other settings, when the registry is built (env::config_problems).
 std::unique_ptr<Backend> make_cpu_backend(std::string&) {
-  kernel_isa();
   env_num_threads();
+  kernel_isa();
   return std::make_unique<CpuBackend>();
 }
 
