@@ -414,7 +414,7 @@ FM_FUNC float fm_gelu(float x) {
 }
 
 // Variants for float16 results (the kernels call fm_NAME_f16 in place of fm_NAME when the
-// result is stored as half; tools/build/gen_kernels.py finds them by that suffix). A float16
+// result is stored as half; tools/gen/gen_kernels.py finds them by that suffix). A float16
 // result keeps 11 bits, so these need a relative error of about 1e-5, not float32's few ulp,
 // and GPUs take the hardware exp2 (float16 gelu moves half the bytes of float32 for the same
 // arithmetic, so the float32 body would make it compute-bound there). The CPU keeps

@@ -48,7 +48,7 @@ def stub_tree(tmp_path: Path) -> Path:
     generated = root / "fastmetal" / "_elementwise.pyi"
     if not generated.exists():
         assert package == PACKAGE, f"{package} has no _elementwise.pyi: the build must install it"
-        subprocess.run([sys.executable, str(REPO / "tools" / "build" / "gen_stubs.py"),
+        subprocess.run([sys.executable, str(REPO / "tools" / "gen" / "gen_stubs.py"),
                         "--out", str(generated)], check=True, timeout=60)
     return root / "fastmetal"
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import REPO
 
 
-# Where each tool lives under tools/: the build's generators, or the CI gates.
-_FOLDER = {"gen_kernels": "build", "msl_frontend": "build", "check_msl": "ci", "metal_ci_report": "ci"}
+# Where each tool lives under tools/: the generators, or the CI gates.
+_FOLDER = {"gen_kernels": "gen", "msl_frontend": "gen", "check_msl": "ci", "metal_ci_report": "ci"}
 
 
 def _load(name):

@@ -116,9 +116,9 @@ set(FM_GEN_DIR \${CMAKE_BINARY_DIR}/generated)
 add_custom_command(
   OUTPUT \${FM_GEN_DIR}/generated.stamp
   BYPRODUCTS \${FM_GEN_DIR}/elementwise_ops.h \${FM_GEN_DIR}/kernels.json
-  COMMAND \${Python_EXECUTABLE} "$root/tools/build/gen_kernels.py" --metal-dir \${FM_METAL_DIR} --out-dir \${FM_GEN_DIR}
+  COMMAND \${Python_EXECUTABLE} "$root/tools/gen/gen_kernels.py" --metal-dir \${FM_METAL_DIR} --out-dir \${FM_GEN_DIR}
   COMMAND \${CMAKE_COMMAND} -E touch \${FM_GEN_DIR}/generated.stamp
-  DEPENDS "$root/tools/build/gen_kernels.py" \${FM_METAL_SOURCES} \${FM_METAL_HEADERS} \${FM_METAL_DIR}/elementwise_ops.tbl)
+  DEPENDS "$root/tools/gen/gen_kernels.py" \${FM_METAL_SOURCES} \${FM_METAL_HEADERS} \${FM_METAL_DIR}/elementwise_ops.tbl)
 add_custom_target(fm_generated DEPENDS \${FM_GEN_DIR}/generated.stamp)
 
 set(FM_METAL_FUNCTIONS_ONLY ON)

@@ -48,7 +48,7 @@ from pathlib import Path
 TOOLS = Path(__file__).resolve().parent
 REPO = TOOLS.parents[1]
 sys.path.insert(0, str(TOOLS))
-sys.path.insert(0, str(REPO / "tools" / "build"))  # msl_frontend, gen_kernels
+sys.path.insert(0, str(REPO / "tools" / "gen"))  # msl_frontend, gen_kernels
 import msl_frontend as fe  # noqa: E402
 import msl_text_rules  # noqa: E402
 

@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "build"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gen"))
 from msl_frontend import KERNEL_RE, SYNC_RE, blank_comments, line_of, matching  # noqa: E402
 
 RULES = {
