@@ -13,9 +13,10 @@ REPO = Path(__file__).resolve().parents[1]
 NEUTRAL_DIRS = ["csrc/core", "csrc/ops", "csrc/python"]
 # A backend named as a string or reached by path, or an instruction set by name.
 BACKEND_NAMED = re.compile(r'"(cpu|cuda|metal)"|backend/(cpu|cuda|metal)/|\bavx(2|512)\b|\bfm::(cpu|cuda|metal)::')
-# In Python: a device named by a string literal (a path component such as / "metal" / is a
-# folder, not a device), or an instruction set.
-PY_BACKEND_NAMED = re.compile(r"""(?<!/ )["'](cpu|cuda|metal)["'](?! /)|\bavx(2|512)\b""")
+# In Python: a device named by a string literal, as code that decides by the name does
+# (a path component such as / "metal" / is a folder; device="cpu" asks for the CPU, which
+# every build has), or an instruction set.
+PY_BACKEND_NAMED = re.compile(r"""(?<!/ )(?<!device=)["'](cpu|cuda|metal)["'](?! /)|\bavx(2|512)\b""")
 TRACKER = re.compile(r"\bissues? ?#?\d+", re.IGNORECASE)
 
 
@@ -83,3 +84,4 @@ def test_the_layout_check_sees_a_backend_name():
     assert PY_BACKEND_NAMED.search('_HOST_VISIBLE = ("cpu", "metal")')
     assert PY_BACKEND_NAMED.search("if a.device == 'cuda':")
     assert not PY_BACKEND_NAMED.search('TABLE = ROOT / "metal" / "elementwise_ops.tbl"')
+    assert not PY_BACKEND_NAMED.search('>>> fm.random.bernoulli(0.25, (4, 4), device="cpu")')
