@@ -8,7 +8,7 @@
 #   and CoreGraphics (without it MTLCreateSystemDefaultDevice() can return nil in a
 #   command-line process such as python)
 #
-# The functions below are also used on their own by tools/check_metal_cmake.sh, which runs
+# The functions below are also used on their own by tools/ci/check_metal_cmake.sh, which runs
 # them on Linux with a stand-in xcrun (set FM_METAL_FUNCTIONS_ONLY before including).
 
 set(FM_METAL_ROOT ${CMAKE_CURRENT_LIST_DIR}/..)  # the repository

@@ -3,7 +3,7 @@
 //   FM_INSTANTIATE("unary_v_sigmoid_float32", unary_v, float, Op_sigmoid);
 //
 // On Metal this is an explicit template instantiation carrying the host name the library
-// finds the function by. On the CPU and CUDA the build's generator (tools/gen_kernels.py)
+// finds the function by. On the CPU and CUDA the build's generator (tools/gen/gen_kernels.py)
 // reads these lines and writes the launch entries, so here the macro expands to nothing.
 //
 //   FM_INSTANTIATE_CPU("fourier_series_l16", fourier_series_k, 16);

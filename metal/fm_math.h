@@ -11,7 +11,7 @@
 // on bools: GCC's vectoriser rejects some boolean algebra between masks of different
 // origin (a `mask ? bool : false` it cannot convert), and which form it meets depends on
 // the GCC version's folding and jump threading. Each select of a float on one comparison
-// vectorises under every GCC and clang tried (tools/check_vectorised.py --cxx). (The other
+// vectorises under every GCC and clang tried (tools/ci/check_vectorised.py --cxx). (The other
 // half of keeping selects branch-free under any GCC is the grid loop's `omp simd`, in
 // csrc/backend/cpu/fm_cpu_entry.h.)
 #pragma once
@@ -414,7 +414,7 @@ FM_FUNC float fm_gelu(float x) {
 }
 
 // Variants for float16 results (the kernels call fm_NAME_f16 in place of fm_NAME when the
-// result is stored as half; tools/gen_kernels.py finds them by that suffix). A float16
+// result is stored as half; tools/gen/gen_kernels.py finds them by that suffix). A float16
 // result keeps 11 bits, so these need a relative error of about 1e-5, not float32's few ulp,
 // and GPUs take the hardware exp2 (float16 gelu moves half the bytes of float32 for the same
 // arithmetic, so the float32 body would make it compute-bound there). The CPU keeps

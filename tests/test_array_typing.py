@@ -1,4 +1,5 @@
-"""Type stubs: py.typed + .pyi for fastmetal and fastmetal._core, checked by mypy --strict."""
+"""Type stubs: py.typed + .pyi for fastmetal and fastmetal._core, checked by mypy --strict and
+held against the runtime by mypy's stubtest."""
 from __future__ import annotations
 
 import ast
@@ -52,7 +53,7 @@ def stub_tree(tmp_path: Path) -> Path:
     generated = root / "fastmetal" / "_elementwise.pyi"
     if not generated.exists():
         assert package == PACKAGE, f"{package} has no _elementwise.pyi: the build must install it"
-        subprocess.run([sys.executable, str(REPO / "tools" / "gen_stubs.py"),
+        subprocess.run([sys.executable, str(REPO / "tools" / "gen" / "gen_stubs.py"),
                         "--out", str(generated)], check=True, timeout=60)
     return root / "fastmetal"
 
@@ -149,3 +150,36 @@ def test_every_array_attribute_has_a_stub():
     public = {n for n in dir(fm.Array) if not n.startswith("_")}
     missing = sorted(public - declared)
     assert not missing, f"add these to fastmetal.Array in python/fastmetal/_core.pyi: {missing}"
+
+
+def test_stubs_match_the_runtime(tmp_path):
+    """mypy's stubtest holds every .pyi against the imported package: a name, parameter or
+    default the stubs lack or invent fails here. Deliberate differences are listed, with
+    why, in tests/stubtest_allowlist.txt; modules typed inline (py.typed, no .pyi) have no
+    stub to check. The compiled functions of _core carry no signature pybind11 exposes, so
+    for them stubtest checks that each exists (and each stub has a runtime object)."""
+    try:
+        import mypy.stubtest  # noqa: F401
+    except ImportError:
+        if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
+            pytest.fail("mypy is not installed and FASTMETAL_REQUIRE_GATES=1")
+        pytest.skip("mypy is not installed (pip install mypy, or the 'test' extra)")
+    stubs = stub_tree(tmp_path)
+    # Modules without a stub, as stubtest names them (it skips private ones).
+    private = lambda part: part.startswith("_") and not part.endswith("__")  # noqa: E731
+    inline = [p.relative_to(PACKAGE).with_suffix("") for p in sorted(PACKAGE.rglob("*.py"))
+              if not (stubs / p.relative_to(PACKAGE)).with_suffix(".pyi").exists()
+              and not any(map(private, p.relative_to(PACKAGE).with_suffix("").parts))]
+    allowlist = tmp_path / "allowlist.txt"
+    allowlist.write_text((REPO / "tests" / "stubtest_allowlist.txt").read_text() + "".join(
+        ".".join(("fastmetal", *p.parts)).removesuffix(".__init__") + "\n" for p in inline))
+    config = tmp_path / "mypy.ini"
+    # The inline-typed modules the stubs import are read, their errors not reported (mypy
+    # --strict of the stubs is the test above).
+    config.write_text("[mypy]\nignore_missing_imports = True\nfollow_imports = silent\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "fastmetal", "--concise",
+         "--allowlist", str(allowlist), "--mypy-config-file", str(config)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env=dict(os.environ, MYPYPATH=str(stubs.parent), SKBUILD_EDITABLE_VERBOSE="0"))
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""The strict MSL gate (tools/check_msl.py): the kernels compile the way Apple's compiler
+"""The strict MSL gate (tools/ci/check_msl.py): the kernels compile the way Apple's compiler
 wants them, and the gate proves it can fail. Also the CPU shim's NaN test mode, in which
 metal::min/max/clamp answer differently for NaN (MSL leaves those cases undefined)."""
 from __future__ import annotations
@@ -12,8 +12,12 @@ import pytest
 from conftest import REPO
 
 
+# Where each tool lives under tools/: the generators, or the CI gates.
+_FOLDER = {"gen_kernels": "gen", "msl_frontend": "gen", "check_msl": "ci", "metal_ci_report": "ci"}
+
+
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / _FOLDER[name] / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(name, module)
     spec.loader.exec_module(module)
@@ -298,7 +302,7 @@ def test_narrow_index_math_matches_64_bit(tmp_path):
 
 
 def test_macos_ci_verdict():
-    """The macOS job's one line (tools/metal_ci_report.py): it fails when the Metal backend
+    """The macOS job's one line (tools/ci/metal_ci_report.py): it fails when the Metal backend
     was built but no Metal test executed, unless the GPU is known to lack Metal 3."""
     report = _load("metal_ci_report")
     v = report.verdict
@@ -353,7 +357,7 @@ def test_metal_device_discovery_is_wired():
     mm = (REPO / "csrc/backend/metal/metal_backend.mm").read_text()
     assert '"-framework CoreGraphics"' in cmake
     assert "MTLCopyAllDevices()" in mm and "metal_unavailable_reason" in mm
-    assert "MTLCopyAllDevices" in (REPO / "tools/objc_stubs/Metal/Metal.h").read_text()
+    assert "MTLCopyAllDevices" in (REPO / "tools/ci/objc_stubs/Metal/Metal.h").read_text()
 
 
 def test_cuda_wrappers_read_device_buffers_directly():

@@ -1,6 +1,6 @@
 """The Linux gates for the macOS-only parts: the Objective-C++ host type-checked by libclang
-against Apple-signature stubs (tools/check_objc.py), and cmake/metal.cmake driven by a
-stand-in xcrun (tools/check_metal_cmake.sh). Both also prove they can fail. Plus the Metal
+against Apple-signature stubs (tools/ci/check_objc.py), and cmake/metal.cmake driven by a
+stand-in xcrun (tools/ci/check_metal_cmake.sh). Both also prove they can fail. Plus the Metal
 backend's arithmetic and command-buffer bookkeeping, compiled natively."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-spec = importlib.util.spec_from_file_location("check_objc", REPO / "tools" / "check_objc.py")
+spec = importlib.util.spec_from_file_location("check_objc", REPO / "tools" / "ci" / "check_objc.py")
 check_objc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check_objc)
 
@@ -28,7 +28,7 @@ def skip_or_fail(reason: str):
 
 
 def _run(script, env=None):
-    return subprocess.run(["bash", str(REPO / "tools" / script)], cwd=REPO, env=env,
+    return subprocess.run(["bash", str(REPO / "tools" / "ci" / script)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -50,7 +50,7 @@ def test_objc_gate(objc_tools):
 
 def test_objc_gate_fails_on_a_broken_source(objc_tools, tmp_path):
     """The gate as a whole (not only its self-check) fails on a bad .mm."""
-    shutil.copytree(REPO / "tools/objc_stubs", tmp_path / "tools/objc_stubs")
+    shutil.copytree(REPO / "tools/ci/objc_stubs", tmp_path / "tools/ci/objc_stubs")
     shutil.copytree(REPO / "csrc", tmp_path / "csrc", ignore=shutil.ignore_patterns("*.o"))
     mm = tmp_path / "csrc/backend/metal/metal_backend.mm"
     text = mm.read_text()
@@ -63,8 +63,8 @@ def test_objc_gate_fails_on_a_broken_source(objc_tools, tmp_path):
 
 def test_objc_gate_needs_no_system_clang():
     """The gate's compiler comes from the package registry (libclang wheel), not apt."""
-    assert "apt-get" not in (REPO / "tools/check_objc.sh").read_text()
-    assert "clang.cindex" in (REPO / "tools/check_objc.py").read_text()
+    assert "apt-get" not in (REPO / "tools/ci/check_objc.sh").read_text()
+    assert "clang.cindex" in (REPO / "tools/ci/check_objc.py").read_text()
 
 
 def test_metal_cmake_with_standin_xcrun():

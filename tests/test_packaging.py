@@ -34,7 +34,7 @@ def test_ci_runs_exactly_the_readme_command():
     ci = (REPO / ".ci" / "run").read_text()
     assert f"TEST_COMMAND='{readme_test_command()}'" in ci
     assert "apt-get" not in ci and "FASTMETAL_REQUIRE_GATES=1" in ci
-    assert "tools/sanitize.sh" in ci
+    assert "tools/ci/sanitize.sh" in ci
 
 
 def test_no_test_module_imports_torch_unguarded():

@@ -63,7 +63,7 @@ def test_statically_linked_libstdcxx_formats_errors(tmp_path):
     with the system libstdc++.so.6 loaded first."""
     if os.environ.get("FASTMETAL_BUILD_TESTS") != "1":
         pytest.skip("builds _core from scratch (minutes); set FASTMETAL_BUILD_TESTS=1 "
-                    "(tools/gpu_check.sh does)")
+                    "(tools/gpu/gpu_check.sh does)")
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     cmake = shutil.which("cmake")
     if cxx is None or cmake is None:

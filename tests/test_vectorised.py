@@ -1,6 +1,6 @@
 """The CPU kernels' hot loops are vectorised on every instruction set the build produces.
 
-Reads machine code (tools/check_vectorised.py), never timings. Without a needed tool
+Reads machine code (tools/ci/check_vectorised.py), never timings. Without a needed tool
 (g++/objdump for x86-64, the ziglang wheel for arm64) the test skips with the reason,
 unless FASTMETAL_REQUIRE_GATES=1 (CI), where a skip would hide a regression: then it fails.
 """
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "check_vectorised.py"
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tools" / "ci" / "check_vectorised.py"
 
 
 def load_tool():
@@ -49,7 +50,7 @@ def expected_entries() -> list[str]:
     """Every entry the generator makes that must vectorise; each op of the table has its
     contiguous float32 entry among them (the count follows the table)."""
     names = cv.expected_entries()
-    table = (TOOL.parent.parent / "metal" / "elementwise_ops.tbl").read_text().splitlines()
+    table = (REPO / "metal" / "elementwise_ops.tbl").read_text().splitlines()
     ops = [[c.strip() for c in line.split(" | ")] for line in table if line.strip() and not line.startswith("#")]
     for name, args, *_ in ops:
         kind = "binary" if "," in args else "unary"
@@ -66,7 +67,7 @@ PACKED_MOVE = ["1619:\tvmovups (%r14,%rax,1),%ymm2", "1622:\tvmovups %ymm2,(%rdi
 def test_move_rule_is_precise():
     """Full-width packed loads and stores count only for ops with no arithmetic, only at the
     ISA's width, and only both together; the table's move-only ops are exactly copy."""
-    assert cv.move_only_ops(TOOL.parent.parent / "metal") == {"copy"}
+    assert cv.move_only_ops(REPO / "metal") == {"copy"}
     assert cv.judge("avx2", PACKED_MOVE, moves=True) is None
     assert cv.judge("avx2", SCALAR_MOVE, moves=True) is not None
     assert cv.judge("avx2", PACKED_MOVE, moves=False) is not None      # arithmetic op: not enough

@@ -1,6 +1,6 @@
 // The backend interface: everything an op needs from a device, and nothing more.
 //
-// Backends: cpu (always), metal (macOS, csrc/backend/metal/), cuda (optional).
+// Backends: one folder each under csrc/backend/, which registers itself (registry.h).
 // Ops validate their arguments first, then call allocate/wrap_host and launch with
 // kernels found by host name (the names FM_INSTANTIATE gives in metal/*.metal).
 //
@@ -108,6 +108,24 @@ class Backend {
   // 3-dim blocks instead of one *_g launch (GPUs pay per launch and keep the one).
   virtual bool serial_grid() const { return false; }
 
+  // ---- what the device is, asked by capability rather than by backend name
+  // A GPU with its own memory across a bus (an NVIDIA card), as opposed to the CPU or a GPU
+  // sharing the host's memory (Apple's).
+  virtual bool discrete_gpu() const { return false; }
+  // Which measured family of kernel shapes (GEMM tiles, Winograd, split-K: ops/conv2d.cpp)
+  // suits the device. The discrete shapes were measured on an H100; a new discrete backend
+  // opts in once measured, and until then takes the unified-memory shapes.
+  enum class TileFamily { unified_memory, discrete_gpu };
+  virtual TileFamily preferred_tiles() const { return TileFamily::unified_memory; }
+  // The device as DLPack names it (__dlpack_device__): {device type, device id}. Default
+  // kDLCPU (1): host-visible memory is exported through NumPy as host memory.
+  struct DLPackDevice {
+    std::int32_t type, id;
+  };
+  virtual DLPackDevice dlpack_device() const { return {1, 0}; }
+  // Whether Arrays on this device export __cuda_array_interface__ (CUDA device memory).
+  virtual bool cuda_array_interface() const { return false; }
+
   // Page-aligned, from a caching pool; contents undefined.
   virtual StoragePtr allocate(std::size_t nbytes) = 0;
   // Make `nbytes` of host memory at `ptr` usable by kernels, sharing it where the device
@@ -158,7 +176,7 @@ class Backend {
 };
 
 // ---- the device registry (backend/registry.cpp) ----
-std::vector<std::string> available_devices();       // best first, "cpu" always last
+std::vector<std::string> available_devices();       // best first, the CPU always last
 std::vector<std::string> device_problems();         // why each missing backend is missing
 Backend& get_backend(const std::string& name);        // ValueError if unknown/unavailable
 Backend& default_backend();

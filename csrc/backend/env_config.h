@@ -1,21 +1,51 @@
-// FASTMETAL_* environment variables, parsed strictly in one place (backend/registry.cpp).
-// A value that is not understood is never ignored silently: the parser returns the default
-// and records one line naming the variable, the value and the accepted values, which
-// `import fastmetal` turns into a RuntimeWarning (config_problems()).
+// FASTMETAL_* environment variables, each parsed in one place: the backend-neutral ones here
+// (env_config.cpp), a backend's own in its folder (cpu/cpu_env.h: FASTMETAL_NUM_THREADS,
+// FASTMETAL_CPU_ISA, FASTMETAL_EMULATOR_SEED; the CUDA backend's
+// FASTMETAL_CUDA_INLINE_ARGS where it is built). A setting that is not understood is never
+// ignored silently: its parser returns the default and report()s one line naming the
+// variable, the value and the accepted values, which `import fastmetal` turns into a
+// RuntimeWarning (config_problems()).
 #pragma once
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace fm::env {
 
-// FASTMETAL_NUM_THREADS as a thread count in [1, 1024]; 0 where unset or not understood.
-int num_threads();
-// FASTMETAL_CPU_ISA where it names one of `known` that `usable` accepts; "" where unset or
-// not usable (then the best ISA is chosen). `known` lists the variants built in.
-std::string cpu_isa(const std::vector<std::string>& known, bool (*usable)(const std::string&));
 // Records a problem with a variable (deduplicated).
 void report(const std::string& problem);
-// Every problem found so far; checks each variable first, so this is complete at import.
+// Every problem report()ed so far.
+std::vector<std::string> reported();
+// Every problem with a setting read at start-up: builds the device registry first (each
+// backend parses its own settings as it is made; registry.cpp), so this is complete at import.
 std::vector<std::string> config_problems();
+
+// FASTMETAL_DEVICE: the default device's name as set, "" where unset or empty (the
+// registry checks it against the devices there are).
+std::string device();
+
+// Tuning and test hooks of the ops, read on every call (tests set them while running):
+// FASTMETAL_CONV_TILE: the GEMM tile conv2d must use ("128x128", "64x128", "64x64",
+// "32x64"; ops/conv2d.cpp matches it against its tiles), "" where unset.
+std::string conv_tile();
+// FASTMETAL_CONV_SPLITS: the split count forced on conv2d's gradients (the integer prefix
+// of the value, as atoll reads it), none where unset or empty.
+std::optional<std::int64_t> conv_splits();
+// FASTMETAL_CONV_ALGO where Winograd applies: "gemm", "winograd" (F(2x2, 3x3)) or
+// "winograd4" (F(4x4, 3x3)) as the output tile m: 0, 2 or 4; -1 (the op chooses) where
+// unset or anything else.
+int conv_algo();
+// FASTMETAL_MATMUL_TILE: the GEMM tile matmul must use ("128x128", "64x128", "64x64",
+// "32x64"; ops/matmul.cpp matches it against its tiles), "" where unset.
+std::string matmul_tile();
+// FASTMETAL_MATMUL_SPLITS: the number of K splits forced on matmul (the integer prefix of
+// the value; 0, the op chooses, where unset or not positive).
+std::int64_t matmul_splits();
+// FASTMETAL_ELEMENTWISE_GRID: 16-byte chunks per thread of a wide elementwise launch: an
+// integer J > 0 as set; kGridDevice for "device" (as many threads as the device runs at
+// once); 0 (the default grid) where unset or anything else.
+constexpr std::int64_t kGridDevice = -1;
+std::int64_t elementwise_grid();
 
 }  // namespace fm::env

@@ -1,9 +1,8 @@
-// Which devices exist, which one ops use by default, and the backend-generic defaults.
+// Which devices exist and which one ops use by default.
 // The backends register themselves from their folders (registry.h); this file names none.
 #include "registry.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <map>
@@ -15,33 +14,27 @@
 namespace fm {
 namespace {
 
-// What a user is told about a backend this build does not contain (one line each; a
-// backend that is built says itself why its device is missing).
-#if defined(__APPLE__)
-constexpr bool kApple = true;
-#else
-constexpr bool kApple = false;
-#endif
-struct Unbuilt {
-  const char* name;
-  const char* how;
-};
-const Unbuilt kBuildHints[] = {
-    {"metal", kApple ? "this build was configured with FASTMETAL_METAL=OFF or without Apple's "
-                       "Metal compiler"
-                     : "Metal needs macOS and an Apple GPU"},
-    {"cuda", "build with FASTMETAL_CUDA=ON where nvcc and an NVIDIA GPU are present"},
-};
-
 struct Registration {
   const char* name;
   int rank;
   BackendFactory make;
 };
 
-// Filled during static initialisation (before any registry() call), hence a function static.
+// What a user is told about a backend this build may lack (FM_BUILD_HINT, from the
+// backend's folder, compiled into every build).
+struct BuildHint {
+  const char* name;
+  int rank;
+  const char* how;
+};
+
+// Filled during static initialisation (before any registry() call), hence function statics.
 std::vector<Registration>& registrations() {
   static auto* list = new std::vector<Registration>();  // leaked, as the registry
+  return *list;
+}
+std::vector<BuildHint>& build_hints() {
+  static auto* list = new std::vector<BuildHint>();  // leaked, as the registry
   return *list;
 }
 
@@ -79,17 +72,21 @@ Registry& registry() {
         r->problems.push_back(reg.name + (": " + why_not));
       }
     }
-    for (const Unbuilt& u : kBuildHints)
+    // A backend that is built says itself why its device is missing; one that is not, here.
+    std::vector<BuildHint> hints = build_hints();
+    std::stable_sort(hints.begin(), hints.end(),
+                     [](const BuildHint& x, const BuildHint& y) { return x.rank < y.rank; });
+    for (const BuildHint& h : hints)
       if (std::none_of(regs.begin(), regs.end(),
-                       [&](const Registration& reg) { return std::strcmp(reg.name, u.name) == 0; }))
-        r->problems.push_back(std::string(u.name) + ": not built (" + u.how + ")");
+                       [&](const Registration& reg) { return std::strcmp(reg.name, h.name) == 0; }))
+        r->problems.push_back(std::string(h.name) + ": not built (" + h.how + ")");
     if (r->order.empty()) throw BackendError("[fastmetal] internal: no backend registered");
     r->default_backend = r->backends[r->order.front()].get();
-    if (const char* env = std::getenv("FASTMETAL_DEVICE"); env && *env) {
-      auto it = r->backends.find(env);
+    if (const std::string asked = env::device(); !asked.empty()) {
+      auto it = r->backends.find(asked);
       r->default_backend = it == r->backends.end() ? nullptr : it->second.get();
       if (it == r->backends.end())
-        r->env_error = std::string("[fastmetal] FASTMETAL_DEVICE='") + env +
+        r->env_error = std::string("[fastmetal] FASTMETAL_DEVICE='") + asked +
                        "' is not an available device; available: " + available_list(*r) +
                        " (accepted values: metal, cuda, cpu, where present); unset it or "
                        "call fastmetal.set_default_device()";
@@ -103,6 +100,11 @@ Registry& registry() {
 
 bool register_backend(const char* name, int rank, BackendFactory make) {
   registrations().push_back(Registration{name, rank, make});
+  return true;
+}
+
+bool register_build_hint(const char* name, int rank, const char* how) {
+  build_hints().push_back(BuildHint{name, rank, how});
   return true;
 }
 
@@ -138,69 +140,10 @@ void set_default_device(const std::string& name) {
 }
 
 namespace env {
-namespace {
-std::mutex problems_mu;
-std::vector<std::string>& problem_list() {
-  static auto* list = new std::vector<std::string>();  // leaked, as the registry
-  return *list;
-}
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-}  // namespace
-
-void report(const std::string& problem) {
-  std::lock_guard<std::mutex> lock(problems_mu);
-  auto& list = problem_list();
-  for (const auto& p : list)
-    if (p == problem) return;
-  list.push_back(problem);
-}
-
-int num_threads() {
-  const char* value = std::getenv("FASTMETAL_NUM_THREADS");
-  if (value == nullptr || *value == '\0') return 0;
-  // Digits only: std::stoi would take "4abc" as 4 and "-1" as a number.
-  long n = 0;
-  bool ok = std::strlen(value) <= 4;
-  for (const char* c = value; ok && *c; ++c) {
-    ok = *c >= '0' && *c <= '9';
-    n = n * 10 + (*c - '0');
-  }
-  if (ok && n >= 1 && n <= 1024) return int(n);
-  report(std::string("[fastmetal] FASTMETAL_NUM_THREADS='") + value +
-         "' is not understood; accepted values: an integer from 1 to 1024; using the cores "
-         "this process may use instead");
-  return 0;
-}
-
-std::string cpu_isa(const std::vector<std::string>& known, bool (*usable)(const std::string&)) {
-  const char* value = std::getenv("FASTMETAL_CPU_ISA");
-  if (value == nullptr || *value == '\0') return "";
-  const std::string isa = value;
-  bool is_known = false;
-  for (const auto& k : known) is_known = is_known || k == isa;
-  if (is_known && usable(isa)) return isa;
-  std::vector<std::string> here;
-  for (const auto& k : known)
-    if (usable(k)) here.push_back(k);
-  report("[fastmetal] FASTMETAL_CPU_ISA='" + isa + "' " +
-         (is_known ? "is not supported by this CPU" : "is not understood") +
-         "; accepted values: " + joined(known) + " (this CPU: " + joined(here) +
-         "); using " + here.back() + " instead");
-  return "";
-}
 
 std::vector<std::string> config_problems() {
-  num_threads();
   registry();  // constructs every backend: each reports what it did not understand
-  std::vector<std::string> all;
-  {
-    std::lock_guard<std::mutex> lock(problems_mu);
-    all = problem_list();
-  }
+  std::vector<std::string> all = reported();
   std::lock_guard<std::mutex> lock(registry().mu);
   if (!registry().env_error.empty()) all.push_back(registry().env_error);
   return all;

@@ -6,10 +6,13 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "backend/env_config.h"
 #include "backend/native_ops.h"
 #include "core/errors.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
@@ -38,7 +41,6 @@ std::uint32_t group_threads(Backend& b, const std::string& kernel, std::uint64_t
   return t;
 }
 
-KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 KernelArg bytes(const void* p, std::size_t n) { return KernelArg::inline_bytes(p, n); }
 
 // A backend's own conv2d (native_ops.h), asked for by these names; without one the MSL
@@ -87,16 +89,22 @@ std::int64_t tile_count(const GemmTile& t, std::int64_t rows, std::int64_t cols,
 
 // Test and tuning hook: FASTMETAL_CONV_TILE=128x128|64x128|64x64|32x64 forces a tile.
 int forced_tile() {
-  const char* env = std::getenv("FASTMETAL_CONV_TILE");
-  if (env == nullptr || *env == 0) return -1;
+  const std::string tile = env::conv_tile();
+  if (tile.empty()) return -1;
   for (int i = 0; i < int(std::size(kTiles)); ++i)
-    if (std::string("_") + env == kTiles[i].suffix) return i;
+    if ("_" + tile == kTiles[i].suffix) return i;
   return -1;
 }
 
-// Two families, told apart without naming a backend: devices whose memory the host sees
-// (Apple's unified-memory GPUs; also the CPU, which runs these kernels only in tests) get
-// MLX's Apple shapes, 64x64 (32x64 for at most 32 rows), 128 threads. Discrete GPUs
+// The kernel shapes, tiles, Winograd and split-K choices measured on a discrete GPU (an
+// H100), or else those for unified memory.
+bool discrete_shapes(const Backend& b) {
+  return b.preferred_tiles() == Backend::TileFamily::discrete_gpu;
+}
+
+// Two families, told apart by Backend::preferred_tiles(), not by a backend's name: devices
+// that share the host's memory (Apple's GPUs; also the CPU, which runs these kernels only in
+// tests) get MLX's Apple shapes, 64x64 (32x64 for at most 32 rows), 128 threads. Discrete GPUs
 // (measured on an H100, BENCHMARKS.md) get 128x128 where the product has more than 64 rows
 // and that still gives a quarter of kFillGroups groups, else 64x128; 32x64 for at most 32
 // rows. docs/gpu_kernels.md says why.
@@ -104,7 +112,7 @@ const GemmTile& choose_tile(Backend& b, std::int64_t rows, std::int64_t cols, st
   const int forced = forced_tile();
   if (forced >= 0) return kTiles[forced];
   if (rows <= 32) return kTiles[kTile32x64];
-  if (b.host_visible()) return kTiles[kTile64x64];
+  if (!discrete_shapes(b)) return kTiles[kTile64x64];
   if (rows > 64 && tile_count(kTiles[kTile128x128], rows, cols, groups) >= kFillGroups / 4)
     return kTiles[kTile128x128];
   return kTiles[kTile64x128];
@@ -194,12 +202,9 @@ void launch_split_gemm(Backend& b, const char* base, const GemmTile& tile, const
 // the GPU idling through the first).
 enum class Fill { at_least, at_most, two_thirds };
 
-// Tuning hook: FASTMETAL_CONV_SPLITS=N forces the gradients' split count (the value as
-// set, read by split_count), or null where it is unset or empty.
-const char* forced_splits() {
-  const char* env = std::getenv("FASTMETAL_CONV_SPLITS");
-  return env != nullptr && *env != 0 ? env : nullptr;
-}
+// Tuning hook: FASTMETAL_CONV_SPLITS=N forces the gradients' split count, none where it is
+// unset or empty.
+std::optional<std::int64_t> forced_splits() { return env::conv_splits(); }
 
 // The gradients' K splits: the output is small and K long, so split K until there are about
 // `fill` groups, keeping at least 8 slices of K per split; every split owns at least one
@@ -212,8 +217,8 @@ std::int64_t split_count(const GemmTile& tile, std::int64_t tiles, std::int64_t 
   if (how == Fill::two_thirds && 3 * per_fill * tiles < 2 * fill) ++per_fill;
   std::int64_t splits = std::min<std::int64_t>({per_fill, slices / 8,
                                                 128, kMaxIndex / out_size});
-  if (const char* forced = forced_splits())
-    splits = std::min<std::int64_t>(std::atoll(forced), kMaxIndex / out_size);
+  if (const std::optional<std::int64_t> forced = forced_splits())
+    splits = std::min<std::int64_t>(*forced, kMaxIndex / out_size);
   splits = std::max<std::int64_t>(splits, 1);
   const std::int64_t per_split = (slices + splits - 1) / splits;
   return (slices + per_split - 1) / per_split;
@@ -232,7 +237,7 @@ std::int64_t input_grad_splits(Backend& b, const Conv2dArgs& a, const GemmTile& 
                                std::int64_t tiles, std::int64_t out_size) {
   const std::int64_t depth = std::int64_t(a.C_out / a.groups) * a.kH * a.kW;
   const std::int64_t wave = wave_groups(tile);
-  if (!forced_splits() && (b.host_visible() || 2 * tiles > wave)) return 1;
+  if (!forced_splits() && (!discrete_shapes(b) || 2 * tiles > wave)) return 1;
   return split_count(tile, tiles, depth, out_size, wave, Fill::at_most);
 }
 
@@ -262,14 +267,7 @@ bool winograd_fits(const Conv2dArgs& a, int m) {
 // FASTMETAL_CONV_ALGO=gemm|winograd|winograd4 forces the algorithm where Winograd applies
 // (tests, tour, benchmark): the implicit GEMM, F(2x2, 3x3), or F(4x4, 3x3), for every pass.
 // Anything else (or unset) lets the host choose.
-int forced_algo() {
-  const char* env = std::getenv("FASTMETAL_CONV_ALGO");
-  if (env == nullptr) return -1;
-  if (std::strcmp(env, "gemm") == 0) return 0;
-  if (std::strcmp(env, "winograd") == 0) return 2;
-  if (std::strcmp(env, "winograd4") == 0) return 4;
-  return -1;
-}
+int forced_algo() { return env::conv_algo(); }
 
 enum class ConvPass { forward, input_grad, weight_grad };
 
@@ -277,7 +275,7 @@ enum class ConvPass { forward, input_grad, weight_grad };
 // applies and was measured faster: discrete GPUs (an H100, BENCHMARKS.md), forward and input
 // gradient with at least 16 channels on both sides (below that the transforms' memory
 // traffic outweighs the saved multiplications) as F(4x4, 3x3); weight gradient as
-// F(4x4, 3x3) with at least 32 (tools/conv_wgrad_sweep.py, since the products' 16-byte loads
+// F(4x4, 3x3) with at least 32 (tools/sweeps/conv_wgrad_sweep.py, since the products' 16-byte loads
 // and the row-parallel last step: MNIST's 32 -> 64 layer 0.059 ms against 0.083-0.093 for
 // the implicit GEMM; ResNet-50 layer1 0.148 ms, layer2 0.104, layer3 0.119; below 32
 // channels not measured).
@@ -289,7 +287,7 @@ int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
   const int forced = forced_algo();
   if (forced >= 0) {
     m = forced;
-  } else if (b.host_visible()) {
+  } else if (!discrete_shapes(b)) {
     m = 0;
   } else if (pass == ConvPass::weight_grad) {
     m = a.C_in >= 32 && a.C_out >= 32 ? 4 : 0;
@@ -331,7 +329,7 @@ Dispatch row_step_dispatch(Backend& b, const std::string& kernel, std::int64_t i
 const GemmTile& winograd_tile(Backend& b, std::int64_t rows, std::int64_t cols,
                               std::int64_t points) {
   const GemmTile& t = choose_tile(b, rows, cols, points);
-  if (forced_tile() >= 0 || b.host_visible()) return t;
+  if (forced_tile() >= 0 || !discrete_shapes(b)) return t;
   if (&t == &kTiles[kTile128x128]) return kTiles[kTile64x128];
   if (&t != &kTiles[kTile64x128]) return t;
   const auto fullness = [&](const GemmTile& c) {
@@ -405,7 +403,7 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
   // 128x128 unsplit (144 groups), 51.2 on 64x128 unsplit (288 of a wave of 528), 54.7 on
   // 64x128 in 2 splits (576), 50.2 in 4; layer2 (128 channels) 55.5 on 64x128 in 7 splits
   // (504 groups); layer1 (64) 37.8 on 64x64 in 14 (504).
-  const bool discrete = forced_tile() < 0 && !b.host_visible();
+  const bool discrete = forced_tile() < 0 && discrete_shapes(b);
   const GemmTile& tile = !discrete          ? choose_tile(b, a.C_out, a.C_in, points)
                          : a.C_out <= 32    ? kTiles[kTile32x64]
                          : a.C_in <= 64     ? kTiles[kTile64x64]
@@ -640,9 +638,9 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
   // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128, 17 splits), and split
   // until there is at least one wave of the tile's groups (MNIST conv2, 3 tiles of 64x128:
-  // 128 splits 0.085 ms, 88 splits, half a wave, 0.093 ms; tools/conv_wgrad_sweep.py on an
+  // 128 splits 0.085 ms, 88 splits, half a wave, 0.093 ms; tools/sweeps/conv_wgrad_sweep.py on an
   // H100, BENCHMARKS.md). Other devices keep kFillGroups groups (not measured there).
-  const bool discrete = forced_tile() < 0 && !b.host_visible();
+  const bool discrete = forced_tile() < 0 && discrete_shapes(b);
   const GemmTile& tile = discrete && cout_g > 64 ? kTiles[kTile128x128]
                                                  : choose_tile(b, cout_g, cols, a.groups);
   const std::int64_t splits = split_count(tile, tile_count(tile, cout_g, cols, a.groups), depth,

@@ -6,6 +6,7 @@
 #include "convert_args.h"
 #include "core/errors.h"
 #include "ops/launch_pieces.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
@@ -32,7 +33,6 @@ void launch_view(const std::string& kernel, std::vector<KernelArg> buffers, Shap
                    [](ViewArgs& args, std::int64_t base) { args.base = base; });
 }
 
-KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 
 }  // namespace
 

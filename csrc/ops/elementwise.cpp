@@ -10,6 +10,8 @@
 #include "core/errors.h"
 #include "elementwise_args.h"
 #include "backend/backend.h"
+#include "backend/env_config.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
@@ -61,13 +63,11 @@ bool wide_aligned(const KernelArg& a) {
 // where it knows; a grid-stride loop over the whole array).
 std::int64_t wide_threads(const Backend& be, std::int64_t chunks) {
   std::int64_t per_thread = FM_WIDE_CHUNKS;
-  if (const char* env = std::getenv("FASTMETAL_ELEMENTWISE_GRID"); env != nullptr && *env != 0) {
-    if (std::string(env) == "device") {
-      if (const std::int64_t resident = be.resident_threads(); resident > 0)
-        return std::max<std::int64_t>(1, std::min(resident, (chunks + FM_WIDE_CHUNKS - 1) / FM_WIDE_CHUNKS));
-    } else if (const long j = std::strtol(env, nullptr, 10); j > 0) {
-      per_thread = j;
-    }
+  if (const std::int64_t grid = env::elementwise_grid(); grid == env::kGridDevice) {
+    if (const std::int64_t resident = be.resident_threads(); resident > 0)
+      return std::max<std::int64_t>(1, std::min(resident, (chunks + FM_WIDE_CHUNKS - 1) / FM_WIDE_CHUNKS));
+  } else if (grid > 0) {
+    per_thread = grid;
   }
   return std::max<std::int64_t>(1, (chunks + per_thread - 1) / per_thread);
 }
@@ -254,16 +254,16 @@ void launch_unary(const std::string& op, const Array& x, const Array& out) {
   const std::size_t item = itemsize(out.dtype);
   if (x.shape == out.shape && x.contiguous() && out.contiguous()) {  // the common case, directly
     launch_contiguous_vec(be, "unary", op, out.dtype,
-                          {KernelArg::buffer(x.storage, x.byte_offset()),
-                           KernelArg::buffer(out.storage, out.byte_offset())},
+                          {buf(x),
+                           buf(out)},
                           {item, item}, out.size());
     return;
   }
   Shape shape = out.shape;
   Strides xs = broadcast_strides(x.shape, x.strides, shape), os = out.strides;
   merge_dims(shape, {&xs, &os});
-  std::vector<KernelArg> args = {KernelArg::buffer(x.storage, x.byte_offset()),
-                                 KernelArg::buffer(out.storage, out.byte_offset())};
+  std::vector<KernelArg> args = {buf(x),
+                                 buf(out)};
   if (shape.empty() || (unit(xs) && unit(os))) {
     launch_contiguous_vec(be, "unary", op, out.dtype, args, {item, item}, numel(shape));
   } else {
@@ -278,9 +278,9 @@ void launch_binary(const std::string& op, const Array& x, const Array& y, const 
       out.contiguous()) {  // the common case, directly
     const std::size_t item = itemsize(out.dtype);
     launch_contiguous_vec(be, "binary", op, out.dtype,
-                          {KernelArg::buffer(x.storage, x.byte_offset()),
-                           KernelArg::buffer(y.storage, y.byte_offset()),
-                           KernelArg::buffer(out.storage, out.byte_offset())},
+                          {buf(x),
+                           buf(y),
+                           buf(out)},
                           {item, item, item}, out.size());
     return;
   }
@@ -289,9 +289,9 @@ void launch_binary(const std::string& op, const Array& x, const Array& y, const 
   Strides ys = broadcast_strides(y.shape, y.strides, shape);
   Strides os = out.strides;
   merge_dims(shape, {&xs, &ys, &os});
-  std::vector<KernelArg> args = {KernelArg::buffer(x.storage, x.byte_offset()),
-                                 KernelArg::buffer(y.storage, y.byte_offset()),
-                                 KernelArg::buffer(out.storage, out.byte_offset())};
+  std::vector<KernelArg> args = {buf(x),
+                                 buf(y),
+                                 buf(out)};
   const std::size_t item = itemsize(out.dtype);
   const std::int64_t n = numel(shape);
   const bool flat_out = shape.empty() || unit(os);

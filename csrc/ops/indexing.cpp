@@ -7,11 +7,11 @@
 #include "index_args.h"
 #include "ops/convert.h"
 #include "ops/launch_pieces.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
 
-KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 
 const char* width(DType t) {
   return t == DType::float16 ? "b2" : t == DType::float32 ? "b4" : "b8";

@@ -10,6 +10,8 @@
 #include "core/errors.h"
 #include "kernel_group.h"
 #include "matmul_args.h"
+#include "backend/env_config.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
@@ -64,21 +66,19 @@ i64 tile_count(const GemmTile& t, i64 M, i64 N, i64 batch) {
 
 // Tuning and test hooks: FASTMETAL_MATMUL_TILE=128x128|64x128|64x64|32x64 forces a tile,
 // FASTMETAL_MATMUL_SPLITS=n a number of K splits (clamped to the slices there are).
+// (Both read in backend/env_config.cpp, where every FASTMETAL_* variable is parsed.)
 int forced_tile() {
-  const char* env = std::getenv("FASTMETAL_MATMUL_TILE");
-  if (env == nullptr || *env == 0) return -1;
+  const std::string tile = env::matmul_tile();
+  if (tile.empty()) return -1;
   for (int i = 0; i < int(std::size(kTiles)); ++i)
-    if (std::string("matmul_") + env == kTiles[i].name) return i;
+    if ("matmul_" + tile == kTiles[i].name) return i;
   return -1;
 }
-i64 forced_splits() {
-  const char* env = std::getenv("FASTMETAL_MATMUL_SPLITS");
-  return env == nullptr ? 0 : std::max<i64>(0, std::atoll(env));
-}
+i64 forced_splits() { return env::matmul_splits(); }
 
-// Two families, told apart without naming a backend (as conv2d's choose_tile): devices
-// whose memory the host sees (Apple's unified-memory GPUs; the CPU runs these kernels only
-// in tests) get MLX's matmul shapes, 64x64 (32x64 for at most 32 rows), 128 threads.
+// Two families, as the backend states its preferred tiles (as conv2d's choose_tile):
+// unified-memory devices (Apple's GPUs; the CPU runs these kernels only in tests) get MLX's
+// matmul shapes, 64x64 (32x64 for at most 32 rows), 128 threads.
 // Discrete GPUs get 128x128 where both sides exceed 64, K is at least 256 and there are at
 // least 16 such tiles (split-K fills the GPU from there: 512^2 takes 8 splits, 1024^2 4),
 // else 32x64, the most groups for a small or short product. Measured on an H100
@@ -89,7 +89,8 @@ i64 forced_splits() {
 const GemmTile& choose_tile(Backend& be, i64 M, i64 N, i64 K, i64 batch) {
   const int forced = forced_tile();
   if (forced >= 0) return kTiles[forced];
-  if (be.host_visible()) return M <= 32 ? kTiles[kTile32x64] : kTiles[kTile64x64];
+  if (be.preferred_tiles() == Backend::TileFamily::unified_memory)
+    return M <= 32 ? kTiles[kTile32x64] : kTiles[kTile64x64];
   if (M > 64 && N > 64 && K >= 256 && tile_count(kTiles[kTile128x128], M, N, batch) >= 16)
     return kTiles[kTile128x128];
   return kTiles[kTile32x64];

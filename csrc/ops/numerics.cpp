@@ -8,6 +8,7 @@
 #include "core/errors.h"
 #include "numerics_args.h"
 #include "backend/native_ops.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
@@ -122,8 +123,8 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
     StoragePtr w = upload(be, t.weights.data(), t.weights.size() * sizeof(float));
     StoragePtr o = upload(be, t.offsets.data(), t.offsets.size() * sizeof(std::int32_t));
     be.launch("stencil_edges", dispatch(edges, "stencil_edges"),
-              {KernelArg::buffer(f.storage, f.byte_offset()), KernelArg::buffer(w),
-               KernelArg::buffer(o), KernelArg::buffer(out.storage, out.byte_offset()),
+              {buf(f), KernelArg::buffer(w),
+               KernelArg::buffer(o), buf(out),
                KernelArg::inline_bytes(&a, sizeof(a))});
   }
   if (interior <= 0) return;
@@ -148,8 +149,8 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
     d.grid[0] = std::uint32_t(count / lanes);
     d.group[0] = std::min<std::uint32_t>(d.group[0], d.grid[0]);
     be.launch(kernel, d,
-              {KernelArg::buffer(f.storage, f.byte_offset()), KernelArg::buffer(wt),
-               KernelArg::buffer(out.storage, out.byte_offset()),
+              {buf(f), KernelArg::buffer(wt),
+               buf(out),
                KernelArg::inline_bytes(&b, sizeof(b))});
   };
   const std::int64_t main_part = wide.empty() ? 0 : vec_extent / 16 * 16;

@@ -8,7 +8,7 @@
 // fastmetal._core.<name> (arguments by position or keyword, the op's device, the GIL
 // released around the call, NumPy in -> NumPy out, a fastmetal.Array in -> Array out),
 // python/fastmetal/_ops.py exports it as fastmetal.<name> (a name without a leading
-// underscore), and tools/gen_stubs.py writes its type stub from the same line.
+// underscore), and tools/gen/gen_stubs.py writes its type stub from the same line.
 //
 // Parameter types (Python: C++): Array: const Array& (any array-like, converted to a
 // contiguous float32 Array on the op's device: that of its fastmetal.Array arguments,

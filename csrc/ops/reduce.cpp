@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "kernel_group.h"
 #include "reduce_args.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
@@ -85,7 +86,6 @@ const char* numpy_name(ReduceOp op) {
   }
 }
 
-KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 
 // ReduceArgs::flags (metal/reduce.metal).
 constexpr std::uint32_t kRootFlag = 1, kCombineFlag = 2, kPartialFlag = 4;

@@ -9,11 +9,11 @@
 #include "backend/native_ops.h"
 #include "core/errors.h"
 #include "ops/python_op.h"
+#include "ops/array_arg.h"
 
 namespace fm {
 namespace {
 
-KernelArg buf(const Array& a) { return KernelArg::buffer(a.storage, a.byte_offset()); }
 
 Dispatch grid(Backend& be, const std::string& kernel, std::uint32_t x, std::uint32_t y = 1,
               std::uint32_t z = 1) {

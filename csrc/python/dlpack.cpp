@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/dtype.h"
 
 namespace fm::python {
@@ -74,7 +75,8 @@ DLDataType dl_dtype(DType t) {
 }  // namespace
 
 py::tuple dlpack_device(const Array& a) {
-  return a.backend().host_visible() ? py::make_tuple(1, 0) : py::make_tuple(2, 0);
+  const Backend::DLPackDevice d = a.backend().dlpack_device();
+  return py::make_tuple(d.type, d.id);
 }
 
 py::capsule dlpack_device_capsule(const Array& a, py::handle owner, const py::kwargs& kwargs) {

@@ -197,8 +197,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly(
           "__cuda_array_interface__",
           [](const Array& a) -> py::dict {
-            // Device memory that is not host-visible is CUDA's (the one such backend).
-            if (a.backend().host_visible())
+            if (!a.backend().cuda_array_interface())
               throw py::attribute_error("__cuda_array_interface__ exists on cuda arrays only");
             // No "stream" key (None): the data is complete when the consumer gets it.
             wait_for_host(a);
@@ -337,6 +336,21 @@ PYBIND11_MODULE(_core, m) {
       py::arg("device"), py::arg("kernel"),
       "Launches `kernel` on one thread with no arguments: for tests of how launch errors "
       "surface (an unknown name raises RuntimeError).");
+  m.def(
+      "_device_capabilities",
+      [](const std::string& device) {
+        const Backend& b = get_backend(device);
+        const Backend::DLPackDevice dl = b.dlpack_device();
+        py::dict d;
+        d["host_visible"] = b.host_visible();
+        d["discrete_gpu"] = b.discrete_gpu();
+        d["dlpack_device"] = py::make_tuple(dl.type, dl.id);
+        d["cuda_array_interface"] = b.cuda_array_interface();
+        return d;
+      },
+      py::arg("device"),
+      "What `device` is, by capability (so Python names no backend): host_visible (NumPy "
+      "views share its memory), discrete_gpu, dlpack_device, cuda_array_interface.");
   m.def("_has_kernel", [](const std::string& device, const std::string& name) {
     return get_backend(device).has_kernel(name);
   });

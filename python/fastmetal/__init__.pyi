@@ -1,6 +1,7 @@
-# Type stubs of the public package `fastmetal` (checked by mypy --strict in the tests).
+# Type stubs of the public package `fastmetal` (checked by mypy --strict in the tests, and
+# against the runtime by mypy's stubtest: tests/test_array_typing.py).
 # The elementwise functions' stubs are generated from metal/elementwise_ops.tbl by the build
-# (tools/gen_stubs.py writes _elementwise.pyi), those of the ops declared with FM_PYTHON_OP in
+# (tools/gen/gen_stubs.py writes _elementwise.pyi), those of the ops declared with FM_PYTHON_OP in
 # csrc/ops from their declarations (_ops.pyi); every other public name is declared here
 # (tests/test_array_typing.py checks that each one is).
 from typing import Any, Callable, Collection, Sequence, SupportsIndex, TypeVar, Union

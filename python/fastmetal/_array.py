@@ -41,7 +41,8 @@ from ._elementwise import FUNCTIONS
 
 # The operators call the public functions (which record gradients), never _core directly.
 _F = FUNCTIONS
-_HOST_VISIBLE = ("cpu", "metal")
+# Devices whose memory NumPy views share: asked of each backend, not listed by name.
+_HOST_VISIBLE = frozenset(d for d in _core.devices() if _core._device_capabilities(d)["host_visible"])
 
 
 def _package() -> Any:

@@ -12,6 +12,7 @@
 #include "../../core/errors.h"
 #include "../launch.h"
 #include "../registry.h"
+#include "cpu_env.h"
 #include "cpu_kernel_abi.h"
 #include "native_ops.h"
 #include "thread_pool.h"
@@ -143,9 +144,11 @@ class CpuBackend final : public Backend {
 };
 
 // Always available, so ranked last: a GPU, where there is one, is the default device.
-// Choosing the kernels' instruction set here reports a FASTMETAL_CPU_ISA it does not
-// understand together with the other settings, when the registry is built.
+// Choosing the kernels' instruction set and reading the thread count here reports a
+// FASTMETAL_CPU_ISA or FASTMETAL_NUM_THREADS it does not understand together with the
+// other settings, when the registry is built (env::config_problems).
 std::unique_ptr<Backend> make_cpu_backend(std::string&) {
+  env_num_threads();
   kernel_isa();
   return std::make_unique<CpuBackend>();
 }

@@ -13,7 +13,7 @@ struct uvec3 {
   std::uint32_t x = 0, y = 0, z = 0;
 };
 
-// How a kernel runs on the CPU (decided by tools/gen_kernels.py from its source):
+// How a kernel runs on the CPU (decided by tools/gen/gen_kernels.py from its source):
 //   grid      uses only thread_position_in_grid: a plain, vectorisable loop
 //   groups    uses threadgroup builtins but no barriers: loops per threadgroup
 //   emulated  uses barriers or simdgroup functions: simulated threads (emulator.cpp)

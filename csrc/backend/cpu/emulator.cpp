@@ -23,6 +23,7 @@
 
 #include "fm_cpu_hooks.h"
 #include "cpu_kernel_abi.h"
+#include "cpu_env.h"
 
 namespace fm::cpu {
 namespace {
@@ -84,8 +85,8 @@ float simd_call(SimdOp op, float v, unsigned arg) {
 
 std::uint64_t seed_for_launch() {
   static std::atomic<std::uint64_t> counter{0};
-  if (const char* env = std::getenv("FASTMETAL_EMULATOR_SEED"))
-    return std::strtoull(env, nullptr, 10) + counter.fetch_add(1);
+  if (const std::optional<std::uint64_t> seed = env_emulator_seed())
+    return *seed + counter.fetch_add(1);
   return std::random_device{}() ^ (counter.fetch_add(1) << 32);
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cpu_kernel_abi.h"
-#include "../env_config.h"
+#include "cpu_env.h"
 #include "kernel_stems.h"  // generated
 
 namespace fm::cpu {
@@ -56,7 +56,7 @@ std::string choose_isa() {
   built.push_back("avx512");
 #endif
   // A value that is not built in or not supported here is reported and the best is used.
-  if (std::string asked = env::cpu_isa(built, &supported); !asked.empty()) return asked;
+  if (std::string asked = env_cpu_isa(built, &supported); !asked.empty()) return asked;
   for (const char* isa : {"avx512", "avx2"})
     if (supported(isa)) return isa;
   return "base";

@@ -1,5 +1,5 @@
 #include "thread_pool.h"
-#include "../env_config.h"
+#include "cpu_env.h"
 
 #include <atomic>
 #include <chrono>
@@ -37,7 +37,7 @@ struct ThreadPool::Job {
 };
 
 int default_num_threads() {
-  if (const int n = env::num_threads()) return n;  // 0: unset or not understood (reported)
+  if (const int n = env_num_threads()) return n;  // 0: unset or not understood (reported)
 #if defined(__linux__)
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));

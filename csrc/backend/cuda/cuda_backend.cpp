@@ -87,6 +87,10 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   bool host_visible() const override { return false; }
+  bool discrete_gpu() const override { return true; }
+  TileFamily preferred_tiles() const override { return TileFamily::discrete_gpu; }
+  DLPackDevice dlpack_device() const override { return {2, 0}; }  // kDLCUDA, the current device
+  bool cuda_array_interface() const override { return true; }
   bool wide_elementwise() const override { return true; }
   std::int64_t resident_threads() const override { return resident_threads_; }
 

@@ -2,10 +2,10 @@
 # One GPU-machine call for the matmul work: build with CUDA, the matmul tests
 # on cuda and cpu, `bench matmul` on cuda (and --sweep of every tile and split), then the
 # CPU part pinned to two cores (taskset -c 0,1) on AVX-512 and AVX2. Logs go to $OUT.
-#   tools/matmul_gpu_bench.sh [parts...]     parts: build test bench sweep sass cpu (default: all),
+#   tools/gpu/matmul_gpu_bench.sh [parts...]     parts: build test bench sweep sass cpu (default: all),
 #                                            buildcpu (CPU-only build, for cpu alone)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 parts=${*:-build test bench sweep sass cpu}
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16

@@ -2,9 +2,9 @@
 """Run every kernel family once on a GPU device, small shapes, checked against the CPU backend.
 
 Meant to run under compute-sanitizer (memcheck / racecheck / synccheck) on a machine with an
-NVIDIA GPU (tools/gpu_check.sh), or on a Mac with device "metal":
+NVIDIA GPU (tools/gpu/gpu_check.sh), or on a Mac with device "metal":
 
-    python tools/gpu_kernel_tour.py [--device cuda]
+    python tools/gpu/gpu_kernel_tour.py [--device cuda]
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 // Declaration-only stand-in for Apple's <Foundation/Foundation.h>, used by
-// tools/check_objc.sh to type-check csrc/backend/metal/*.mm on Linux with clang.
+// tools/ci/check_objc.sh to type-check csrc/backend/metal/*.mm on Linux with clang.
 //
 // It declares ONLY what fastmetal's Objective-C++ uses. Every declaration copies the
 // signature of Apple's macOS SDK header it comes from (nullability, instancetype,

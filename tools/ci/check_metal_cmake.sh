@@ -22,7 +22,7 @@
 # Needs cmake, a C compiler, python3 and clang (for preprocessing). Installs nothing.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PYTHON=${PYTHON:-python3}
 for tool in cmake "$PYTHON"; do
   command -v "$tool" >/dev/null 2>&1 || { echo "check_metal_cmake: $tool not found" >&2; exit 2; }
@@ -48,7 +48,7 @@ mkdir -p "$tmp/bin" "$tmp/metal_stdlib_stub"
 : >"$tmp/metal_stdlib_stub/metal_stdlib"
 cat >"$tmp/bin/xcrun" <<EOF
 #!/usr/bin/env bash
-# Stand-in for xcrun on Linux (tools/check_metal_cmake.sh).
+# Stand-in for xcrun on Linux (tools/ci/check_metal_cmake.sh).
 set -euo pipefail
 echo "xcrun \$*" >>"$tmp/xcrun.log"
 [[ \$1 == -sdk && \$2 == macosx ]] || { echo "xcrun stand-in: expected -sdk macosx" >&2; exit 1; }
@@ -116,9 +116,9 @@ set(FM_GEN_DIR \${CMAKE_BINARY_DIR}/generated)
 add_custom_command(
   OUTPUT \${FM_GEN_DIR}/generated.stamp
   BYPRODUCTS \${FM_GEN_DIR}/elementwise_ops.h \${FM_GEN_DIR}/kernels.json
-  COMMAND \${Python_EXECUTABLE} "$root/tools/gen_kernels.py" --metal-dir \${FM_METAL_DIR} --out-dir \${FM_GEN_DIR}
+  COMMAND \${Python_EXECUTABLE} "$root/tools/gen/gen_kernels.py" --metal-dir \${FM_METAL_DIR} --out-dir \${FM_GEN_DIR}
   COMMAND \${CMAKE_COMMAND} -E touch \${FM_GEN_DIR}/generated.stamp
-  DEPENDS "$root/tools/gen_kernels.py" \${FM_METAL_SOURCES} \${FM_METAL_HEADERS} \${FM_METAL_DIR}/elementwise_ops.tbl)
+  DEPENDS "$root/tools/gen/gen_kernels.py" \${FM_METAL_SOURCES} \${FM_METAL_HEADERS} \${FM_METAL_DIR}/elementwise_ops.tbl)
 add_custom_target(fm_generated DEPENDS \${FM_GEN_DIR}/generated.stamp)
 
 set(FM_METAL_FUNCTIONS_ONLY ON)
@@ -292,7 +292,7 @@ else
   resdir=$("$CLANG_CXX" -print-resource-dir)
   objcxx_flags="-U__nonnull -D_GNU_SOURCE -nostdinc++ -nostdlibinc -isystem $gxx_inc"
   objcxx_flags+=" -isystem $multi/c++/$(basename "$gxx_inc") -isystem $resdir/include -isystem $multi"
-  objcxx_flags+=" -isystem /usr/include -I$root/tools/objc_stubs -Wno-nullability-completeness"
+  objcxx_flags+=" -isystem /usr/include -I$root/tools/ci/objc_stubs -Wno-nullability-completeness"
   dbuild="$tmp/darwin-build"
   py_inc=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
   if cmake -S "$root" -B "$dbuild" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$tmp/darwin.cmake" \

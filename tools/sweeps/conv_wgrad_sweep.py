@@ -3,7 +3,7 @@ algorithms x tiles x split counts that compete for it, forced through the host's
 (FASTMETAL_CONV_ALGO, FASTMETAL_CONV_TILE, FASTMETAL_CONV_SPLITS), against torch on the same
 GPU; the host's own choice first. Needs a CUDA build of fastmetal and torch with CUDA.
 
-    python tools/conv_wgrad_sweep.py
+    python tools/sweeps/conv_wgrad_sweep.py
 """
 import os
 import numpy as np

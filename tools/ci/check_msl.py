@@ -3,7 +3,7 @@
 
 Every metal/*.metal file, with all its headers, is compiled by clang (the `libclang` wheel:
 `pip install libclang`) as C++ for OpenCL 2021 (`-x clcpp -cl-std=clc++2021`), which
-enforces address spaces the way MSL does, against tools/msl_gate/metal_stdlib: a stand-in
+enforces address spaces the way MSL does, against tools/ci/msl_gate/metal_stdlib: a stand-in
 that declares the library functions only in namespace metal and maps MSL's attributes and
 address-space keywords. __METAL_VERSION__ is defined, so every FM_INSTANTIATE line
 instantiates its template as the real metallib build does. An AST pass then checks what
@@ -24,11 +24,14 @@ that mode does not:
                       them undefined for NaN (fm_math.h's uses are run against a CPU shim
                       that answers differently for NaN, tests/test_metal_gate.py)
 
+and the portable subset's textual rules (tools/ci/msl_text_rules.py: no textures, swizzles,
+fast::, long, early return before a barrier, ...), which the CPU and CUDA shims need.
+
 Usage: check_msl.py [--metal-dir DIR] [--self-check] [--mutation-table]
 Prints "file:line: [rule] message" per finding; exit 1 on findings, 2 when libclang is
 missing. --self-check plants each kind of error into a copy of the real kernels and fails
 if the gate accepts any; --mutation-table also asks the CPU shim build (g++) and
-tools/lint_metal.py about each mutation, for docs/macos.md.
+the textual rules alone about each mutation, for docs/macos.md.
 """
 from __future__ import annotations
 
@@ -43,9 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent
-REPO = TOOLS.parent
+REPO = TOOLS.parents[1]
 sys.path.insert(0, str(TOOLS))
+sys.path.insert(0, str(REPO / "tools" / "gen"))  # msl_frontend, gen_kernels
 import msl_frontend as fe  # noqa: E402
+import msl_text_rules  # noqa: E402
 
 STUB_DIR = TOOLS / "msl_gate"
 MAX_THREADGROUP_BYTES = 32 * 1024
@@ -353,7 +358,25 @@ def run_gate(metal_dir: Path, cindex=None, only: list[str] | None = None) -> lis
             if only is not None and metal.name not in only:
                 continue
             findings += check_file(cindex, metal, metal_dir, gen_dir)
+    # The textual rules, each place once (both passes have threadgroup-scope).
+    seen = {(f.path, f.line, f.rule) for f in findings}
+    findings += [f for f in text_findings(metal_dir, only) if (f.path, f.line, f.rule) not in seen]
     return sorted(set(findings), key=lambda f: (f.path, f.line, f.rule, f.message))
+
+
+def text_findings(metal_dir: Path, only: list[str] | None = None) -> list[Finding]:
+    """The portable subset's textual rules (msl_text_rules) over metal_dir's .metal and .h
+    files (or the files named in `only`); needs no compiler."""
+    findings = []
+    for p in sorted(metal_dir.iterdir()):
+        if p.suffix not in (".metal", ".h") or (only is not None and p.name not in only):
+            continue
+        rel = os.path.relpath(os.path.realpath(p), REPO)
+        for line in msl_text_rules.lint_text(rel, p.read_text()):
+            where, rule_message = line.split(": [", 1)
+            rule, message = rule_message.split("] ", 1)
+            findings.append(Finding(rel, int(where.rsplit(":", 1)[1]), rule, message))
+    return findings
 
 
 # ----------------------------------------------------------------------------- teeth
@@ -461,14 +484,13 @@ def shim_build_rejects(metal_copy: Path, m: Mutation) -> bool:
 
 
 def mutation_table(metal_dir: Path, cindex) -> str:
-    import lint_metal
-    rows = ["| planted error | CPU shim build | lint_metal.py | strict gate |", "|---|---|---|---|"]
+    rows = ["| planted error | CPU shim build | textual rules | strict gate |", "|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         for i, m in enumerate(MUTATIONS):
             copy = copy_metal(metal_dir, Path(tmp) / f"m{i}")
             plant(copy, m)
             shim = shim_build_rejects(copy, m)
-            lint = bool(lint_metal.lint_text(m.file, (copy / m.file).read_text()))
+            lint = bool(msl_text_rules.lint_text(m.file, (copy / m.file).read_text()))
             gate = [f.rule for f in run_gate(copy, cindex)]
             rows.append(f"| {m.name} | {'rejected' if shim else 'accepted'} | "
                         f"{'rejected' if lint else 'accepted'} | "

@@ -6,10 +6,10 @@
 # proves the threadgroup/barrier logic of the .metal kernels on real hardware). Needs nvcc,
 # cmake, pybind11, scikit-build-core, pytest, hypothesis, psutil and compute-sanitizer.
 #
-#   tools/gpu_check.sh [cuda-arch]      (default: native; CXX picks the host compiler)
-#   FASTMETAL_BUILD_TESTS=0 tools/gpu_check.sh    skips the static-libstdc++ build test
+#   tools/gpu/gpu_check.sh [cuda-arch]      (default: native; CXX picks the host compiler)
+#   FASTMETAL_BUILD_TESTS=0 tools/gpu/gpu_check.sh    skips the static-libstdc++ build test
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 arch=${1:-native}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16}
 python3 -m pip install --no-build-isolation --no-deps -q . -Ccmake.define.FASTMETAL_CUDA=ON \
@@ -20,10 +20,10 @@ status=0
 echo "== the whole suite on cuda"
 FASTMETAL_BUILD_TESTS=${FASTMETAL_BUILD_TESTS:-1} python3 -m pytest tests -q -p no:cacheprovider \
   --device cuda || status=1
-python3 tools/gpu_kernel_tour.py --device cuda || status=1
+python3 tools/gpu/gpu_kernel_tour.py --device cuda || status=1
 for tool in memcheck racecheck synccheck initcheck; do
   echo "== compute-sanitizer --tool $tool"
-  compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/gpu_kernel_tour.py --device cuda \
+  compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/gpu/gpu_kernel_tour.py --device cuda \
     > "/tmp/sanitizer-$tool.log" 2>&1
   rc=$?
   grep -E "SUMMARY|ALL OK|FAILURES|BAD" "/tmp/sanitizer-$tool.log" | tail -5

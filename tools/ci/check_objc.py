@@ -3,14 +3,14 @@
 
 No Mac and no system clang: libclang (the `libclang` wheel) type-checks every .mm as
 Objective-C++ with ARC against declaration-only stubs of the Foundation / Metal / dispatch
-API it uses (tools/objc_stubs/, signatures copied from Apple's SDK). Under ARC a misspelled
+API it uses (tools/ci/objc_stubs/, signatures copied from Apple's SDK). Under ARC a misspelled
 selector, a wrong argument type or a nullable value passed where Metal wants nonnull is an
 error; every warning in our own files counts as one (-Werror). It also checks that the
 header the rest of the project sees is plain C++ and that the backend registers itself with
 the registry (FM_REGISTER_BACKEND: without it a Mac build would list no 'metal' device). Then it proves it has teeth: copies of the source with such
 mistakes must fail, the unmodified copy must pass.
 
-    tools/check_objc.py [--quick]     (--quick: the sources only, no self-check)
+    tools/ci/check_objc.py [--quick]     (--quick: the sources only, no self-check)
 
 Exit 0: all good; 1: a check failed; 2: libclang (or the compiler's own headers) missing.
 """
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OBJC_FLAGS = ["-x", "objective-c++", "-std=c++17", "-fobjc-arc", "-fobjc-runtime=macosx",
               "-fblocks", "-Wno-nullability-completeness", "-Wall", "-Wextra",
               "-Wnullable-to-nonnull-conversion", "-Wobjc-method-access"]
@@ -105,7 +105,7 @@ def run(root: Path, quick: bool, log=print, sources_only: bool = False) -> int:
             log(f"    {line}")
         failed |= not ok
 
-    inc = ["-I", str(root / "tools/objc_stubs"), "-I", str(root / "csrc"), "-I", str(root / "csrc/backend")]
+    inc = ["-I", str(root / "tools/ci/objc_stubs"), "-I", str(root / "csrc"), "-I", str(root / "csrc/backend")]
     sources = sorted((root / "csrc/backend/metal").glob("*.mm"))
     if not sources:
         result(False, "no csrc/backend/metal/*.mm to check")

@@ -3,9 +3,9 @@
 # CMakeLists.txt: FASTMETAL_KERNEL_OPT) into build/asan (its own
 # build dir, so the normal build is untouched) and runs a focused part of the suite against
 # it: the tests that feed bad, huge, strided and read-only inputs to every public function.
-# Any ASan report or UBSan runtime error fails the run. Usage: tools/sanitize.sh [pytest args]
+# Any ASan report or UBSan runtime error fails the run. Usage: tools/ci/sanitize.sh [pytest args]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SITE=build/asan-site
 mkdir -p build
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-sanitize=vptr -fno-omit-frame-pointer"

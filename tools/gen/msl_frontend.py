@@ -1,7 +1,7 @@
 """The one MSL front end: reads metal/*.metal the way every tool of the project needs it.
 
-Used by tools/gen_kernels.py (CPU entries, CUDA wrappers, manifest), tools/lint_metal.py
-(portable-subset rules) and tools/check_msl.py (strict gate). It parses kernels from their
+Used by tools/gen/gen_kernels.py (CPU entries, CUDA wrappers, manifest), tools/ci/msl_text_rules.py
+(portable-subset rules) and tools/ci/check_msl.py (strict gate). It parses kernels from their
 signatures: `kernel void name(params)`, optionally preceded by `template <...>`; each
 parameter carries `[[buffer(n)]]` or a builtin attribute such as
 `[[thread_position_in_grid]]`. Instances come from FM_INSTANTIATE (every target) and

@@ -6,7 +6,7 @@ Fails when the Metal backend was built but no Metal test executed, unless the ru
 known to lack Metal 3 (GitHub's macOS runners expose a paravirtual GPU without it): then
 the one line says so. Also fails when a macOS build has no Metal backend at all.
 
-    python tools/metal_ci_report.py [pytest args...]
+    python tools/ci/metal_ci_report.py [pytest args...]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DISABLED = "[fastmetal] Metal backend disabled: "
 
 

@@ -2,7 +2,7 @@
 """Check that the CPU kernels' hot loops are vectorised, for every instruction set built.
 
 Deterministic: it reads machine code, never a timing. For each ISA it generates the kernel
-entries with tools/gen_kernels.py (as the build does), compiles the entries that must be
+entries with tools/gen/gen_kernels.py (as the build does), compiles the entries that must be
 vectorised with the build's own flags (parsed from CMakeLists.txt: FM_KERNEL_FLAGS and
 FM_ISA_FLAGS_<isa>), and inspects each entry function's instructions:
 
@@ -41,7 +41,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 X86_ISAS = ("base", "avx2", "avx512")
 ALL_ISAS = X86_ISAS + ("arm64",)
 
@@ -114,7 +114,7 @@ def generate(workdir: Path, plants: list[str]) -> Path:
             for i, expr in enumerate(plants):
                 f.write(f"planted_{i}    | x    | {expr} | x | - | Planted by check_vectorised.py.\n")
     out = workdir / "gen"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_kernels.py"), "--metal-dir",
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen" / "gen_kernels.py"), "--metal-dir",
                         str(metal), "--out-dir", str(out)], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"gen_kernels.py failed:\n{r.stderr[-3000:]}")
