@@ -214,13 +214,30 @@ def sum_to(g: Any, shape: tuple, dtype: Any, device: str) -> Array:
                 g = _core._reduce("sum", g, axes, False, 0.0)
             g = g.reshape(shape)
         else:  # smaller than the input (a vjp that left broadcasting to us)
-            from . import _views
-            layout = _views.broadcast_to((g._offset, gshape, g._strides), shape,
-                                         "fastmetal.backward")
-            g = _core.unary("copy", g._view(*layout))
+            g = broadcast_view(g, shape)
     if g.dtype != dtype:
         g = _core.asarray(g, dtype=dtype)
     return g
+
+
+def broadcast_view(g: Array, shape: tuple) -> Array:
+    """g broadcast to `shape` as a view (zero strides, no copy; kernels read it broadcast,
+    and _accumulate copies it before it becomes a .grad). backward()'s ones stay marked."""
+    from . import _views
+    offset, _, strides = _views.broadcast_to((g._offset, tuple(g.shape), g._strides), shape,
+                                             "fastmetal.backward")
+    view = g._view(offset, list(shape), list(strides))
+    if g._ones:
+        view._ones = True
+    return view
+
+
+def _dense(g: Array) -> bool:
+    want, step = [], 1
+    for n in reversed(g.shape):
+        want.append(step)
+        step *= n
+    return all(n == 1 or s == w for n, s, w in zip(g.shape, g._strides, reversed(want)))
 
 
 def is_ones(g: Any) -> bool:
@@ -232,8 +249,8 @@ def is_ones(g: Any) -> bool:
 def _accumulate(leaf: Array, g: Array, borrowed: bool) -> None:
     if leaf.grad is None:
         # A gradient that is also another's (passed through by add, a view, ...) is copied,
-        # so that writing into one .grad never changes another.
-        leaf.grad = _core.unary("copy", g) if borrowed else g
+        # so that writing into one .grad never changes another; so is a broadcast view.
+        leaf.grad = _core.unary("copy", g) if borrowed or not _dense(g) else g
     else:
         leaf.grad = _core.binary("add", leaf.grad, g)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _core
+from ._autograd import is_ones
 from ._declare import op
 from ._optable import OPS, OpSpec
 
@@ -54,6 +55,11 @@ _SCOPE: dict = {}
 def _differentiable(forward, spec: OpSpec):
     """The forward with the table's gradient expressions as its vjp (fastmetal._declare)."""
     codes = [compile(expr, f"<gradient of {spec.name}>", "eval") for expr in spec.grads]
+    # `g * REST` with g backward()'s implicit ones (loss.backward()): REST alone, one kernel
+    # launch fewer (the tape broadcasts it to the input's shape).
+    unit = [compile(expr[4:], f"<gradient of {spec.name}>", "eval")
+            if expr.startswith("g * ") and "g" not in compile(expr[4:], "", "eval").co_names
+            else code for expr, code in zip(spec.grads, codes)]
     args = ("x", "y")[:spec.arity]
     reads = {a: [n for n in ("x", "y", "out") if n in code.co_names]
              for a, code in zip(args, codes)}
@@ -64,8 +70,9 @@ def _differentiable(forward, spec: OpSpec):
         if not _SCOPE:
             _SCOPE.update(_grad_scope())
         local = {"g": g, "x": ctx.x, "y": getattr(ctx, "y", None), "out": ctx.out}
+        chosen = unit if is_ones(g) else codes
         return tuple(eval(code, _SCOPE, local) if want else None
-                     for code, want in zip(codes, ctx.needs))
+                     for code, want in zip(chosen, ctx.needs))
     return fn
 
 

@@ -277,5 +277,5 @@ def _spread(g, shape, axis, keepdims):
         g = g.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
     if tuple(g.shape) == tuple(shape):
         return g
-    from ._autograd import sum_to
-    return sum_to(g, tuple(shape), g.dtype, g.device)
+    from ._autograd import broadcast_view
+    return broadcast_view(g, tuple(shape))  # no copy: the next kernel reads it broadcast
