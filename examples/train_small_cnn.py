@@ -32,11 +32,15 @@ def relu_backward(grad: Any, pre: Any) -> Any:
     return np.where(pre > 0, grad, 0.0).astype(np.float32)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help keeps the docstring's layout and shows each option's default."""
+
+
 def main(argv: list[str] | None = None) -> float:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=0.1)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("--steps", type=int, default=200, help="SGD steps")
+    ap.add_argument("--batch", type=int, default=32, help="images per step")
+    ap.add_argument("--lr", type=float, default=0.1, help="learning rate")
     ns = ap.parse_args(argv)
 
     rng = np.random.default_rng(0)

@@ -10,7 +10,13 @@ def test_main_job_checks_every_headline_op():
     assert r.returncode == 0, r.stdout + r.stderr
     for op in ("sigmoid", "broadcast add", "fourier_series", "conv2d"):
         assert f"  {op}" in r.stdout
-    assert "BAD" not in r.stdout
+    assert "BAD  fastmetal" not in r.stdout  # the header names BAD; no timed line says it
+    # What "ok" means, that times are medians, and each side's threads on every timed line.
+    assert "ok: max |error| / max |float64 result| < 1e-04" in r.stdout
+    assert "medians of repeated calls" in r.stdout
+    timed = [line for line in r.stdout.splitlines() if " ok " in line]
+    assert len(timed) == 4 and all(line.count("thread") == 2 or "(cuda)" in line or "(metal)" in line
+                                   for line in timed), timed
 
 
 def test_bench_lists_its_benchmarks():

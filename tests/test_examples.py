@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
+import sys
 
+import pytest
 from conftest import REPO
 
 
@@ -21,3 +25,19 @@ def test_small_cnn_learns_the_stripes_task(capsys):
 def test_fourier_then_differentiate_is_accurate():
     analytic_error = load("fourier_then_differentiate").main(["--terms", "200", "--samples", "20000"])
     assert analytic_error < 1e-4
+
+
+@pytest.mark.parametrize("name", ["train_small_cnn", "fourier_then_differentiate", "mnist"])
+def test_example_help_shows_every_default(name):
+    """`--help` of each example names every option's default (ArgumentDefaultsHelpFormatter
+    shows it only for options with a help text: an option without one would lose it)."""
+    r = subprocess.run([sys.executable, str(REPO / "examples" / f"{name}.py"), "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    options = re.findall(r"^  (--[\w-]+)", out, re.MULTILINE)
+    assert len(options) >= 2
+    blocks = re.split(r"^  (?=--)", out.split("options:", 1)[1], flags=re.MULTILINE)[1:]
+    for block in blocks:
+        if not block.startswith("--help"):
+            assert "(default: " in " ".join(block.split()), f"{name}: {block!r}"
