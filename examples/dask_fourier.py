@@ -23,11 +23,16 @@ an existing cluster (docs/dask.md says how, and where a GPU per worker fits).
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import time
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+Floats = npt.NDArray[np.float32]
 
 PERIOD = 1.0
 
@@ -36,7 +41,12 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """--help keeps the docstring's layout and shows each option's default."""
 
 
-def coefficients(terms: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def dask_module(name: str) -> Any:
+    """A dask module, imported when used (dask is optional; mypy sees Any: dask has no stubs)."""
+    return importlib.import_module(name)
+
+
+def coefficients(terms: int, seed: int = 0) -> tuple[Floats, Floats]:
     """a_k, b_k for k = 0..terms, decaying like 1/k^2 (a smooth signal)."""
     rng = np.random.default_rng(seed)
     k = np.arange(terms + 1)
@@ -45,20 +55,24 @@ def coefficients(terms: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def block_x(start: int, stop: int, dx: float) -> np.ndarray:
+def block_x(start: int, stop: int, dx: float) -> Floats:
     """Samples start..stop-1 of x_i = i dx, reduced modulo the period in float64, as float32."""
     x = np.arange(start, stop, dtype=np.float64) * dx
     return np.fmod(x, PERIOD).astype(np.float32)
 
 
-def fastmetal_block(block_info=None, *, dx, a, b, derivative):
-    """One block of f (derivative=0) or f' (1), computed by fastmetal where the task runs."""
+def fastmetal_block(block_info: dict[Any, Any], *, dx: float, a: Floats, b: Floats,
+                    derivative: int) -> Floats:
+    """One block of f (derivative=0) or f' (1), computed by fastmetal where the task runs
+    (dask passes block_info, which says where the block lies in the whole array)."""
     import fastmetal as fm
     start, stop = block_info[None]["array-location"][0]
-    return fm.fourier_series(block_x(start, stop, dx), a, b, period=PERIOD, derivative=derivative)
+    result: Floats = fm.fourier_series(block_x(start, stop, dx), a, b, period=PERIOD,
+                                       derivative=derivative)
+    return result
 
 
-def numpy_series(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def numpy_series(x: Floats, a: Floats, b: Floats) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """f and f' at x, summed term by term by NumPy in float64: the reference."""
     w = 2 * math.pi / PERIOD
     x64 = x.astype(np.float64)
@@ -71,7 +85,7 @@ def numpy_series(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarra
     return f, df
 
 
-def parseval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+def parseval(a: Floats, b: Floats) -> tuple[float, float]:
     """mean(f^2) and mean(f'^2) over whole periods, from the coefficients."""
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     kw = np.arange(len(a)) * 2 * math.pi / PERIOD
@@ -79,21 +93,19 @@ def parseval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float((a64[0] / 2) ** 2 + power.sum()), float((kw[1:] ** 2 * power).sum())
 
 
-def start_cluster(workers: int):
+def start_cluster(workers: int) -> Any:
     """A LocalCluster of worker processes, one thread each; each worker's fastmetal gets its
     share of the cores (FASTMETAL_NUM_THREADS is read when fastmetal is imported there)."""
-    from dask.distributed import LocalCluster
     threads = max(1, (os.cpu_count() or 1) // workers)
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+    return dask_module("dask.distributed").LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                         dashboard_address=None, env={"FASTMETAL_NUM_THREADS": str(threads)})
 
 
-def run(samples: int, terms: int, chunk: int, check_stride: int) -> dict:
+def run(samples: int, terms: int, chunk: int, check_stride: int) -> dict[str, Any]:
     """Builds f and f' as dask arrays and computes, in one pass over the blocks on the
     current dask client, the Parseval means and the sampled blocks; returns the time and the
     errors of both checks."""
-    import dask
-    import dask.array as da
+    dask, da = dask_module("dask"), dask_module("dask.array")
     a, b = coefficients(terms)
     periods = max(1, samples // 1_000_000)  # whole periods, 10^6 samples each (fewer if small)
     dx = periods * PERIOD / samples
@@ -112,7 +124,7 @@ def run(samples: int, terms: int, chunk: int, check_stride: int) -> dict:
     seconds = time.perf_counter() - t0
 
     want_f2, want_df2 = parseval(a, b)
-    errors = {"parseval f": abs(mf2 - want_f2) / want_f2, "parseval f'": abs(mdf2 - want_df2) / want_df2}
+    errors: dict[str, float] = {"parseval f": abs(mf2 - want_f2) / want_f2, "parseval f'": abs(mdf2 - want_df2) / want_df2}
     for i, gf, gdf in zip(checked, got_f, got_df):
         x = block_x(int(starts[i]), int(starts[i + 1]), dx)[::check_stride]
         rf, rdf = numpy_series(x, a, b)
@@ -122,7 +134,7 @@ def run(samples: int, terms: int, chunk: int, check_stride: int) -> dict:
             "checked_values": sum(len(g) for g in got_f) * 2}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--samples", type=float, default=1e9, help="samples of f (and of f')")
     ap.add_argument("--terms", type=int, default=32, help="Fourier terms K (harmonics 0..K)")
@@ -134,13 +146,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--check-stride", type=int, default=1000,
                     help="every this many values of each checked block are compared with NumPy")
     ns = ap.parse_args(argv)
-    from dask.distributed import Client
     samples = int(ns.samples)
     if samples < 1 or ns.chunk < 1:
         ap.error(f"--samples and --chunk: expected >= 1, got {samples} and {ns.chunk}")
 
     cluster = None if ns.scheduler else start_cluster(ns.workers)
-    with Client(ns.scheduler or cluster) as client:
+    with dask_module("dask.distributed").Client(ns.scheduler or cluster) as client:
         info = client.scheduler_info()["workers"]
         print(f"{len(info)} dask workers ({'scheduler ' + ns.scheduler if ns.scheduler else 'LocalCluster, processes'}); "
               f"f and f' of a {ns.terms}-term Fourier series on {samples:,} samples in blocks of {ns.chunk:,}")
