@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 Floats = npt.NDArray[np.float32]
+Doubles = npt.NDArray[np.float64]
 
 PERIOD = 1.0
 
@@ -72,7 +73,7 @@ def fastmetal_block(block_info: dict[Any, Any], *, dx: float, a: Floats, b: Floa
     return result
 
 
-def numpy_series(x: Floats, a: Floats, b: Floats) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def numpy_series(x: Floats, a: Floats, b: Floats) -> tuple[Doubles, Doubles]:
     """f and f' at x, summed term by term by NumPy in float64: the reference."""
     w = 2 * math.pi / PERIOD
     x64 = x.astype(np.float64)
@@ -97,8 +98,9 @@ def start_cluster(workers: int) -> Any:
     """A LocalCluster of worker processes, one thread each; each worker's fastmetal gets its
     share of the cores (FASTMETAL_NUM_THREADS is read when fastmetal is imported there)."""
     threads = max(1, (os.cpu_count() or 1) // workers)
-    return dask_module("dask.distributed").LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                        dashboard_address=None, env={"FASTMETAL_NUM_THREADS": str(threads)})
+    return dask_module("dask.distributed").LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+        env={"FASTMETAL_NUM_THREADS": str(threads)})
 
 
 def run(samples: int, terms: int, chunk: int, check_stride: int) -> dict[str, Any]:
@@ -124,7 +126,8 @@ def run(samples: int, terms: int, chunk: int, check_stride: int) -> dict[str, An
     seconds = time.perf_counter() - t0
 
     want_f2, want_df2 = parseval(a, b)
-    errors: dict[str, float] = {"parseval f": abs(mf2 - want_f2) / want_f2, "parseval f'": abs(mdf2 - want_df2) / want_df2}
+    errors: dict[str, float] = {"parseval f": abs(mf2 - want_f2) / want_f2,
+                                "parseval f'": abs(mdf2 - want_df2) / want_df2}
     for i, gf, gdf in zip(checked, got_f, got_df):
         x = block_x(int(starts[i]), int(starts[i + 1]), dx)[::check_stride]
         rf, rdf = numpy_series(x, a, b)
@@ -153,19 +156,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cluster = None if ns.scheduler else start_cluster(ns.workers)
     with dask_module("dask.distributed").Client(ns.scheduler or cluster) as client:
         info = client.scheduler_info()["workers"]
-        print(f"{len(info)} dask workers ({'scheduler ' + ns.scheduler if ns.scheduler else 'LocalCluster, processes'}); "
-              f"f and f' of a {ns.terms}-term Fourier series on {samples:,} samples in blocks of {ns.chunk:,}")
+        where = f"scheduler {ns.scheduler}" if ns.scheduler else "LocalCluster, processes"
+        print(f"{len(info)} dask workers ({where}); f and f' of a {ns.terms}-term Fourier "
+              f"series on {samples:,} samples in blocks of {ns.chunk:,}")
         result = run(samples, ns.terms, ns.chunk, ns.check_stride)
     if cluster is not None:
         cluster.close()
     for name, err in result["errors"].items():
         print(f"  {name:<16} rel err {err:.1e}")
     rate = samples / result["seconds"]
-    print(f"{samples:,} samples (f and f', {result['blocks']} blocks) in {result['seconds']:.2f} s: "
-          f"{rate / 1e6:,.1f} M samples/s ({2 * rate * ns.terms / 1e9:,.2f} G terms/s); "
-          f"{result['checked_values']:,} values of blocks {result['checked']} checked against NumPy")
+    print(f"{samples:,} samples (f and f', {result['blocks']} blocks) in "
+          f"{result['seconds']:.2f} s: {rate / 1e6:,.1f} M samples/s "
+          f"({2 * rate * ns.terms / 1e9:,.2f} G terms/s); {result['checked_values']:,} values "
+          f"of blocks {result['checked']} checked against NumPy")
     bad = {k: v for k, v in result["errors"].items() if not v < 1e-4}
-    assert not bad, f"errors above 1e-4: {bad}"
+    if bad:
+        raise SystemExit(f"dask_fourier: relative errors above 1e-4: {bad}")
     return result
 
 

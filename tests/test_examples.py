@@ -46,7 +46,7 @@ def test_example_help_shows_every_default(name):
 def test_dask_fourier_runs_small_on_a_local_cluster():
     """examples/dask_fourier.py on 3 * 10^6 samples (blocks of 700,000: a short last one) on
     two worker processes: both checks inside it pass (it asserts them) and every block ran."""
-    pytest.importorskip("dask.distributed", reason="dask is optional: pip install 'fastmetal[dask]'")
+    pytest.importorskip("dask.distributed", reason="dask is optional: pip install fastmetal[dask]")
     result = load("dask_fourier").main(["--samples", "3e6", "--chunk", "700000", "--terms", "16",
                                         "--check-stride", "50"])
     assert result["blocks"] == 5 and result["checked"] == [0, 2, 4]

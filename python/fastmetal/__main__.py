@@ -2,7 +2,7 @@
 float64 and time it against NumPy.
 
     python -m fastmetal                 what `info` prints, then checks and times each headline op
-    python -m fastmetal info            version, devices, why each missing backend is missing, machine
+    python -m fastmetal info            version, devices, why a backend is missing, machine
     python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d, gpu, mnist (default: all)
 """
 from __future__ import annotations
