@@ -27,7 +27,8 @@ def test_fourier_then_differentiate_is_accurate():
     assert analytic_error < 1e-4
 
 
-@pytest.mark.parametrize("name", ["train_small_cnn", "fourier_then_differentiate", "mnist", "dask_fourier"])
+@pytest.mark.parametrize("name", ["train_small_cnn", "fourier_then_differentiate", "mnist",
+                                  "dask_fourier"])
 def test_example_help_shows_every_default(name):
     """`--help` of each example names every option's default (ArgumentDefaultsHelpFormatter
     shows it only for options with a help text: an option without one would lose it)."""
