@@ -39,5 +39,7 @@ def test_info_says_why_each_missing_backend_is_missing():
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert any(line.startswith("devices: ") for line in lines)
+    # docs/API.md and --help: `info` lists and checks nothing (the plain command checks).
+    assert any(line.startswith("machine: ") for line in lines) and "headline" not in r.stdout
     assert [line for line in lines if line.startswith("unavailable: ")] == \
         [f"unavailable: {p}" for p in problems]
