@@ -7,7 +7,8 @@
 #        and compile nothing; after touching one kernel (metal/$TOUCHED.metal) exactly the
 #        objects that depend on it (ninja's own dependency records) are recompiled;
 #   3. `auditwheel repair` gives it the manylinux tag of pyproject.toml's cibuildwheel config;
-#      `auditwheel show` must name that tag and the wheel may carry no outside library;
+#      `auditwheel show` must find it consistent with that tag (or an older one) and the wheel
+#      may carry no outside library;
 #   4. `twine check` on the sdist and the wheel; the wheel's size and contents are printed;
 #   5. a fresh venv (no system packages) installs the wheel with its [test] extra, and a
 #      representative part of the suite runs against it from outside the source tree;
