@@ -97,10 +97,12 @@ def demo() -> int:
         "conv2d, 64x32x26x26 * 64x32x3x3": _conv_case(rng),
     }
     device = fm.default_device()
-    ours_on = f"{fm._core._num_threads()} threads" if device == "cpu" else device
     print("headline operations, checked against NumPy float64 and timed against NumPy float32:")
     print(f"  ok: max |error| / max |float64 result| < {OK_REL_ERR:.0e} (else BAD); times: medians "
-          "of repeated calls, each side as it runs by default (its threads in brackets)")
+          "of repeated calls, each side as it runs by default;")
+    print(f"  threads: fastmetal's CPU backend {fm._core._num_threads()}, NumPy's ufuncs 1, "
+          f"NumPy's einsum (BLAS) {_blas_threads()}; in brackets: fastmetal's device, NumPy's "
+          "threads")
     failures = 0
     for name, (ours, ref, peer, peer_name, peer_threads) in cases.items():
         err = float(np.max(np.abs(np.asarray(ours(), np.float64) - ref)) / np.max(np.abs(ref)))
@@ -108,7 +110,7 @@ def demo() -> int:
         failures += not ok
         t_fm, t_peer = median_time(ours, 0.2, min_repeats=3), median_time(peer, 0.2, min_repeats=1)
         print(f"  {name:<36} max rel err {err:.1e} {'ok ' if ok else 'BAD'}  fastmetal "
-              f"{fmt_time(t_fm):>10} ({ours_on})  {peer_name} {fmt_time(t_peer):>10} "
+              f"{fmt_time(t_fm):>10} ({device})  {peer_name} {fmt_time(t_peer):>10} "
               f"({peer_threads} thread{'s' if peer_threads != 1 else ''})  ({t_peer / t_fm:.1f}x)")
     print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d|gpu|mnist]")
     return 1 if failures else 0
