@@ -35,14 +35,14 @@ def test_ci_runs_exactly_the_readme_command():
     assert f"TEST_COMMAND='{readme_test_command()}'" in ci
     assert "apt-get" not in ci and "FASTMETAL_REQUIRE_GATES=1" in ci
     assert "tools/sanitize.sh" in ci
-    assert "\ntools/wheel_check.sh\n" in ci  # the installed wheel, the rebuild claim
+    assert "\ntools/ci/wheel_check.sh\n" in ci  # the installed wheel, the rebuild claim
 
 
 def test_readme_rebuild_claim_is_the_one_ci_measures():
-    """The README's fast-reinstall command is the one tools/wheel_check.sh times, and the
+    """The README's fast-reinstall command is the one tools/ci/wheel_check.sh times, and the
     limit it states is the one the script enforces."""
     readme = (REPO / "README.md").read_text()
-    script = (REPO / "tools" / "wheel_check.sh").read_text()
+    script = (REPO / "tools" / "ci" / "wheel_check.sh").read_text()
     assert "python -m pip install --no-build-isolation .\n" in readme
     assert '"$T/python" -m pip install "${BUILD_ARGS[@]}" "$SRC"' in script
     assert "BUILD_ARGS=(-v --no-build-isolation --no-deps" in script

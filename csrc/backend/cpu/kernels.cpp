@@ -35,7 +35,7 @@ namespace {
 // What this processor and its OS support, read with CPUID and XGETBV directly: the
 // compilers' __builtin_cpu_supports needs a runtime (libgcc's, compiler-rt's) that some
 // toolchains stub out, answering "no" to everything (zig's, which builds the manylinux wheel
-// in tools/wheel_check.sh). An instruction set counts only when the OS saves its registers.
+// in tools/ci/wheel_check.sh). An instruction set counts only when the OS saves its registers.
 struct X86Isas {
   bool avx2 = false;    // with FMA and F16C, as the avx2 kernels are compiled
   bool avx512 = false;  // F, BW, DQ and VL, plus the above

@@ -2,7 +2,7 @@
 # The Linux wheel as users get it, and the README's rebuild claim, measured (.ci/run calls it):
 #   1. the sdist (python -m build), unpacked, is the source of everything below;
 #   2. the wheel is built from it with `pip install --no-build-isolation`'s backend and the
-#      manylinux toolchain floor (tools/zig-cxx: glibc 2.28, libc++ linked in), then
+#      manylinux toolchain floor (tools/ci/zig-cxx: glibc 2.28, libc++ linked in), then
 #      - a second `pip install --no-build-isolation` with nothing changed must take <= 30 s
 #        and compile nothing; after touching one kernel (metal/$TOUCHED.metal) exactly the
 #        objects that depend on it (ninja's own dependency records) are recompiled;
@@ -14,9 +14,9 @@
 #      representative part of the suite runs against it from outside the source tree;
 #   6. `cibuildwheel --print-build-identifiers` (the version the workflow pins) for Linux and
 #      macOS must list exactly the Pythons x architectures that the config asks for.
-# Usage: tools/wheel_check.sh [pytest args, replacing the default subset]
+# Usage: tools/ci/wheel_check.sh [pytest args, replacing the default subset]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 REPO=$PWD
 WORK=$REPO/build/wheel-check
 PY=${PYTHON:-python}
@@ -66,7 +66,7 @@ SRC=$(ls -d "$WORK"/fastmetal-*/)
 # (pip -v: the build backend's output, ninja's included, goes to the logs.)
 BUILD_ARGS=(-v --no-build-isolation --no-deps "-Cbuild-dir=$WORK/build"
             -Ccmake.define.FASTMETAL_CUDA=OFF -Ccmake.define.CMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF)
-export CXX=$REPO/tools/zig-cxx PYTHON=$T/python
+export CXX=$REPO/tools/ci/zig-cxx PYTHON=$T/python
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 compiled() { sed -n 's/.*Building CXX object \([^ ]*\.o\)$/\1/p' "$1" | sort -u; }
 say "wheel from the sdist (zig c++, glibc 2.28)"
