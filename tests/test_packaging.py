@@ -35,6 +35,19 @@ def test_ci_runs_exactly_the_readme_command():
     assert f"TEST_COMMAND='{readme_test_command()}'" in ci
     assert "apt-get" not in ci and "FASTMETAL_REQUIRE_GATES=1" in ci
     assert "tools/ci/sanitize.sh" in ci
+    assert "\ntools/ci/wheel_check.sh\n" in ci  # the installed wheel, the rebuild claim
+
+
+def test_readme_rebuild_claim_is_the_one_ci_measures():
+    """The README's fast-reinstall command is the one tools/ci/wheel_check.sh times, and the
+    limit it states is the one the script enforces."""
+    readme = (REPO / "README.md").read_text()
+    script = (REPO / "tools" / "ci" / "wheel_check.sh").read_text()
+    assert "python -m pip install --no-build-isolation .\n" in readme
+    assert '"$T/python" -m pip install "${BUILD_ARGS[@]}" "$SRC"' in script
+    assert "BUILD_ARGS=(-v --no-build-isolation --no-deps" in script
+    limit = re.search(r"^REBUILD_LIMIT_S=(\d+)", script, re.M).group(1)
+    assert f"takes over {limit} s" in readme
 
 
 def test_no_test_module_imports_torch_unguarded():

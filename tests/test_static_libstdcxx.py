@@ -22,11 +22,12 @@ from conftest import REPO
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF linking only")
 
 # Mangled-name prefixes of libstdc++'s locale/iostream internals (std::locale, std::ios_base,
-# the num_put/num_get/ctype facets, std::use_facet) and of the CUDA runtime: defined in
+# the num_put/num_get/ctype facets, std::use_facet), of libc++ and of the CUDA runtime: defined in
 # _core's dynamic symbol table only when a static copy was linked in and exported.
 PRIVATE_PREFIXES = ("_ZNSt6locale", "_ZNKSt6locale", "_ZNSt8ios_base", "_ZNKSt7num_put",
                     "_ZNSt7num_put", "_ZNKSt7num_get", "_ZNSt5ctypeIcE", "_ZSt9use_facet",
-                    "cudaMalloc", "cudaLaunchKernel", "cudaStreamSynchronize")
+                    "cudaMalloc", "cudaLaunchKernel", "cudaStreamSynchronize",
+                    "_ZNSt3__1", "_ZNKSt3__1")  # libc++ (std::__1), linked in by zig's clang
 
 # libstdc++.so.6 loaded first, privately (as an extension linked against it loads it: this
 # is what crashed) or globally.

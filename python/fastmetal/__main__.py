@@ -1,13 +1,15 @@
-"""`python -m fastmetal`: show the devices and run a short demo of the headline operations.
+"""`python -m fastmetal`: show the devices, then check each headline operation against NumPy
+float64 and time it against NumPy.
 
-    python -m fastmetal                 devices, build info, a quick check and timing of each op
-    python -m fastmetal info            devices, and why each missing backend is missing
+    python -m fastmetal                 what `info` prints, then checks and times each headline op
+    python -m fastmetal info            version, devices, why a backend is missing, machine
     python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d, matmul, gpu, mnist, vae (default: all)
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 import numpy as np
@@ -15,6 +17,26 @@ import numpy as np
 import fastmetal as fm
 
 BENCHMARKS = ("elementwise", "fourier", "conv2d", "matmul", "gpu", "mnist", "vae")
+# A result is "ok" when its largest error, relative to the largest |value| of the float64
+# reference, is below this: float32 arithmetic over these sizes stays well inside it.
+OK_REL_ERR = 1e-4
+
+
+def _blas_threads() -> int:
+    """The threads NumPy's BLAS uses (its matrix products; NumPy's ufuncs use one):
+    threadpoolctl's answer where it is installed, else what the usual variables ask for,
+    else one per core (OpenBLAS's and MKL's default)."""
+    try:
+        from threadpoolctl import threadpool_info
+        blas = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+        if blas:
+            return int(blas[0])
+    except ImportError:
+        pass
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return os.cpu_count() or 1
 
 
 def _fourier_case(rng):
@@ -32,7 +54,7 @@ def _fourier_case(rng):
             ph = np.arange(s, e, dtype=np.float32)[:, None] * t[None, :]
             out += (a[s:e, None] * np.cos(ph) + b[s:e, None] * np.sin(ph)).sum(0)
         return out
-    return lambda: fm.fourier_series(t, a, b), ref, numpy32, "numpy"
+    return lambda: fm.fourier_series(t, a, b), ref, numpy32, "numpy", 1
 
 
 def _conv_case(rng):
@@ -43,7 +65,7 @@ def _conv_case(rng):
                     w.astype(np.float64))
     return (lambda: fm.conv2d(x, w), ref,
             lambda: np.einsum("nchwij,ocij->nohw", windows(x, (3, 3), axis=(2, 3)), w, optimize=True),
-            "numpy einsum")
+            "numpy einsum", _blas_threads())
 
 
 def info() -> int:
@@ -68,21 +90,28 @@ def demo() -> int:
     m, row = x.reshape(4096, 1024), x[:1024].copy()
     cases = {
         "sigmoid, 2^22 elements": (lambda: fm.sigmoid(x), 1 / (1 + np.exp(-x.astype(np.float64))),
-                                   lambda: 1 / (1 + np.exp(-x)), "numpy"),
+                                   lambda: 1 / (1 + np.exp(-x)), "numpy", 1),
         "broadcast add, 4096x1024 + 1024": (lambda: fm.add(m, row), m.astype(np.float64) + row,
-                                            lambda: m + row, "numpy"),
+                                            lambda: m + row, "numpy", 1),
         "fourier_series, 1e5 samples, K=1000": _fourier_case(rng),
         "conv2d, 64x32x26x26 * 64x32x3x3": _conv_case(rng),
     }
-    print("headline operations (checked against NumPy float64, timed against NumPy float32):")
+    device = fm.default_device()
+    print("headline operations, checked against NumPy float64 and timed against NumPy float32:")
+    print(f"  ok: max |error| / max |float64 result| < {OK_REL_ERR:.0e} (else BAD); times: medians "
+          "of repeated calls, each side as it runs by default;")
+    print(f"  threads: fastmetal's CPU backend {fm._core._num_threads()}, NumPy's ufuncs 1, "
+          f"NumPy's einsum (BLAS) {_blas_threads()}; in brackets: fastmetal's device, NumPy's "
+          "threads")
     failures = 0
-    for name, (ours, ref, peer, peer_name) in cases.items():
+    for name, (ours, ref, peer, peer_name, peer_threads) in cases.items():
         err = float(np.max(np.abs(np.asarray(ours(), np.float64) - ref)) / np.max(np.abs(ref)))
-        ok = err < 1e-4
+        ok = err < OK_REL_ERR
         failures += not ok
         t_fm, t_peer = median_time(ours, 0.2, min_repeats=3), median_time(peer, 0.2, min_repeats=1)
         print(f"  {name:<36} max rel err {err:.1e} {'ok ' if ok else 'BAD'}  fastmetal "
-              f"{fmt_time(t_fm):>10}  {peer_name} {fmt_time(t_peer):>10}  ({t_peer / t_fm:.1f}x)")
+              f"{fmt_time(t_fm):>10} ({device})  {peer_name} {fmt_time(t_peer):>10} "
+              f"({peer_threads} thread{'s' if peer_threads != 1 else ''})  ({t_peer / t_fm:.1f}x)")
     print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d|matmul|gpu|mnist|vae]")
     return 1 if failures else 0
 
@@ -91,7 +120,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fastmetal", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command")
-    sub.add_parser("info", help="devices, and why each missing backend is missing")
+    sub.add_parser("info", help="version, devices, why each missing backend is missing, machine "
+                   "(no checks; plain `python -m fastmetal` adds them)")
     bench = sub.add_parser("bench", help="run benchmarks against NumPy / PyTorch / MLX")
     bench.add_argument("name", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
