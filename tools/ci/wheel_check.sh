@@ -23,13 +23,15 @@ PY=${PYTHON:-python}
 TOUCHED=convert                     # a small kernel file: few objects depend on it
 REBUILD_LIMIT_S=30                  # the README's claim for an install with nothing changed
 # The part of the suite run against the installed wheel: every public op family on the CPU,
-# the ISA dispatch (the wheel's compiler is not the source build's), the README's commands,
+# autograd and nn, the ISA dispatch (the wheel's compiler is not the source build's), the
+# README's commands,
 # the public API and the examples. The whole suite ran against the source build already
 # (.ci/run's first step); what differs here is the compiler, the libc++ and the packaging.
 SUBSET=(tests/test_first_hour.py tests/test_cli.py tests/test_public_api.py tests/test_examples.py
         tests/test_elementwise.py tests/test_numerics.py tests/test_conv2d.py tests/test_reductions.py
         tests/test_matmul.py tests/test_arrays.py tests/test_cpu_isa.py tests/test_training_ops.py
-        tests/test_static_libstdcxx.py)
+        tests/test_autograd.py tests/test_nn_module.py tests/test_random.py
+        tests/test_numpy_surface.py tests/test_static_libstdcxx.py)
 # Less their two slowest tests (a minute on 2 cores: 10^7-element accuracy under the kernel
 # emulator, and 256-row splits); their faster siblings run the same code.
 SKIP_SLOW="not test_sum_accuracy_1e7 and not test_split_rows_match_numpy"
