@@ -24,8 +24,7 @@ TOUCHED=convert                     # a small kernel file: few objects depend on
 REBUILD_LIMIT_S=30                  # the README's claim for an install with nothing changed
 # The part of the suite run against the installed wheel: every public op family on the CPU,
 # autograd and nn, the ISA dispatch (the wheel's compiler is not the source build's), the
-# README's commands,
-# the public API and the examples. The whole suite ran against the source build already
+# README's commands, the public API and the examples. The whole suite ran against the source build already
 # (.ci/run's first step); what differs here is the compiler, the libc++ and the packaging.
 SUBSET=(tests/test_first_hour.py tests/test_cli.py tests/test_public_api.py tests/test_examples.py
         tests/test_elementwise.py tests/test_numerics.py tests/test_conv2d.py tests/test_reductions.py
