@@ -251,13 +251,3 @@ kernel void adadelta_step(device float* param [[buffer(0)]],
   param[gid] = p - a.lr * delta;
 }
 
-// ---------------------------------------------------------------------------- ReLU backward
-// As torch's threshold_backward: zero where x <= 0, else the gradient (NaN x passes it).
-kernel void relu_backward(device const float* grad_out [[buffer(0)]],
-                          device const float* x [[buffer(1)]],
-                          device float* grad_in [[buffer(2)]],
-                          constant uint& n [[buffer(3)]],
-                          uint gid [[thread_position_in_grid]]) {
-  if (gid >= n) return;
-  grad_in[gid] = x[gid] <= 0.0f ? 0.0f : grad_out[gid];
-}

@@ -137,25 +137,6 @@ void launch_cross_entropy(const Array& logits, const StoragePtr& labels,
             {KernelArg::buffer(rows), buf(loss), KernelArg::inline_bytes(&a, sizeof(a))});
 }
 
-// nn.ReLU's backward: grad_output where x > 0, else 0 (as PyTorch).
-Array relu_backward(const Array& grad_output, const Array& x) {
-  const char* op = "relu_backward";
-  if (grad_output.shape != x.shape)
-    throw ValueError(message(op, "expected grad_output of the input's shape ", shape_str(x.shape),
-                             ", got ", shape_str(grad_output.shape)));
-  if (x.size() > std::int64_t(std::numeric_limits<std::uint32_t>::max()))
-    throw ValueError(message(op, "expected fewer than 2**32 elements, got ", x.size()));
-  Array grad_in = Array::empty(x.backend(), x.shape, DType::float32);
-  const std::uint32_t n = std::uint32_t(x.size());
-  if (n == 0) return grad_in;
-  Backend& be = x.backend();
-  be.launch("relu_backward", grid(be, "relu_backward", n),
-            {buf(grad_output), buf(x), buf(grad_in), KernelArg::inline_bytes(&n, sizeof(n))});
-  return grad_in;
-}
-FM_PYTHON_OP(relu_backward, "_relu_backward(grad_output: Array, x: Array)",
-             "Private: nn.ReLU's backward (see layers.py).");
-
 void launch_optimizer(const char* kind, const Array& param, const Array& grad,
                       const Array& state1, const Array* state2, const OptimArgs& a) {
   if (a.n == 0) return;

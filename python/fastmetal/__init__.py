@@ -26,9 +26,6 @@ from ._core import (
 # One function per line of metal/elementwise_ops.tbl (defined by name in _elementwise).
 from ._elementwise import *  # noqa: F401,F403
 from ._elementwise import __all__ as _elementwise_names
-# One function per FM_PYTHON_OP declaration in csrc/ops (defined by name in _ops).
-from ._ops import *  # noqa: F401,F403
-from ._ops import __all__ as _declared_op_names
 from . import _autograd  # requires_grad, backward(), detach() on Array; the tape
 from ._autograd import (enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled,
                         value_and_grad)
@@ -103,8 +100,6 @@ __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
     "nn",
     "random",
-    # declared with their C++ code (FM_PYTHON_OP in csrc/ops)
-    *_declared_op_names,
 ]
 
 

@@ -1,8 +1,7 @@
 # Type stubs of the public package `fastmetal` (checked by mypy --strict in the tests, and
 # against the runtime by mypy's stubtest: tests/test_array_typing.py).
 # The elementwise functions' stubs are generated from metal/elementwise_ops.tbl by the build
-# (tools/gen/gen_stubs.py writes _elementwise.pyi), those of the ops declared with FM_PYTHON_OP in
-# csrc/ops from their declarations (_ops.pyi); every other public name is declared here
+# (tools/gen/gen_stubs.py writes _elementwise.pyi); every other public name is declared here
 # (tests/test_array_typing.py checks that each one is).
 from typing import Any, Callable, Collection, Sequence, SupportsIndex, TypeVar, Union
 
@@ -23,7 +22,6 @@ from ._core import (
     zeros as zeros,
 )
 from ._elementwise import *
-from ._ops import *
 
 __version__: str
 __all__: list[str]

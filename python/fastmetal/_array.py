@@ -15,18 +15,18 @@ dtypes: float32, float16 and int64. int64 is the index dtype (what `argmax`/`arg
 Array return, NumPy's intp); int64 Arrays support views and indexing, `copy`, `astype`,
 `to`, `numpy`/`__array__`/buffer protocol/DLPack, comparisons (with int64 Arrays, NumPy
 integer arrays and Python ints: exact, in int64; with floats: in float32, after converting
-on the device) giving float32 masks, and `sum` (int64) / `mean` (float32). Every other
-op raises TypeError (convert with `.astype("float32")`). So `(logits.argmax(1) ==
-labels).mean()` stays on the device.
+on the device) giving float32 masks, integer arithmetic (`+ - * // % **`, maximum,
+minimum, abs: wrapping as NumPy; _numpy_surface.py), `sum`/`prod`/`max`/`min` (int64) and
+`mean` (float32); the float functions (`exp`, ...) convert them to float32. So
+`(logits.argmax(1) == labels).mean()` stays on the device.
 
 Reductions (`sum`, `mean`, `max`, `min`, `argmax`, `argmin`, `var`, `std`) and `@` call
-the module-level functions of the same name (`fastmetal.sum`, `fastmetal.matmul`, ...),
-looked up when called, so that they work as soon as those functions exist.
+the functions of the same name (`fastmetal.sum`, `fastmetal.matmul`, ...: reductions.py and
+linalg.py), so the methods are differentiable as the functions are.
 """
 from __future__ import annotations
 
 import numbers
-import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -43,10 +43,6 @@ from ._elementwise import FUNCTIONS
 _F = FUNCTIONS
 # Devices whose memory NumPy views share: asked of each backend, not listed by name.
 _HOST_VISIBLE = frozenset(d for d in _core.devices() if _core._device_capabilities(d)["host_visible"])
-
-
-def _package() -> Any:
-    return sys.modules["fastmetal"]
 
 
 def _where(method: str) -> str:
@@ -109,12 +105,10 @@ def _rpow(self: Array, other: Any, modulo: Any = None) -> Any:
 
 
 def _planned(name: str, method: str) -> Callable[..., Any]:
-    """The module function `fastmetal.<name>`, or a TypeError saying it is not there yet."""
-    fn = getattr(_package(), name, None)
-    if fn is None:
-        raise TypeError(f"[{_where(method)}] not available yet: this build of fastmetal has no "
-                        f"fastmetal.{name}")
-    return fn
+    """The function `fastmetal.<name>` that the method or NumPy dispatch calls (reductions.py,
+    linalg.py: looked up when called, so that a test may replace it)."""
+    from . import linalg, reductions  # they import nothing from here
+    return getattr(linalg if name == "matmul" else reductions, name)
 
 
 def _matmul(self: Array, other: Any) -> Any:
@@ -140,8 +134,7 @@ def _reduction(name: str, with_ddof: bool) -> Callable[..., Any]:
     chosen: Callable[..., Any] = method_ddof if with_ddof else method
     chosen.__name__ = chosen.__qualname__ = name
     chosen.__doc__ = (f"fastmetal.{name}(self, axis=axis, keepdims=keepdims"
-                      f"{', ddof=ddof' if with_ddof else ''}); TypeError if this build of "
-                      f"fastmetal has no fastmetal.{name}.")
+                      f"{', ddof=ddof' if with_ddof else ''}).")
     return chosen
 
 

@@ -24,16 +24,6 @@ def close(name, got, ref, rtol=2e-5, atol=2e-5):
     return ok
 
 
-class _ParamHolder:
-    """The smallest thing an optimizer accepts: a .weight with its .weight_grad."""
-
-    def __init__(self, weight, grad):
-        self.weight, self.weight_grad = weight, grad
-
-    def parameters(self):
-        return []
-
-
 def conv2d_tour(dev, cpu, on, rng) -> bool:
     """Every conv2d kernel on `dev` against the CPU: the forced GEMM tiles, and the Winograd
     path (FASTMETAL_CONV_ALGO=winograd) with every GEMM tile and split-K."""
@@ -274,8 +264,13 @@ def main(argv=None) -> int:
                 on(cpu, fm.log_softmax_backward, gls, ls_c), rtol=1e-4, atol=1e-4)
     ok &= close("log_softmax axis 0", on(dev, fm.log_softmax, logits, 0), on(cpu, fm.log_softmax, logits, 0),
                 rtol=1e-5, atol=1e-5)
-    for part, g, r in zip(("loss", "grad"), on(dev, fm.cross_entropy, logits, labels),
-                          on(cpu, fm.cross_entropy, logits, labels)):
+    def loss_and_grad(lg, lb):  # the fused kernel's loss and gradient, through autograd
+        x = fm.asarray(lg).requires_grad_()
+        loss = fm.cross_entropy(x, lb)
+        loss.backward()
+        return loss, x.grad
+    for part, g, r in zip(("loss", "grad"), on(dev, loss_and_grad, logits, labels),
+                          on(cpu, loss_and_grad, logits, labels)):
         ok &= close(f"cross_entropy {part}", g, r, rtol=1e-5, atol=1e-6)
     drop = rng.standard_normal((50, 77)).astype(np.float32)
     ok &= close("dropout p=0.3", on(dev, fm.dropout, drop, 0.3, seed=5), on(cpu, fm.dropout, drop, 0.3, seed=5))
@@ -287,27 +282,26 @@ def main(argv=None) -> int:
         for device in (dev, cpu):
             fm.set_default_device(device)
             try:
-                holder = _ParamHolder(fm.asarray(drop.copy()), fm.asarray(np.cos(drop)))
-                opt = getattr(fm.nn.optim, opt_name)(holder, **kw)
+                param = fm.nn.Parameter(fm.asarray(drop.copy()))
+                param.grad = fm.asarray(np.cos(drop))
+                opt = getattr(fm.nn.optim, opt_name)([param], **kw)
                 for _ in range(3):
                     opt.step()
-                results.append(np.asarray(holder.weight))
+                results.append(np.asarray(param))
             finally:
                 fm.set_default_device(cpu)
         ok &= close(f"optimizer {opt_name} 3 steps", results[0], results[1], rtol=1e-5, atol=1e-6)
     gr = rng.standard_normal((40, 41)).astype(np.float32)
-    relu = fm.nn.ReLU() if hasattr(fm, "nn") and hasattr(fm.nn, "ReLU") else None
-    if relu is not None:
-        outs = []
-        for device in (dev, cpu):
-            fm.set_default_device(device)
-            try:
-                layer = fm.nn.ReLU()
-                layer(fm.asarray(drop[:40, :41]))
-                outs.append(np.asarray(layer.backward(fm.asarray(gr))))
-            finally:
-                fm.set_default_device(cpu)
-        ok &= close("relu_backward", outs[0], outs[1])
+    outs = []
+    for device in (dev, cpu):  # ReLU's gradient kernel (the op table's relu_grad), via autograd
+        fm.set_default_device(device)
+        try:
+            x = fm.asarray(drop[:40, :41]).requires_grad_()
+            fm.nn.ReLU()(x).backward(fm.asarray(gr))
+            outs.append(np.asarray(x.grad))
+        finally:
+            fm.set_default_device(cpu)
+    ok &= close("relu gradient", outs[0], outs[1])
     print("ALL OK" if ok else "FAILURES")
     return 0 if ok else 1
 
