@@ -15,7 +15,6 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _autograd, _core, _views
-from ._array import expand_dims
 from ._core import Array
 from ._declare import op
 
@@ -244,7 +243,8 @@ def stack(arrays: Any, axis: int = 0, out: Any = None, dtype: Any = None,
         if not isinstance(a, Array):
             a = _core.asarray(np.asarray(a), dtype=_result_dtype([a], None, where),
                               device=device)
-        expanded.append(expand_dims(a, axis))  # recorded: stack is differentiable
+        shape = tuple(a.shape)  # a new axis of length 1 by reshape: recorded (differentiable)
+        expanded.append(a.reshape(shape[:axis] + (1,) + shape[axis:]))
     result = concatenate(expanded, axis=axis, out=out, dtype=target if out is None else None)
     return result.numpy() if device is None and out is None else result
 
