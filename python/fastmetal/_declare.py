@@ -7,12 +7,14 @@
 
     @linear.vjp
     def _(ctx, g):
-        return _core._linear_backward(g, ctx.input, ctx.weight, _needed(ctx))
+        return _core._linear_backward(g, ctx.input, ctx.weight,
+                                      needed(ctx, ("input", "weight", "bias")))
 
 The decorated function is the public function: its signature and docstring are the
 forward's; ``__all__``, the stubs and docs/API.md are checked against the registry of
-declarations by tests/test_declarations.py. When grad mode is on and an argument named in
-``grads`` requires grad, the call records a node whose vjp gets a
+declarations by tests/test_public_api.py (test_one_road_to_a_public_op) and mypy's
+stubtest. When grad mode is on and an argument named in ``grads`` requires grad, the call
+records a node whose vjp gets a
 :class:`~fastmetal._autograd.Context` (the arguments by name, the saved Arrays, ``out``
 and ``aux``) and the result's gradient ``g``, and returns one gradient per name of
 ``grads`` (None where ``ctx.needs`` says it is not wanted). Gradients may be left in the
@@ -46,7 +48,8 @@ DECLARED: dict = {}
 
 
 def _unwanted(ctx: Context, g: Any) -> Any:
-    raise NotImplementedError
+    raise RuntimeError("[fastmetal.backward] expected the op to declare its gradient "
+                       "(@fn.vjp beside its forward), got an op with none")
 
 
 def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
