@@ -12,7 +12,6 @@ and returns an Array; any other one runs in NumPy on a host view and returns Num
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -21,28 +20,9 @@ from . import _core, creation, linalg, manipulation, reductions
 from .arithmetic import divmod as _divmod
 from ._core import Array
 
-from ._elementwise import FUNCTIONS as _F  # the table's functions: they record gradients
-
-
-def _operand(obj: object) -> bool:  # as _array._operand: else NotImplemented
-    return isinstance(obj, (Array, np.ndarray, np.generic, numbers.Real, list, tuple))
-
-
-def _binary_operator(name: str, reflected: bool) -> Callable[[Array, Any], Any]:
-    def op(self: Array, other: Any) -> Any:
-        if not _operand(other):
-            return NotImplemented
-        fn = _F[name]
-        return fn(other, self) if reflected else fn(self, other)
-    return op
-
-
-def _inplace_operator(name: str) -> Callable[[Array, Any], Any]:
-    def op(self: Array, other: Any) -> Any:
-        if not _operand(other):
-            return NotImplemented
-        return _F[name](self, other, out=self)
-    return op
+# The operand rule and the operator makers of _array.py (they call the table's functions,
+# which record gradients).
+from ._array import _binary_operator, _inplace_operator, _operand
 
 
 def _divmod_operator(reflected: bool) -> Callable[[Array, Any], Any]:
