@@ -16,7 +16,6 @@ the loss and the optimizer step (median over a few batches).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -25,7 +24,8 @@ import numpy as np
 import fastmetal as fm
 
 from ..models import mnist_cnn
-from ._timing import machine_summary, torch_or_none
+from . import _epoch
+from ._timing import machine_summary
 
 # The seed's reference numbers: PyTorch's MNIST example, seconds per epoch of 60,000 images.
 REFERENCE = (("PyTorch, M1 CPU (reference)", 33.4), ("PyTorch, M1 MPS (reference)", 19.6))
@@ -87,25 +87,10 @@ def torch_step(torch, device):
     return step
 
 
-def run_epoch(step, batches, samples, sync):
-    """Seconds for ceil(samples / 64) steps, after 3 warm-up steps."""
-    for x, y in batches[:3]:
-        step(x, y)
-    sync()
-    steps = -(-samples // BATCH)
-    start = time.perf_counter()
-    for i in range(steps):
-        x, y = batches[i % len(batches)]
-        step(x, y)
-    sync()
-    return time.perf_counter() - start, steps * BATCH
-
-
 def profile_fastmetal(device, batches, repeats=10):
     """Median milliseconds per batch of each layer's forward, the loss, backward() (with the
     tape's own bookkeeping: recording during the forward and walking the graph, apart from
     the vjps' kernels) and the optimizer step."""
-    from fastmetal import _autograd
     _, model, loss_fn, opt = fastmetal_step(device)
     sync = fm.synchronize
     names = [f"{i}:{type(layer).__name__}" for i, layer in enumerate(model)]
@@ -116,8 +101,7 @@ def profile_fastmetal(device, batches, repeats=10):
     for r in range(repeats + 2):
         x, y = batches[r % len(batches)]
         times = {}
-        _autograd.PROFILE = profile = {}
-        try:
+        with _epoch.tape_profile() as profile:
             for name, layer in zip(names, model):
                 t0 = time.perf_counter()
                 x = layer(x)
@@ -132,11 +116,8 @@ def profile_fastmetal(device, batches, repeats=10):
             loss.backward()
             sync()
             times["backward"] = time.perf_counter() - t0
-        finally:
-            _autograd.PROFILE = None
-        times["autograd bookkeeping: recording"] = profile.get("record", 0.0)
-        times["autograd bookkeeping: graph walk"] = profile.get("backward", 0.0) - \
-            profile.get("vjp", 0.0)
+        (times["autograd bookkeeping: recording"],
+         times["autograd bookkeeping: graph walk"]) = _epoch.tape_seconds(profile)
         t0 = time.perf_counter()
         opt.step()
         sync()
@@ -164,25 +145,10 @@ def host_vs_device(step, batches, steps=100):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m fastmetal bench mnist", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=60_000,
-                    help="images in the timed epoch (default 60,000; less for a quick run)")
-    ap.add_argument("--device", default=None, help="fastmetal device (default: the default "
-                    "device); PyTorch runs on the matching one (cpu, cuda, or mps for metal)")
-    ap.add_argument("--data", default=None, help="directory of the MNIST IDX files "
-                    "(default: synthetic MNIST-shaped batches)")
-    ap.add_argument("--profile", action="store_true", help="fastmetal's time per layer")
-    ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
+    ap = _epoch.parser("mnist", __doc__, "synthetic MNIST-shaped batches",
+                       "fastmetal's time per layer")
     ns = ap.parse_args(argv)
-    if ns.samples < BATCH:
-        ap.error(f"--samples: expected at least {BATCH}, got {ns.samples}")
-    device = ns.device or fm.default_device()
-    if device not in fm.devices():
-        ap.error(f"--device: expected one of {fm.devices()}, got {device!r}")
-    torch = None if ns.no_torch else torch_or_none()
-    if torch is not None:
-        torch.set_num_threads(fm._core._num_threads())  # the same CPU threads for both
+    device, torch = _epoch.setup(ap, ns, BATCH)
     print(f"MNIST example network, one epoch of {ns.samples:,} samples, batch {BATCH}, "
           f"Adadelta; {'MNIST files in ' + ns.data if ns.data else 'synthetic batches'}")
     print(f"machine: {machine_summary()}\n")
@@ -193,31 +159,16 @@ def main(argv=None):
     # Images already on the device, as PyTorch's below (no host-to-device copy is timed).
     fbatches = batches if device == "cpu" else [(fm.asarray(x, device=device), y)
                                                 for x, y in batches]
-    seconds, done = run_epoch(step, fbatches, ns.samples, fm.synchronize)
+    seconds, done = _epoch.run_epoch(step, fbatches, ns.samples, fm.synchronize, BATCH)
     results.append((f"fastmetal, {device}", seconds, done))
     if torch is not None:
-        tdev = {"metal": "mps"}.get(device, device)
-        tsync = {"cuda": torch.cuda.synchronize,
-                 "mps": getattr(getattr(torch, "mps", None), "synchronize", None)}.get(tdev)
+        tdev, tsync = _epoch.torch_device(torch, device)
         tbatches = [(torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev))
                     for x, y in batches]
-        seconds, done = run_epoch(torch_step(torch, tdev), tbatches, ns.samples,
-                                  tsync or (lambda: None))
+        seconds, done = _epoch.run_epoch(torch_step(torch, tdev), tbatches, ns.samples, tsync,
+                                         BATCH)
         results.append((f"PyTorch {torch.__version__}, {tdev}", seconds, done))
-
-    scale = 60_000 / ns.samples
-    ours = results[0][1] / results[0][2]
-    print(f"{'':34} {'s/epoch (60k)':>14} {'samples/s':>10} {'ms/batch':>9} "
-          f"{'fastmetal speed-up':>19}")
-    for name, seconds, done in results:
-        per = seconds / done
-        print(f"{name:34} {60_000 * per:14.1f} {1 / per:10,.0f} {1e3 * BATCH * per:9.1f} "
-              f"{per / ours:18.2f}x")
-    for name, seconds in REFERENCE:
-        print(f"{name:34} {seconds:14.1f} {60_000 / seconds:10,.0f} "
-              f"{1e3 * BATCH * seconds / 60_000:9.1f} {'':>19}")
-    if scale != 1:
-        print(f"(measured on {ns.samples:,} samples, scaled to 60,000)")
+    _epoch.print_table(results, BATCH, ns.samples, REFERENCE)
 
     if ns.profile:
         if device != "cpu":

@@ -16,15 +16,13 @@ backward) per step.
 """
 from __future__ import annotations
 
-import argparse
-import time
-
 import numpy as np
 
 import fastmetal as fm
 
 from ..models import VAE, vae_loss
-from ._timing import machine_summary, torch_or_none
+from . import _epoch
+from ._timing import machine_summary
 
 BATCH = 128
 POOL_BATCHES = 16  # distinct batches cycled through
@@ -82,83 +80,43 @@ def torch_step(torch, device):
     return step
 
 
-def run_epoch(step, batches, samples, sync):
-    """Seconds for ceil(samples / 128) steps, after 3 warm-up steps."""
-    for x in batches[:3]:
-        step(x)
-    sync()
-    steps = -(-samples // BATCH)
-    start = time.perf_counter()
-    for i in range(steps):
-        step(batches[i % len(batches)])
-    sync()
-    return time.perf_counter() - start, steps * BATCH
-
-
 def tape_time(device, batches, steps=20):
     """Median ms a step the tape itself takes: (recording, graph walk)."""
-    from fastmetal import _autograd
     step = fastmetal_step(device)
     rec, walk = [], []
     for i in range(steps + 2):
-        _autograd.PROFILE = profile = {}
-        try:
-            step(batches[i % len(batches)])
-        finally:
-            _autograd.PROFILE = None
+        with _epoch.tape_profile() as profile:
+            step(*batches[i % len(batches)])
         if i >= 2:
-            rec.append(profile.get("record", 0.0))
-            walk.append(profile.get("backward", 0.0) - profile.get("vjp", 0.0))
+            record, graph_walk = _epoch.tape_seconds(profile)
+            rec.append(record)
+            walk.append(graph_walk)
     return 1e3 * float(np.median(rec)), 1e3 * float(np.median(walk))
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m fastmetal bench vae", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=60_000,
-                    help="images in the timed epoch (default 60,000; less for a quick run)")
-    ap.add_argument("--device", default=None, help="fastmetal device (default: the default "
-                    "device); PyTorch runs on the matching one (cpu, cuda, or mps for metal)")
-    ap.add_argument("--data", default=None, help="directory of the MNIST IDX files "
-                    "(default: synthetic binarised digits)")
-    ap.add_argument("--profile", action="store_true", help="the tape's own time per step")
-    ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
+    ap = _epoch.parser("vae", __doc__, "synthetic binarised digits",
+                       "the tape's own time per step")
     ns = ap.parse_args(argv)
-    if ns.samples < BATCH:
-        ap.error(f"--samples: expected at least {BATCH}, got {ns.samples}")
-    device = ns.device or fm.default_device()
-    if device not in fm.devices():
-        ap.error(f"--device: expected one of {fm.devices()}, got {device!r}")
-    torch = None if ns.no_torch else torch_or_none()
-    if torch is not None:
-        torch.set_num_threads(fm._core._num_threads())  # the same CPU threads for both
+    device, torch = _epoch.setup(ap, ns, BATCH)
     print(f"VAE example network, one epoch of {ns.samples:,} samples, batch {BATCH}, Adam; "
           f"{'MNIST files in ' + ns.data if ns.data else 'synthetic binarised digits'}")
     print(f"machine: {machine_summary()}\n")
     batches = make_batches(ns.data, 0)
 
     results = []
-    fbatches = [fm.asarray(x, device=device) for x in batches]
-    seconds, done = run_epoch(fastmetal_step(device), fbatches, ns.samples, fm.synchronize)
+    fbatches = [(fm.asarray(x, device=device),) for x in batches]
+    seconds, done = _epoch.run_epoch(fastmetal_step(device), fbatches, ns.samples,
+                                     fm.synchronize, BATCH)
     results.append((f"fastmetal, {device}", seconds, done))
     if torch is not None:
-        tdev = {"metal": "mps"}.get(device, device)
-        tsync = {"cuda": torch.cuda.synchronize,
-                 "mps": getattr(getattr(torch, "mps", None), "synchronize", None)}.get(tdev)
-        tbatches = [torch.from_numpy(x).to(tdev) for x in batches]
-        seconds, done = run_epoch(torch_step(torch, tdev), tbatches, ns.samples,
-                                  tsync or (lambda: None))
+        tdev, tsync = _epoch.torch_device(torch, device)
+        tbatches = [(torch.from_numpy(x).to(tdev),) for x in batches]
+        seconds, done = _epoch.run_epoch(torch_step(torch, tdev), tbatches, ns.samples, tsync,
+                                         BATCH)
         results.append((f"PyTorch {torch.__version__}, {tdev}", seconds, done))
 
-    ours = results[0][1] / results[0][2]
-    print(f"{'':34} {'s/epoch (60k)':>14} {'samples/s':>10} {'ms/batch':>9} "
-          f"{'fastmetal speed-up':>19}")
-    for name, seconds, done in results:
-        per = seconds / done
-        print(f"{name:34} {60_000 * per:14.1f} {1 / per:10,.0f} {1e3 * BATCH * per:9.2f} "
-              f"{per / ours:18.2f}x")
-    if ns.samples != 60_000:
-        print(f"(measured on {ns.samples:,} samples, scaled to 60,000)")
+    ours = _epoch.print_table(results, BATCH, ns.samples)
     if ns.profile:
         record, walk = tape_time(device, fbatches)
         print(f"\nautograd's own work per step (median of 20): recording {record:.2f} ms, "

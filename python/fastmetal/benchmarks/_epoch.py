@@ -1,0 +1,102 @@
+"""What the training benchmarks (bench mnist, bench vae) share: their command line, one
+timed epoch, PyTorch's matching device, the results table and the tape's own time."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from typing import Any, Callable, Iterator
+
+import fastmetal as fm
+
+from ._timing import torch_or_none
+
+
+def parser(name: str, doc: str | None, data_default: str,
+           profile_help: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=f"python -m fastmetal bench {name}", description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=60_000,
+                    help="images in the timed epoch (default 60,000; less for a quick run)")
+    ap.add_argument("--device", default=None, help="fastmetal device (default: the default "
+                    "device); PyTorch runs on the matching one (cpu, cuda, or mps for metal)")
+    ap.add_argument("--data", default=None, help="directory of the MNIST IDX files "
+                    f"(default: {data_default})")
+    ap.add_argument("--profile", action="store_true", help=profile_help)
+    ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
+    return ap
+
+
+def setup(ap: argparse.ArgumentParser, ns: argparse.Namespace, batch: int) -> tuple[str, Any]:
+    """(fastmetal's device, torch or None) for the parsed arguments; torch gets fastmetal's
+    CPU thread count."""
+    if ns.samples < batch:
+        ap.error(f"--samples: expected at least {batch}, got {ns.samples}")
+    device = ns.device or fm.default_device()
+    if device not in fm.devices():
+        ap.error(f"--device: expected one of {fm.devices()}, got {device!r}")
+    torch = None if ns.no_torch else torch_or_none()
+    if torch is not None:
+        torch.set_num_threads(fm._core._num_threads())  # the same CPU threads for both
+    return device, torch
+
+
+def torch_device(torch: Any, device: str) -> tuple[str, Callable[[], None]]:
+    """PyTorch's name for fastmetal's device, and its synchronize (a no-op on the CPU)."""
+    tdev = {"metal": "mps"}.get(device, device)
+    sync = {"cuda": torch.cuda.synchronize,
+            "mps": getattr(getattr(torch, "mps", None), "synchronize", None)}.get(tdev)
+    return tdev, sync or (lambda: None)
+
+
+def run_epoch(step: Callable[..., Any], batches: list, samples: int, sync: Callable[[], Any],
+              batch: int) -> tuple[float, int]:
+    """(seconds, samples) for ceil(samples / batch) steps over the cycled batches (each a
+    tuple of step's arguments), after 3 warm-up steps."""
+    for args in batches[:3]:
+        step(*args)
+    sync()
+    steps = -(-samples // batch)
+    start = time.perf_counter()
+    for i in range(steps):
+        step(*batches[i % len(batches)])
+    sync()
+    return time.perf_counter() - start, steps * batch
+
+
+def print_table(results: list, batch: int, samples: int,
+                references: tuple = ()) -> float:
+    """The results (name, seconds, samples) as per-epoch times and ratios to the first row
+    (fastmetal's); `references` rows (name, seconds per 60,000) are printed without a ratio.
+    Returns fastmetal's seconds a sample."""
+    ours = results[0][1] / results[0][2]
+    print(f"{'':34} {'s/epoch (60k)':>14} {'samples/s':>10} {'ms/batch':>9} "
+          f"{'fastmetal speed-up':>19}")
+    for name, seconds, done in results:
+        per = seconds / done
+        print(f"{name:34} {60_000 * per:14.1f} {1 / per:10,.0f} {1e3 * batch * per:9.2f} "
+              f"{per / ours:18.2f}x")
+    for name, seconds in references:
+        print(f"{name:34} {seconds:14.1f} {60_000 / seconds:10,.0f} "
+              f"{1e3 * batch * seconds / 60_000:9.2f} {'':>19}")
+    if samples != 60_000:
+        print(f"(measured on {samples:,} samples, scaled to 60,000)")
+    return ours
+
+
+@contextlib.contextmanager
+def tape_profile() -> Iterator[dict]:
+    """Collects the tape's own seconds (autograd.PROFILE) while the block runs."""
+    from fastmetal import _autograd
+    profile: dict = {}
+    _autograd.PROFILE = profile
+    try:
+        yield profile
+    finally:
+        _autograd.PROFILE = None
+
+
+def tape_seconds(profile: dict) -> tuple[float, float]:
+    """(recording, graph walk): what recording added to the forward calls, and backward()
+    less its vjps (the kernels and their Python)."""
+    return profile.get("record", 0.0), profile.get("backward", 0.0) - profile.get("vjp", 0.0)
