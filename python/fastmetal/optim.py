@@ -33,15 +33,21 @@ def _number(value, name, cls, low=0.0, high=math.inf, high_open=False):
     return v
 
 
-def _param_list(params, cls, where):
+def _items(params, cls, where=""):
+    """The elements of an iterable of parameters (or of param groups), as a list; `where`
+    names the group (" for param_groups[i]['params']")."""
     if isinstance(params, Array):
-        raise TypeError(f"[fastmetal.nn.optim.{cls}] expected {where} to be an iterable of "
-                        "Arrays (model.parameters(), a list), got one Array")
+        raise TypeError(f"[fastmetal.nn.optim.{cls}] expected an iterable of parameters{where} "
+                        "(model.parameters(), a list), got one Array (wrap it: [p])")
     try:
-        items = list(params)
+        return list(params)
     except TypeError:
-        raise TypeError(f"[fastmetal.nn.optim.{cls}] expected {where} to be an iterable of "
-                        f"Arrays or of param-group dicts, got {type(params).__name__}") from None
+        raise TypeError(f"[fastmetal.nn.optim.{cls}] expected an iterable of parameters or of "
+                        f"param-group dicts{where}, got {type(params).__name__}") from None
+
+
+def _param_list(params, cls, where):
+    items = _items(params, cls, f" for {where}")
     for i, p in enumerate(items):
         if not isinstance(p, Array):
             raise TypeError(f"[fastmetal.nn.optim.{cls}] expected {where} to hold "
@@ -64,14 +70,7 @@ class Optimizer:
 
     def __init__(self, params, defaults):
         cls = type(self).__name__
-        if isinstance(params, Array):
-            raise TypeError(f"[fastmetal.nn.optim.{cls}] expected an iterable of parameters "
-                            "(model.parameters(), a list), got one Array (wrap it: [p])")
-        try:
-            items = list(params)
-        except TypeError:
-            raise TypeError(f"[fastmetal.nn.optim.{cls}] expected an iterable of parameters or "
-                            f"of param-group dicts, got {type(params).__name__}") from None
+        items = _items(params, cls)
         groups = items if items and all(isinstance(g, dict) for g in items) else \
             [{"params": items}]
         self.defaults = dict(defaults)
