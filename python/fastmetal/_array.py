@@ -319,18 +319,23 @@ def _copy(self: Array) -> Array:
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int64))
 
 
-def _astype(self: Array, dtype: Any, copy: bool = True) -> Array:
-    """This array in `dtype` (float32, float16 or int64), converted on its device as
-    NumPy's astype: to float16 rounds to nearest even (inf beyond 65504), int64 to float
-    rounds to nearest, float to int64 truncates toward zero (NaN, inf and values outside
-    int64 give -2**63, as NumPy on x86-64). Same dtype: a copy (or self with copy=False)."""
+def native_dtype(dtype: Any, where: str) -> np.dtype:
+    """`dtype` as one of the dtypes Arrays have (float32, float16, int64), else TypeError."""
     try:
         target = np.dtype(dtype)
     except TypeError:
         target = None
     if target not in _DTYPES:
-        raise TypeError(f"[{_where('astype')}] expected dtype float32, float16 or int64, got "
-                        f"{dtype!r}")
+        raise TypeError(f"[{where}] expected dtype float32, float16 or int64, got {dtype!r}")
+    return target
+
+
+def _astype(self: Array, dtype: Any, copy: bool = True) -> Array:
+    """This array in `dtype` (float32, float16 or int64), converted on its device as
+    NumPy's astype: to float16 rounds to nearest even (inf beyond 65504), int64 to float
+    rounds to nearest, float to int64 truncates toward zero (NaN, inf and values outside
+    int64 give -2**63, as NumPy on x86-64). Same dtype: a copy (or self with copy=False)."""
+    target = native_dtype(dtype, _where("astype"))
     if target == self.dtype:
         return _copy(self) if copy else self
     if target == np.int64:  # integers have no gradient: the result leaves the graph

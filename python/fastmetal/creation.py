@@ -18,26 +18,19 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _core
+from ._array import _DTYPES, native_dtype
 from ._core import Array
 
 __all__ = ["arange", "linspace", "full", "zeros_like", "ones_like", "full_like", "empty_like"]
 
-_NATIVE = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int64))
 
 
 def _target_dtype(dtype: Any, inferred: np.dtype, where: str) -> np.dtype:
     """The fastmetal dtype of a result: `dtype` if given (it must be native), else the
     NumPy dtype `inferred` mapped by the dtype rule (ints -> int64, other -> float32)."""
     if dtype is not None:
-        try:
-            want = np.dtype(dtype)
-        except TypeError:
-            want = None
-        if want not in _NATIVE:
-            raise TypeError(f"[fastmetal.{where}] expected dtype float32, float16 or int64, "
-                            f"got {dtype!r}")
-        return want
-    if inferred in _NATIVE:
+        return native_dtype(dtype, f"fastmetal.{where}")
+    if inferred in _DTYPES:
         return inferred
     return np.dtype(np.int64) if inferred.kind in "iu" else np.dtype(np.float32)
 
