@@ -10,6 +10,12 @@
 //
 // A variant only the CPU uses (several lanes per thread, for its vector units): the CPU
 // gets an entry, the metallib and the CUDA build leave it out.
+//
+//   FM_INSTANTIATE_DISCRETE("matmul_128x128_kn", matmul_gemm, 128, 128, 16, ...);
+//
+// A variant for discrete GPUs that Apple's GPUs cannot run (more than their 32 KiB of
+// threadgroup memory): CUDA and the CPU (whose tests run every variant) get entries, the
+// metallib leaves it out, and the Metal host never asks for it.
 #pragma once
 
 #if defined(__METAL_VERSION__)
@@ -19,6 +25,7 @@
 #define FM_INSTANTIATE(name, func, ...) static_assert(true, name)
 #endif
 #define FM_INSTANTIATE_CPU(name, func, ...) static_assert(true, name)
+#define FM_INSTANTIATE_DISCRETE(name, func, ...) static_assert(true, name)
 
 // Helper functions called by kernels. On the CPU they must be inlined into the kernel's
 // loop or it does not vectorise (GCC otherwise keeps big helpers like fm_exp out of line);

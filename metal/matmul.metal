@@ -33,10 +33,13 @@
 //    these same threadgroup tiles) is what Apple wants for peak; it is not used because
 //    fastmetal's portable subset has no exact CPU emulation or CUDA mapping of it yet, and
 //    no Mac runs here to measure the gain: the scalar-FMA tile is the portable baseline.
-//  * discrete GPUs (CUDA): 128x128 (BK 8, 8x8, 256 threads), the classic SIMT SGEMM shape
+//  * discrete GPUs (CUDA): 128x128 (BK 16, 8x8, 256 threads), the classic SIMT SGEMM shape
 //    (64 accumulators per thread, compiled with at most 128 registers, cmake/cuda.cmake, so
-//    two 256-thread groups fit one multiprocessor), and 32x64 for short or narrow products
-//    (the most groups); 64x128 (128 threads) is built for the tuning hook.
+//    two 256-thread groups fit one multiprocessor), with PREFETCH: the next k step's
+//    fragments are read from threadgroup memory while the current step's FMAs run. Its two
+//    padded buffer pairs take 33 KB, over Apple's 32 KiB, so it is instantiated for CUDA
+//    (and the CPU's tests) only (FM_INSTANTIATE_DISCRETE). 32x64 serves short or narrow
+//    products (the most groups); 64x128 (128 threads) is built for the tuning hook.
 //
 // Grid (threadgroups): x = column tiles, y = row tiles, z = splits * batch.
 #include <metal_stdlib>
@@ -73,7 +76,7 @@ FM_FUNC void mm_coords(bool k_fast, int32_t e, thread int32_t& r, thread int32_t
   }
 }
 
-template <int BM, int BN, int BK, int TM, int TN, int AV, int BV>
+template <int BM, int BN, int BK, int TM, int TN, int AV, int BV, bool PREFETCH>
 kernel void matmul_gemm(device const float* A [[buffer(0)]],
                         device const float* B [[buffer(1)]],
                         device float* C [[buffer(2)]],
@@ -226,16 +229,37 @@ kernel void matmul_gemm(device const float* A [[buffer(0)]],
       if (more) {
         FM_MM_LOAD_SLICE(nk)
       }
-      // acc += A[k][rows] * B[k][columns], slice `cur`. Left to nvcc, which unrolls two of
-      // the BK steps: unrolling all eight (#pragma unroll) measured 4% slower on an H100 (4096^2:
-      // 38.5 against 40.2 TFLOP/s, BENCHMARKS.md).
-      for (int kk = 0; kk < BK; ++kk) {
-        float4 av[TM / 4], bv[TN / 4];
-        for (int i = 0; i < TM / 4; ++i) av[i] = As[(cur * BK + kk) * AW + i * MT + tr];
-        for (int j = 0; j < TN / 4; ++j) bv[j] = Bs[(cur * BK + kk) * BW + j * NT + tc];
-        for (int i = 0; i < TM; ++i)
-          for (int j = 0; j < TN; ++j)
-            acc[i * TN + j] = fma(av[i / 4][i % 4], bv[j / 4][j % 4], acc[i * TN + j]);
+      // acc += A[k][rows] * B[k][columns], slice `cur`.
+      if (PREFETCH) {
+        const int32_t ao = cur * BK * AW + tr, bo = cur * BK * BW + tc;
+        // The fragments of step kk + 1 are read from threadgroup memory while step kk's FMAs
+        // run (two sets in registers, the slice unrolled), so no FMA waits on a read. Pays
+        // from BK 16 with 8x8 a thread: on an H100, 4096^2 39.2 -> 42.3 TFLOP/s; at BK 8 it
+        // lost (36.4 against 38.6), as did plain unrolling without it (BENCHMARKS.md).
+        float4 av[2][TM / 4], bv[2][TN / 4];
+        for (int i = 0; i < TM / 4; ++i) av[0][i] = As[ao + i * MT];
+        for (int j = 0; j < TN / 4; ++j) bv[0][j] = Bs[bo + j * NT];
+        FM_UNROLL
+        for (int kk = 0; kk < BK; ++kk) {
+          if (kk + 1 < BK) {
+            for (int i = 0; i < TM / 4; ++i) av[(kk + 1) & 1][i] = As[ao + (kk + 1) * AW + i * MT];
+            for (int j = 0; j < TN / 4; ++j) bv[(kk + 1) & 1][j] = Bs[bo + (kk + 1) * BW + j * NT];
+          }
+          for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j)
+              acc[i * TN + j] = fma(av[kk & 1][i / 4][i % 4], bv[kk & 1][j / 4][j % 4], acc[i * TN + j]);
+        }
+      } else {
+        // Left to nvcc, which unrolls two of the BK steps: unrolling all eight of the 128x128
+        // tile at BK 8 (#pragma unroll) measured 4% slower on an H100 (BENCHMARKS.md).
+        for (int kk = 0; kk < BK; ++kk) {
+          float4 av[TM / 4], bv[TN / 4];
+          for (int i = 0; i < TM / 4; ++i) av[i] = As[(cur * BK + kk) * AW + i * MT + tr];
+          for (int j = 0; j < TN / 4; ++j) bv[j] = Bs[(cur * BK + kk) * BW + j * NT + tc];
+          for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j)
+              acc[i * TN + j] = fma(av[i / 4][i % 4], bv[j / 4][j % 4], acc[i * TN + j]);
+        }
       }
       if (more) {
         FM_MM_STORE_SLICE(1 - cur)
@@ -327,23 +351,23 @@ kernel void matmul_sum_splits(device const float* ws [[buffer(0)]],
 // Every tile with scalar loads and with the four quad layouts: suffix _<A><B>, k = quads
 // along k (A row-major, B column-major), m / n = quads along A's rows / B's columns. The host
 // takes scalar loads for both operands when either cannot take quads.
-FM_INSTANTIATE("matmul_128x128", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_128x128_kn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_128x128_kk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_128x128_mn", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_128x128_mk", matmul_gemm, 128, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x128", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_64x128_kn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x128_kk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x128_mn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x128_mk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x64", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_64x64_kn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x64_kk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_64x64_mn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_64x64_mk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_32x64", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_SCALAR, FM_MM_SCALAR);
-FM_INSTANTIATE("matmul_32x64_kn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_32x64_kk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_K);
-FM_INSTANTIATE("matmul_32x64_mn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_MN);
-FM_INSTANTIATE("matmul_32x64_mk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_K);
+FM_INSTANTIATE_DISCRETE("matmul_128x128", matmul_gemm, 128, 128, 16, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR, true);
+FM_INSTANTIATE_DISCRETE("matmul_128x128_kn", matmul_gemm, 128, 128, 16, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE_DISCRETE("matmul_128x128_kk", matmul_gemm, 128, 128, 16, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, true);
+FM_INSTANTIATE_DISCRETE("matmul_128x128_mn", matmul_gemm, 128, 128, 16, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, true);
+FM_INSTANTIATE_DISCRETE("matmul_128x128_mk", matmul_gemm, 128, 128, 16, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, true);
+FM_INSTANTIATE("matmul_64x128", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_SCALAR, FM_MM_SCALAR, false);
+FM_INSTANTIATE("matmul_64x128_kn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_64x128_kk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_64x128_mn", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_64x128_mk", matmul_gemm, 64, 128, 8, 8, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_64x64", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_SCALAR, FM_MM_SCALAR, false);
+FM_INSTANTIATE("matmul_64x64_kn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_64x64_kk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_64x64_mn", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_64x64_mk", matmul_gemm, 64, 64, 16, 4, 8, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_32x64", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_SCALAR, FM_MM_SCALAR, false);
+FM_INSTANTIATE("matmul_32x64_kn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_32x64_kk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_K, FM_MM_QUAD_K, false);
+FM_INSTANTIATE("matmul_32x64_mn", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_MN, false);
+FM_INSTANTIATE("matmul_32x64_mk", matmul_gemm, 32, 64, 16, 4, 4, FM_MM_QUAD_MN, FM_MM_QUAD_K, false);

@@ -47,12 +47,15 @@ struct GemmTile {
   const char* name;       // kernel name stem
   int rows, cols, depth;  // BM, BN, BK
   std::uint32_t threads;  // virtual threads: one per thread is the fast path
+  int min_split_slices;   // the fewest slices a K split gets (choose_splits)
 };
+// 128x128: discrete GPUs only (34 KB of threadgroup memory); its splits are at least 64 deep,
+// as they were when its slices were 8 deep (512^2: 8 splits, 1024^2: 4).
 constexpr GemmTile kTiles[] = {
-    {"matmul_128x128", 128, 128, 8, 256},
-    {"matmul_64x128", 64, 128, 8, 128},
-    {"matmul_64x64", 64, 64, 16, 128},
-    {"matmul_32x64", 32, 64, 16, 128},
+    {"matmul_128x128", 128, 128, 16, 256, 4},
+    {"matmul_64x128", 64, 128, 8, 128, 8},
+    {"matmul_64x64", 64, 64, 16, 128, 8},
+    {"matmul_32x64", 32, 64, 16, 128, 8},
 };
 constexpr int kTile128x128 = 0, kTile64x64 = 2, kTile32x64 = 3;  // 64x128: the tuning hook's
 
@@ -64,8 +67,9 @@ i64 tile_count(const GemmTile& t, i64 M, i64 N, i64 batch) {
   return i64(ceil_div(M, t.rows)) * ceil_div(N, t.cols) * batch;
 }
 
-// Tuning and test hooks: FASTMETAL_MATMUL_TILE=128x128|64x128|64x64|32x64 forces a tile,
-// FASTMETAL_MATMUL_SPLITS=n a number of K splits (clamped to the slices there are).
+// Tuning and test hooks: FASTMETAL_MATMUL_TILE=128x128|64x128|64x64|32x64 forces a tile
+// (128x128 not on Metal), FASTMETAL_MATMUL_SPLITS=n a number of K splits (clamped to the
+// slices there are).
 // (Both read in backend/env_config.cpp, where every FASTMETAL_* variable is parsed.)
 int forced_tile() {
   const std::string tile = env::matmul_tile();
@@ -98,16 +102,16 @@ const GemmTile& choose_tile(Backend& be, i64 M, i64 N, i64 K, i64 batch) {
 
 // K splits: a product of few tiles and a long K (linear 9216 -> 128 at batch 64: one 64x128
 // tile looping over 9,216 terms) keeps a GPU nearly idle. Split K until there are about
-// kFillGroups groups, each split at least kMinSlices slices deep; the splits write slabs of
-// a workspace that matmul_sum_splits adds in a fixed order.
+// kFillGroups groups, each split at least t.min_split_slices slices deep; the splits write
+// slabs of a workspace that matmul_sum_splits adds in a fixed order.
 i64 choose_splits(const GemmTile& t, i64 M, i64 N, i64 K, i64 batch) {
-  constexpr i64 kMinSlices = 8, kMaxSplits = 128;
+  constexpr i64 kMaxSplits = 128;
   const i64 slices = (K + t.depth - 1) / t.depth;
   const i64 forced = forced_splits();
   if (forced > 0) return std::min(forced, slices);
   const i64 tiles = tile_count(t, M, N, batch);
   if (tiles * 2 > kFillGroups) return 1;
-  return std::max<i64>(1, std::min({kFillGroups / tiles, slices / kMinSlices, kMaxSplits}));
+  return std::max<i64>(1, std::min({kFillGroups / tiles, slices / t.min_split_slices, kMaxSplits}));
 }
 
 // Whether x's start is 16-byte aligned where the device reads it.

@@ -14,7 +14,8 @@ Writes into --out-dir:
 
 The kernels are read by the project's one MSL front end (tools/gen/msl_frontend.py); this file
 has one emitter per target (CPU entries, CUDA wrappers, manifest). Instances made with
-FM_INSTANTIATE_CPU get CPU entries only (no CUDA wrapper; the metallib leaves them out too).
+FM_INSTANTIATE_CPU get CPU entries only (no CUDA wrapper; the metallib leaves them out too);
+FM_INSTANTIATE_DISCRETE get CPU and CUDA entries (the metallib leaves them out).
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ Used by tools/gen/gen_kernels.py (CPU entries, CUDA wrappers, manifest), tools/c
 signatures: `kernel void name(params)`, optionally preceded by `template <...>`; each
 parameter carries `[[buffer(n)]]` or a builtin attribute such as
 `[[thread_position_in_grid]]`. Instances come from FM_INSTANTIATE (every target) and
-FM_INSTANTIATE_CPU (CPU-only variants, e.g. lane-vectorised ones, kept out of the metallib).
+FM_INSTANTIATE_CPU (CPU-only variants, e.g. lane-vectorised ones, kept out of the metallib) and
+FM_INSTANTIATE_DISCRETE (CPU and CUDA: variants over Apple's threadgroup memory limit).
 
 Offsets and line numbers refer to the comment-blanked text, which keeps the line
 structure of the file, so findings can name the file and line.
@@ -35,7 +36,9 @@ ALL_TARGETS = frozenset({"metal", "cpu", "cuda"})
 SYNC_RE = re.compile(r"\b(threadgroup_barrier|simdgroup_barrier|simd_\w+|quad_\w+)\s*\(")
 KERNEL_RE = re.compile(r"(template\s*<([^>]*)>\s*)?\bkernel\s+void\s+(\w+)\s*\(")
 INSTANTIATE_RE = re.compile(
-    r'FM_INSTANTIATE(_CPU)?\(\s*"([^"]+)"\s*,\s*(\w+)\s*(?:,([^;]*))?\)\s*;')
+    r'FM_INSTANTIATE(_CPU|_DISCRETE)?\(\s*"([^"]+)"\s*,\s*(\w+)\s*(?:,([^;]*))?\)\s*;')
+# Which backends get an instance, by the macro's suffix (metal/fm_kernel.h says why).
+SUFFIX_TARGETS = {None: None, "_CPU": frozenset({"cpu"}), "_DISCRETE": frozenset({"cpu", "cuda"})}
 
 
 class MslError(Exception):
@@ -188,11 +191,11 @@ def parse_kernels(text: str, where: str) -> dict[str, KernelDef]:
 def parse_instances(text: str, kernels: dict[str, KernelDef], where: str) -> list[Instance]:
     instances = []
     for m in INSTANTIATE_RE.finditer(text):
-        cpu_only, host, func, targs = m.group(1), m.group(2), m.group(3), (m.group(4) or "").strip()
+        suffix, host, func, targs = m.group(1), m.group(2), m.group(3), (m.group(4) or "").strip()
         if func not in kernels:
             raise MslError(f"{where}: FM_INSTANTIATE names unknown kernel {func!r}")
         instances.append(Instance(host, kernels[func], targs or None,
-                                  frozenset({"cpu"}) if cpu_only else ALL_TARGETS))
+                                  SUFFIX_TARGETS[suffix] or ALL_TARGETS))
     for k in kernels.values():
         if not k.is_template:
             instances.append(Instance(k.name, k, None))

@@ -42,11 +42,11 @@ def cases(device: str, quick: bool, sweep: bool = False):
         return r.standard_normal(s).astype(np.float32)
     rows = []
     squares = SQUARE_GPU if device != "cpu" else (1024,)
-    if quick or sweep:
+    if quick:
         squares = tuple(n for n in squares if n <= (4096 if sweep else 2048))
     for n in squares:
         rows.append((f"matmul {n}^2", 2 * n**3, (f32(n, n), f32(n, n), False, False)))
-    if not (quick or sweep) or device == "cpu":
+    if not quick or device == "cpu":
         rows.append(("matmul 4096x1024 @ 1024^2", 2 * 4096 * 1024**2,
                      (f32(4096, 1024), f32(1024, 1024), False, False)))
     if device != "cpu":
