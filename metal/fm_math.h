@@ -104,11 +104,15 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
   const int32_t ni = fm_exp_reduce(xs, r);
   r = r + metal::select(x_lo, 0.0f, clamped);
   const float p = fm_exp_taylor7(r);
+#if defined(FM_SHIM_VECTOR_LDEXP)
+  const float y = metal::ldexp(p, ni);
+#else
   const int32_t n1 = ni / 2;
   const int32_t n2 = ni - n1;
   const float s1 = metal::as_type<float>((n1 + 127) << 23);
   const float s2 = metal::as_type<float>((n2 + 127) << 23);
   const float y = (p * s1) * s2;
+#endif
   return metal::select(y, x_hi, metal::isnan(x_hi));
 }
 
@@ -116,17 +120,22 @@ FM_FUNC float fm_exp_dd(float x_hi, float x_lo) {
 // per 16 floats instead of 45). A NaN passes the clamp, gives a NaN p, and NaN times
 // any scale is NaN, so it needs no select; an arithmetic shift halves n (floor instead of
 // truncation changes which half is odd, not the product: p * 2^n1 is exact, normal, and
-// the one rounding is the second multiplication, subnormal results included).
+// the one rounding is the second multiplication, subnormal results included). Where the
+// CPU shim has ldexp as one vector instruction, it is that one rounding of p * 2^n.
 FM_FUNC float fm_exp(float x) {
   float r;
   const int32_t ni = fm_exp_reduce(fm_clamp_nan(x, -104.0f, 89.0f), r);  // n in [-150, 128]
   const float p = fm_exp_taylor7(r);
+#if defined(FM_SHIM_VECTOR_LDEXP)
+  return metal::ldexp(p, ni);
+#else
   const int32_t n1 = ni >> 1;
   const int32_t n2 = ni - n1;
   // Shifted as unsigned: the garbage of a NaN must not meet a signed left shift (UB).
   const float s1 = metal::as_type<float>(uint32_t(n1 + 127) << 23);
   const float s2 = metal::as_type<float>(uint32_t(n2 + 127) << 23);
   return (p * s1) * s2;
+#endif
 }
 
 // e^v for v <= 0 (NaN stays NaN): fm_exp bit for bit, in fewer operations for the ops
@@ -139,9 +148,13 @@ FM_FUNC float fm_exp_nonpos(float v) {
   float r;
   const int32_t ni = fm_exp_reduce(metal::select(v, -104.0f, v < -104.0f), r);  // [-150, 0]
   const float p = fm_exp_taylor7(r);
+#if defined(FM_SHIM_VECTOR_LDEXP)
+  return metal::ldexp(p, ni);  // the same one rounding (see fm_exp)
+#else
   // Shifted as unsigned: a NaN v makes ni garbage, and a signed shift of it would be UB.
   const float scale = metal::as_type<float>(uint32_t(ni + (127 + 64)) << 23);
   return (p * scale) * 5.42101086242752217e-20f;  // 2^-64
+#endif
 }
 
 // Natural log as a float-float hi + lo (relative error ~2^-35) for x > 0 finite; for

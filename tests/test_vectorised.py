@@ -133,3 +133,60 @@ def test_vectorised_under_clang_for_x86():
     failures, counts = run_or_skip(["base", "avx2"], cxx=clang)
     assert failures == [], "\n".join(failures)
     assert counts == {"base": len(expected_entries()), "avx2": len(expected_entries())}
+
+
+def zig_clang_or_skip() -> list[str]:
+    if not set(cv.X86_ISAS) & set(cv.built_isas()):
+        pytest.skip("no x86-64 variant is built on this machine")
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
+            pytest.fail("the clang check needs the ziglang wheel (FASTMETAL_REQUIRE_GATES=1)")
+        pytest.skip("the clang check needs the ziglang wheel")
+    return [sys.executable, "-m", "ziglang", "c++", "-target", "x86_64-linux-gnu", "-g0"]
+
+
+def test_avx512_exp_scales_with_vscalefps_under_clang():
+    """clang 22 and later make the shim's ldexp one vscalefps: the exp and sigmoid loops of
+    the avx512 variant must contain it (the check requires it once the shim turns it on)."""
+    clang = zig_clang_or_skip()
+    flags = cv.cmake_flags()
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        on = cv.shim_vector_ldexp("avx512", REPO / "metal", flags, Path(tmp), clang)
+        off = cv.shim_vector_ldexp("avx2", REPO / "metal", flags, Path(tmp), clang)
+    import subprocess
+    version = subprocess.run(clang + ["--version"], capture_output=True, text=True).stdout
+    major = int(version.split("clang version ")[1].split(".")[0])
+    assert on == (major >= 22) and not off, (version, on, off)
+    failures, counts = run_or_skip(["avx512"], cxx=clang)
+    assert failures == [], "\n".join(failures)
+    assert counts == {"avx512": len(expected_entries())}
+
+
+def test_missing_vscalefps_or_a_libm_ldexp_is_reported():
+    """Where the shim turns vscalefps on, an exp loop without it fails the check, and a
+    compiler that calls libm's ldexpf per element instead (GCC 12, made to take the shim's
+    ldexp path) fails as a libm call."""
+    loop = ["1192:\tvcvtdq2ps %zmm28,%zmm14", "1198:\tvfmadd213ps %zmm31,%zmm14,%zmm17",
+            "119e:\tvmovups %zmm14,(%rcx,%r15,4)"]
+    assert cv.judge("avx512", loop + ["1198:\tvscalefps %zmm14,%zmm17,%zmm14"], need="vscalefps") is None
+    assert "no vscalefps" in cv.judge("avx512", loop, need="vscalefps")
+    assert "no vscalefps" in cv.judge("avx512", loop + ["1198:\tvscalefps %ymm14,%ymm17,%ymm14"],
+                                      need="vscalefps")
+    assert cv.judge("avx512", loop) is None
+    if "avx512" not in cv.built_isas():
+        pytest.skip("a build on this machine produces no avx512 variant")
+    gxx = os.environ.get("CXX", "g++")
+    import shutil
+    import subprocess
+    if shutil.which(gxx) is None or "Free Software Foundation" not in subprocess.run(
+            [gxx, "--version"], capture_output=True, text=True).stdout:
+        pytest.skip(f"{gxx} is not GCC")
+    version = subprocess.run([gxx, "-dumpversion"], capture_output=True, text=True).stdout.strip()
+    if version.split(".")[0] != "12":
+        pytest.skip(f"GCC {version}: only GCC 12 is known to call ldexpf per element")
+    failures, _ = run_or_skip(["avx512"], cxx=[gxx, "-DFM_SHIM_VECTOR_LDEXP=1"])
+    assert "avx512: entry_unary_v_exp_float32 calls libm (ldexpf) in its loop" in failures, failures
+    assert "avx512: entry_unary_v_sigmoid_float32 calls libm (ldexpf) in its loop" in failures, failures

@@ -19,6 +19,11 @@ width; arm64 ldr/ldp/ld1 and str/stp/st1 on q or v.4s registers), and no libm ca
 (entry_unary_v_*_float32, entry_binary_v_*_float32) and the numerics kernels' lane-loop
 variants (fourier_series_l16/l64, stencil_interior_*_l16_*).
 
+Where the CPU shim turns MSL's ldexp into one instruction for the compiler and ISA at hand
+(it defines FM_SHIM_VECTOR_LDEXP: clang 22 and later on AVX-512), the exp-based entries
+(SCALEF_ENTRIES) must also contain a full-width vscalefps: the scale step of fm_math.h's
+exps is that instruction, not a libm ldexpf call and not the portable form.
+
 Usage: check_vectorised.py [--isa NAME ...] [--plant 'EXPR' ...] [--keep DIR] [--cxx CMD]
   --plant EXPR   add an op `planted_<i>` computing the MSL expression EXPR (unary, in x) to a
                  copy of the op table: the self-test that a loop the compiler cannot
@@ -55,7 +60,11 @@ ARM_PACKED = re.compile(
     r"frint[a-z]|fcvt[a-z]+|scvtf|ucvtf)\s+v\d+\.4s")
 LIBM = re.compile(r"\b(sin|cos|tan|exp|exp2|expm1|log|log2|log10|log1p|pow|tanh|sinh|cosh|"
                   r"atan|atan2|asin|acos|erf|erfc|fma|rint|nearbyint|round|floor|ceil|trunc|"
-                  r"sqrt|fmod|cbrt|hypot)f?\b")
+                  r"sqrt|fmod|cbrt|hypot|ldexp|scalbn)f?\b")
+# Entries whose loop scales by 2^n with the shim's ldexp where it is one instruction
+# (fm_exp, and fm_exp_nonpos in sigmoid), and that instruction per ISA.
+SCALEF_ENTRIES = ("unary_v_exp_float32", "unary_v_sigmoid_float32")
+SCALEF_INSTR = {"avx512": "vscalefps"}
 ENTRY_NAME = re.compile(r"entry_([a-z0-9_]+)")
 # Full-width packed moves, for the ops that only move data.
 X86_MOVE = re.compile(r"^v?(movups|movaps|movdqu|movdqa|movdqu(8|16|32|64)|movdqa(32|64))$")
@@ -214,12 +223,14 @@ def entry_code(funcs: dict[str, list[str]], symbol: str) -> list[str]:
     return code
 
 
-def judge(isa: str, instrs: list[str], moves: bool = False) -> str | None:
+def judge(isa: str, instrs: list[str], moves: bool = False, need: str | None = None) -> str | None:
     """None when the function is vectorised for `isa`, else why not. `moves`: the op has no
-    arithmetic, so full-width packed loads and stores are the evidence instead."""
+    arithmetic, so full-width packed loads and stores are the evidence instead. `need`: an
+    x86 mnemonic that must also appear at the ISA's full width."""
     calls = []
     packed = 0
     loads = stores = 0
+    needed = 0
     for ins in instrs:
         if isa == "arm64":
             if ARM_PACKED.match(ins):
@@ -238,6 +249,8 @@ def judge(isa: str, instrs: list[str], moves: bool = False) -> str | None:
             parts = ins.split(None, 2)
             if len(parts) >= 3 and X86_PACKED.match(parts[1]) and X86_WIDTH[isa] in parts[2]:
                 packed += 1
+            if need and len(parts) >= 3 and parts[1] == need and X86_WIDTH[isa] in parts[2]:
+                needed += 1
             if len(parts) >= 3 and X86_MOVE.match(parts[1]) and "(" in parts[2]:
                 # AT&T order: a store is `reg,mem`, a load `mem,reg`.
                 if parts[2].startswith(X86_WIDTH[isa]):
@@ -254,7 +267,26 @@ def judge(isa: str, instrs: list[str], moves: bool = False) -> str | None:
     if packed == 0:
         width = "v.4s" if isa == "arm64" else X86_WIDTH[isa]
         return f"has no packed float arithmetic on {width} registers (scalar loop)"
+    if need and needed == 0:
+        return f"has no {need} on {X86_WIDTH[isa]} registers (the shim's FM_SHIM_VECTOR_LDEXP is on)"
     return None
+
+
+def shim_vector_ldexp(isa: str, metal: Path, flags: dict[str, list[str]], work: Path,
+                      cxx: list[str] | None = None) -> bool:
+    """Whether the CPU shim, under this compiler and ISA's flags, has ldexp as one vector
+    instruction (defines FM_SHIM_VECTOR_LDEXP), as the kernels are compiled."""
+    if isa not in SCALEF_INSTR:
+        return False
+    probe = work / f"ldexp_probe_{isa}.cpp"
+    probe.write_text('#include "metal_stdlib"\n')
+    cmd = (compiler_for(isa, cxx) + ["-std=gnu++17"] + flags["FM_KERNEL_FLAGS"]
+           + flags.get(f"FM_ISA_FLAGS_{isa}", []) + [f"-I{metal / 'compat' / 'cpu'}",
+           f"-I{ROOT / 'csrc' / 'backend' / 'cpu'}", f"-I{ROOT / 'csrc'}", "-E", "-dM", str(probe)])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"preprocessing the CPU shim for {isa} failed:\n{r.stderr[-3000:]}")
+    return re.search(r"^#define FM_SHIM_VECTOR_LDEXP\b", r.stdout, flags=re.M) is not None
 
 
 def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], work: Path,
@@ -262,6 +294,7 @@ def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], wor
     """Failures for one ISA, and how many entries were checked."""
     cc = compiler_for(isa, cxx)
     isa_flags = [] if isa == "arm64" else flags.get(f"FM_ISA_FLAGS_{isa}", [])
+    need = SCALEF_INSTR[isa] if shim_vector_ldexp(isa, metal, flags, work, cxx) else None
     failures: list[str] = []
     checked = 0
     move_ops = move_only_ops(metal)
@@ -285,7 +318,8 @@ def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], wor
             if not wanted(name):
                 continue
             checked += 1
-            why = judge(isa, entry_code(funcs, symbol), moves_only(name, move_ops))
+            why = judge(isa, entry_code(funcs, symbol), moves_only(name, move_ops),
+                        need if name in SCALEF_ENTRIES else None)
             if why:
                 failures.append(f"{isa}: entry_{name} {why}")
     return failures, checked
