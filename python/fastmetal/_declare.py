@@ -84,9 +84,20 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
                     return True
             return False
 
+        mode = _autograd._mode
+        n_grads = len(positions)
+        first = positions[0][0] if n_grads == 1 else -1
+
         @functools.wraps(forward)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if is_grad_enabled() and wants_tape(args, kwargs):
+            # Every op call passes here (a NumPy user's too), so the common case is spelled
+            # out: one differentiable argument, passed by position, and no out=.
+            if first >= 0 and not kwargs and first < len(args) <= out_position:
+                a = args[first]
+                wants = mode.enabled and type(a) is Array and a._requires_grad
+            else:
+                wants = mode.enabled and wants_tape(args, kwargs)
+            if wants:
                 if _autograd.PROFILE is not None:
                     return _profiled(op_name, forward, bind, grad_names, saved_names,
                                      aux, passes, definition["vjp"], args, kwargs)
