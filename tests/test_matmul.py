@@ -235,8 +235,8 @@ def test_training_shapes_forward_backward(device, m, k, n, rng):
         assert err < 1e-5 * np.sqrt(depth) + 1e-5, err
 
 
-# (m, k, n) past the CPU GEMM's blocks: several K blocks (256 rows of B each), several packed
-# blocks of B's columns per task, partial panels and strips, one row, one column.
+# (m, k, n) past the CPU GEMM's blocks: several K blocks (up to 512 rows of B each), several
+# packed blocks of B's columns per task, partial panels and strips, one row, one column.
 BLOCKED_SHAPES = [(300, 777, 1000), (37, 130, 2500), (129, 513, 49), (1, 600, 1000),
                   (1000, 300, 1), (257, 64, 65)]
 

@@ -34,13 +34,12 @@ i64 batch_offset(const MatmulArgs& p, i64 b, const int32_t* bs) {
 }
 
 // ------------------------------------------------------------------ packed GEMM
-#if defined(__AVX512F__)
-constexpr int kKC = 256;
-constexpr i64 kBBlock = 96 * 1024;  // floats of packed B per block (384 KB: L2 is 1-2 MB)
-#else
-constexpr int kKC = 256;
-constexpr i64 kBBlock = 96 * 1024;
-#endif
+// K blocks of at most kKC rows; packed blocks of B of at most kBBlock floats (512 KB: L2 is
+// 1-2 MB per core on current x86). Longer K blocks mean fewer passes of C through the caches
+// (each K block loads and stores C); on a Zen 5 core, 512 / 128K ran a few percent ahead of
+// 256 / 96K for 1024^2 on both AVX2 and AVX-512, with little difference in between.
+constexpr int kKC = 512;
+constexpr i64 kBBlock = 128 * 1024;
 
 // C[M x W*VL] (+)= A strip (kc x MR, k-major) * B panel (kc x W*VL, row k at b + k * W*VL).
 // `next`: the C tile of the following call, fetched into cache meanwhile (it is read at
