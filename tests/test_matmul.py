@@ -395,4 +395,7 @@ def test_bench_matmul_runs_on_the_cpu(capsys):
     out = capsys.readouterr().out
     for case in ("matmul 1024^2", "MNIST fc1 64x9216->128 fwd linear+bias", "grad_w g^T@x"):
         assert case in out, out
+    from fastmetal.benchmarks.matmul import openblas_core
+    core = openblas_core()  # NumPy's OpenBLAS kernels, named in the header where found
+    assert core is None or f"numpy: OpenBLAS {core} kernels" in out, out
     assert out.count("G ") >= 2 * 11
