@@ -174,7 +174,7 @@ float* b_scratch(i64 n) {
   return buf.data() + ((64 - a % 64) % 64) / sizeof(float);
 }
 
-// C rows of strips [s0, s1) and columns [n0, n1) (n0 a multiple of NR; n1 too or N) of one
+// C rows of strips [s0, s1) and columns [n0, n1) (n0 a multiple of VL; n1 too or N) of one
 // product: A packed (ap, pack_a's layout over all of K), B at bb through p's strides.
 void gemm_range(const MatmulArgs& p, const float* ap, const float* bb, float* c, int s0, int s1,
                 i64 n0, i64 n1) {
@@ -285,10 +285,11 @@ void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
 // strips when there are too few panels or A is large. Results do not depend on it.
 constexpr i64 kABlock = i64(1) << 20;
 struct Split {
-  int strips, panels, m_chunks, n_chunks;
+  int strips, panels, vecs, m_chunks, n_chunks;
   Split(const MatmulArgs& p, int threads) {
     strips = int(ceil_div(p.M, MR));
     panels = int(ceil_div(p.N, NR));
+    vecs = int(ceil_div(p.N, VL));
     const int want = threads > 1 ? 2 * threads : 1;
     n_chunks = std::clamp(panels / 2, 1, want);
     m_chunks = std::clamp(want / n_chunks, 1, strips);
@@ -301,8 +302,10 @@ struct Split {
   void run(const MatmulArgs& p, const float* ap, const float* bb, float* c, i64 t) const {
     const int mi = int(t / n_chunks), ni = int(t % n_chunks);
     const int s0 = int(i64(strips) * mi / m_chunks), s1 = int(i64(strips) * (mi + 1) / m_chunks);
-    const i64 n0 = i64(panels) * ni / n_chunks * NR;
-    const i64 n1 = std::min<i64>(p.N, i64(panels) * (ni + 1) / n_chunks * NR);
+    // Column chunks of equal numbers of vectors (1024 columns in whole 48-column panels
+    // would give chunks of 5 and 6 panels, threads 6% apart).
+    const i64 n0 = i64(vecs) * ni / n_chunks * VL;
+    const i64 n1 = std::min<i64>(p.N, i64(vecs) * (ni + 1) / n_chunks * VL);
     if (s0 < s1 && n0 < n1) gemm_range(p, ap, bb, c, s0, s1, n0, n1);
   }
 };
