@@ -261,9 +261,11 @@ def test_matmul_blocked_broadcast_batches(device, rng):
     b = rng.standard_normal((3, 300, 530)).astype(np.float32)
     check_matmul(a, b)
     check_matmul(a, b[0].T.copy().T)  # one B (column-major) for every batch
-    # Products with more than 2**20 floats of A each: several row chunks per product.
-    check_matmul(rng.standard_normal((4, 1100, 1000)).astype(np.float32),
-                 rng.standard_normal((1000, 20)).astype(np.float32))
+    # Products with more than 2**20 floats of A each: A packed and used in groups of row
+    # chunks, one product per thread (a batch) and one product shared by the threads.
+    big = rng.standard_normal((4, 1100, 1000)).astype(np.float32)
+    check_matmul(big, rng.standard_normal((1000, 20)).astype(np.float32))
+    check_matmul(big[0], rng.standard_normal((1000, 40)).astype(np.float32))
 
 
 def test_matmul_empty_batches_and_zero_k(device):
@@ -355,7 +357,7 @@ def test_linear_bad_arguments():
 
 def test_cpu_products_same_bits_for_any_thread_count():
     """The CPU's GEMM (several K blocks, column blocks and tasks in c @ d; a transposed B
-    packed) and its dot-product path (linear's x @ W^T) give the same bits whatever the pool
+    packed; groups of row chunks in e @ d) and its dot-product path (linear's x @ W^T) give the same bits whatever the pool
     size (each element's sum runs in a fixed order; threads only take tiles)."""
     import subprocess
     import sys
@@ -370,8 +372,9 @@ def test_cpu_products_same_bits_for_any_thread_count():
         "v = r.standard_normal((64, 320)).astype(np.float32)\n"
         "c = r.standard_normal((150, 700)).astype(np.float32)\n"
         "d = r.standard_normal((700, 1100)).astype(np.float32)\n"
+        "e = r.standard_normal((1600, 700)).astype(np.float32)\n"
         "outs = [fm.linear(x, w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a), fm.matmul(g, v),\n"
-        "        fm.matmul(c, d), fm.matmul(c.T.copy().T, d.T.copy().T)]\n"
+        "        fm.matmul(c, d), fm.matmul(c.T.copy().T, d.T.copy().T), fm.matmul(e, d[:, :40])]\n"
         "print(hashlib.sha256(b''.join(np.ascontiguousarray(o).tobytes() for o in outs)).hexdigest())\n")
     digests = set()
     for threads in (1, 2, 3):

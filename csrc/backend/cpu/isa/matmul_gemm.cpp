@@ -286,22 +286,28 @@ void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
 constexpr i64 kABlock = i64(1) << 20;
 struct Split {
   int strips, panels, vecs, m_chunks, n_chunks;
+  int groups, m_sub;  // m_chunks = groups x m_sub: groups run one after another
   Split(const MatmulArgs& p, int threads) {
     strips = int(ceil_div(p.M, MR));
     panels = int(ceil_div(p.N, NR));
     vecs = int(ceil_div(p.N, VL));
     const int want = threads > 1 ? 2 * threads : 1;
     n_chunks = std::clamp(panels / 2, 1, want);
-    m_chunks = std::clamp(want / n_chunks, 1, strips);
-    // Row chunks of at most kABlock floats of packed A: the tasks of one row chunk run one
-    // after another, so its strips come from L3 rather than memory for every column chunk
-    // (4096 x 1024 @ 1024^2: 8% faster on one core, though B is packed once per row chunk).
-    m_chunks = std::clamp<int>(int(ceil_div(i64(p.M) * p.K, kABlock)), m_chunks, strips);
+    m_sub = std::clamp(want / n_chunks, 1, strips);
+    // Groups of row chunks of at most kABlock floats of packed A, one after another: a
+    // group's strips are packed right before its tasks run and come from L3 for every
+    // column chunk, not from memory (4096 x 1024 @ 1024^2: 8% faster on one core, though
+    // B is packed once per group).
+    groups = std::clamp<int>(int(ceil_div(i64(p.M) * p.K, kABlock)), 1, std::max(1, strips / m_sub));
+    m_chunks = groups * m_sub;
   }
   int count() const { return m_chunks * n_chunks; }
+  int per_group() const { return m_sub * n_chunks; }  // tasks g * per_group() ... are group g's
+  int strip0(int mi) const { return int(i64(strips) * mi / m_chunks); }  // row chunk mi's first
+  int group_strip0(int g) const { return strip0(g * m_sub); }
   void run(const MatmulArgs& p, const float* ap, const float* bb, float* c, i64 t) const {
     const int mi = int(t / n_chunks), ni = int(t % n_chunks);
-    const int s0 = int(i64(strips) * mi / m_chunks), s1 = int(i64(strips) * (mi + 1) / m_chunks);
+    const int s0 = strip0(mi), s1 = strip0(mi + 1);
     // Column chunks of equal numbers of vectors (1024 columns in whole 48-column panels
     // would give chunks of 5 and 6 panels, threads 6% apart).
     const i64 n0 = i64(vecs) * ni / n_chunks * VL;
@@ -387,18 +393,27 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
     pool.parallel_for(p.batch, [&](i64 b) {
       float* ap = thread_scratch().a(strips * MR * p.K);
       const float* a = A + batch_offset(p, b, p.a_bs);
-      for (int s = 0; s < strips; ++s) pack_a_strip(p, a, s, ap);
       const float* bb = B + batch_offset(p, b, p.b_bs);
-      for (int t = 0; t < one.count(); ++t) one.run(p, ap, bb, C + b * MN, t);
+      for (int g = 0; g < one.groups; ++g) {
+        for (int s = one.group_strip0(g); s < one.group_strip0(g + 1); ++s) pack_a_strip(p, a, s, ap);
+        for (int t = 0; t < one.per_group(); ++t)
+          one.run(p, ap, bb, C + b * MN, i64(g) * one.per_group() + t);
+      }
     });
     return;
   }
   float* ap = thread_scratch().a(strips * MR * p.K);
   for (i64 b = 0; b < p.batch; ++b) {
     const float* a = A + batch_offset(p, b, p.a_bs);
-    pool.parallel_for(strips, [&](i64 s) { pack_a_strip(p, a, int(s), ap); });
     const float* bb = B + batch_offset(p, b, p.b_bs);
-    pool.parallel_for(sp.count(), [&](i64 t) { sp.run(p, ap, bb, C + b * MN, t); });
+    for (int g = 0; g < sp.groups; ++g) {
+      const int s0 = sp.group_strip0(g);
+      pool.parallel_for(sp.group_strip0(g + 1) - s0,
+                        [&](i64 s) { pack_a_strip(p, a, s0 + int(s), ap); });
+      pool.parallel_for(sp.per_group(), [&](i64 t) {
+        sp.run(p, ap, bb, C + b * MN, i64(g) * sp.per_group() + t);
+      });
+    }
   }
 }
 
