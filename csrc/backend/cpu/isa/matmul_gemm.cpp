@@ -385,10 +385,10 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
   const int threads = pool.num_threads();
   const Split sp(p, threads);
   const i64 strips = sp.strips;
-  // Many products, or one too small to share (below 2^20 multiply-adds, a few microseconds:
-  // VAE's 128 x 20 x 400 ran 10% faster on one thread than handed to two): one product per
-  // task, all on that thread.
-  if (p.batch >= 2 * threads || sp.count() == 1 || i64(p.M) * p.N * p.K < (i64(1) << 20)) {
+  // Many products, or one too small to share (below 2^17 multiply-adds; VAE's 20 x 128 x 400
+  // still ran faster on two threads, 16 vs 27 us on AVX2): one product per task, all on that
+  // thread.
+  if (p.batch >= 2 * threads || sp.count() == 1 || i64(p.M) * p.N * p.K < (i64(1) << 17)) {
     const Split one(p, 1);
     pool.parallel_for(p.batch, [&](i64 b) {
       float* ap = thread_scratch().a(strips * MR * p.K);
