@@ -3,13 +3,13 @@
 //
 // Linear's forward (both operands contiguous along k, few rows) takes dot products of rows
 // (matmul_dot, below). Otherwise a blocked GEMM in the manner of BLIS / GotoBLAS: A is
-// packed once per product into MR-row strips (k-major, any strides); C is cut into tasks of
-// whole NR-column panels (and row ranges when there are few panels) for the threads; each
-// task packs its columns of B, one K block (at most kKC rows) and kBBlock floats at a time,
-// into contiguous kc x NR panels in a per-thread buffer that stays in L2, then runs the
-// micro-kernel (MR x NR of C in registers, conv2d_engine.h's register blocking) for every
-// strip of A against every panel: the A strip (kc x MR) stays in L1 while B's panels stream
-// from L2 in the order they were written. Packing B also does away with reading B's rows
+// packed into MR-row strips (k-major, any strides; a large A group by group of row chunks,
+// see Split); C is cut into tasks of column chunks (whole vectors) and row chunks for the
+// threads; each task packs its columns of B, one K block (at most kKC rows) and kBBlock
+// floats at a time, into contiguous kc x NR panels in a per-thread buffer that stays in L2,
+// then runs the micro-kernel (MR x NR of C in registers, conv2d_engine.h's register
+// blocking) for every strip of A against every panel: the A strip (kc x MR) stays in L1
+// while B's panels stream from L2 in the order they were written. Packing B also does away with reading B's rows
 // where they are, a power of two apart in memory (L1 set conflicts: 3x slower on AVX2 for
 // MNIST's grad @ W), and with the row-pointer table of the conv2d kernel.
 //
@@ -210,9 +210,11 @@ void gemm_range(const MatmulArgs& p, const float* ap, const float* bb, float* c,
           }
           // A partial last panel: through a tile of whole vectors.
           if (k0 > 0)
-            for (int i = 0; i < rows; ++i) std::memcpy(tmp + i * NR, ct + i * N, sizeof(float) * pn.cols);
+            for (int i = 0; i < rows; ++i)
+              std::memcpy(tmp + i * NR, ct + i * N, sizeof(float) * pn.cols);
           fn(kn, as, bpan, tmp, NR, next);
-          for (int i = 0; i < rows; ++i) std::memcpy(ct + i * N, tmp + i * NR, sizeof(float) * pn.cols);
+          for (int i = 0; i < rows; ++i)
+            std::memcpy(ct + i * N, tmp + i * NR, sizeof(float) * pn.cols);
         }
       }
     }
@@ -300,7 +302,8 @@ struct Split {
     // group's strips are packed right before its tasks run and come from L3 for every
     // column chunk, not from memory (4096 x 1024 @ 1024^2: 8% faster on one core, though
     // B is packed once per group).
-    groups = std::clamp<int>(int(ceil_div(i64(p.M) * p.K, kABlock)), 1, std::max(1, strips / m_sub));
+    groups = std::clamp<int>(int(ceil_div(i64(p.M) * p.K, kABlock)), 1,
+                             std::max(1, strips / m_sub));
     m_chunks = groups * m_sub;
   }
   int count() const { return m_chunks * n_chunks; }
@@ -397,7 +400,8 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
       const float* a = A + batch_offset(p, b, p.a_bs);
       const float* bb = B + batch_offset(p, b, p.b_bs);
       for (int g = 0; g < one.groups; ++g) {
-        for (int s = one.group_strip0(g); s < one.group_strip0(g + 1); ++s) pack_a_strip(p, a, s, ap);
+        for (int s = one.group_strip0(g); s < one.group_strip0(g + 1); ++s)
+          pack_a_strip(p, a, s, ap);
         for (int t = 0; t < one.per_group(); ++t)
           one.run(p, ap, bb, C + b * MN, i64(g) * one.per_group() + t);
       }
