@@ -235,6 +235,39 @@ def test_training_shapes_forward_backward(device, m, k, n, rng):
         assert err < 1e-5 * np.sqrt(depth) + 1e-5, err
 
 
+# (m, k, n) past the CPU GEMM's blocks: several K blocks (up to 512 rows of B each), several
+# packed blocks of B's columns per task, partial panels and strips, one row, one column.
+BLOCKED_SHAPES = [(300, 777, 1000), (37, 130, 2500), (129, 513, 49), (1, 600, 1000),
+                  (1000, 300, 1), (257, 64, 65)]
+
+
+@pytest.mark.parametrize("m,k,n", BLOCKED_SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in BLOCKED_SHAPES])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "steps"])
+def test_matmul_blocked_shapes_layouts(device, m, k, n, layout, rng):
+    """Larger products than the hypothesis tests draw, with A and B row-major, transposed
+    (column-major) or read with steps: on the CPU, the blocked GEMM's packing of both
+    operands across K blocks, column blocks and thread tasks."""
+    def operand(rows, cols, transposed):
+        if layout == "steps":  # every other row, every third column, reversed
+            return rng.standard_normal((2 * rows, 3 * cols)).astype(np.float32)[::2, ::-3]
+        if transposed:
+            return np.ascontiguousarray(rng.standard_normal((cols, rows)).astype(np.float32)).T
+        return rng.standard_normal((rows, cols)).astype(np.float32)
+    check_matmul(operand(m, k, layout[0] == "t"), operand(k, n, layout[1:] == "t"))
+
+
+def test_matmul_blocked_broadcast_batches(device, rng):
+    a = rng.standard_normal((2, 1, 70, 300)).astype(np.float32)
+    b = rng.standard_normal((3, 300, 530)).astype(np.float32)
+    check_matmul(a, b)
+    check_matmul(a, b[0].T.copy().T)  # one B (column-major) for every batch
+    # Products with more than 2**20 floats of A each: A packed and used in groups of row
+    # chunks, one product per thread (a batch) and one product shared by the threads.
+    big = rng.standard_normal((4, 1100, 1000)).astype(np.float32)
+    check_matmul(big, rng.standard_normal((1000, 20)).astype(np.float32))
+    check_matmul(big[0], rng.standard_normal((1000, 40)).astype(np.float32))
+
+
 def test_matmul_empty_batches_and_zero_k(device):
     assert fm.matmul(np.zeros((0, 3, 4), np.float32), np.zeros((4, 5), np.float32)).shape == (0, 3, 5)
     got = fm.matmul(fm.asarray(np.ones((2, 8, 0), np.float32)), np.ones((0, 12), np.float32))
@@ -323,9 +356,9 @@ def test_linear_bad_arguments():
 
 
 def test_cpu_products_same_bits_for_any_thread_count():
-    """The CPU's GEMM (B copied, and B read in place: g @ v) and its dot-product path
-    (linear's x @ W^T) give the same bits whatever the pool size (each element's sum runs in
-    a fixed order; threads only take tiles)."""
+    """The CPU's GEMM (several K blocks, column blocks and tasks in c @ d; a transposed B
+    packed; groups of row chunks in e @ d) and its dot-product path (linear's x @ W^T) give the same bits whatever the pool
+    size (each element's sum runs in a fixed order; threads only take tiles)."""
     import subprocess
     import sys
     code = (
@@ -337,7 +370,11 @@ def test_cpu_products_same_bits_for_any_thread_count():
         "a = r.standard_normal((300, 200)).astype(np.float32)\n"
         "g = r.standard_normal((37, 64)).astype(np.float32)\n"
         "v = r.standard_normal((64, 320)).astype(np.float32)\n"
-        "outs = [fm.linear(x, w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a), fm.matmul(g, v)]\n"
+        "c = r.standard_normal((150, 700)).astype(np.float32)\n"
+        "d = r.standard_normal((700, 1100)).astype(np.float32)\n"
+        "e = r.standard_normal((1600, 700)).astype(np.float32)\n"
+        "outs = [fm.linear(x, w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a), fm.matmul(g, v),\n"
+        "        fm.matmul(c, d), fm.matmul(c.T.copy().T, d.T.copy().T), fm.matmul(e, d[:, :40])]\n"
         "print(hashlib.sha256(b''.join(np.ascontiguousarray(o).tobytes() for o in outs)).hexdigest())\n")
     digests = set()
     for threads in (1, 2, 3):
@@ -361,4 +398,7 @@ def test_bench_matmul_runs_on_the_cpu(capsys):
     out = capsys.readouterr().out
     for case in ("matmul 1024^2", "MNIST fc1 64x9216->128 fwd linear+bias", "grad_w g^T@x"):
         assert case in out, out
+    from fastmetal.benchmarks.matmul import openblas_core
+    core = openblas_core()  # NumPy's OpenBLAS kernels, named in the header where found
+    assert core is None or f"numpy: OpenBLAS {core} kernels" in out, out
     assert out.count("G ") >= 2 * 11

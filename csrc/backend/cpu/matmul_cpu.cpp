@@ -1,6 +1,6 @@
-// The cpu backend's matrix product (native op "matmul", asked for by ops/matmul.cpp): the
-// conv2d engine's register-blocked GEMM on strided, batched operands, dispatched to the
-// per-ISA copies in isa/matmul_gemm.cpp.
+// The cpu backend's matrix product (native op "matmul", asked for by ops/matmul.cpp): a
+// blocked GEMM with packed operands (the conv2d engine's register blocking) on strided,
+// batched operands, dispatched to the per-ISA copies in isa/matmul_gemm.cpp.
 #include "core/array.h"
 #include "isa_dispatch.h"
 #include "matmul_args.h"

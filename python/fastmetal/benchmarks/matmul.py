@@ -65,6 +65,27 @@ def op_view(a, t):
 
 
 # ----------------------------------------------------------------------------- CPU
+def openblas_core() -> str | None:
+    """The kernels NumPy's OpenBLAS runs (e.g. SkylakeX, Haswell), or None where not found.
+    OpenBLAS picks them from the CPU, not from FASTMETAL_CPU_ISA: compare the AVX2 variant
+    against its AVX2 kernels with OPENBLAS_CORETYPE=Haswell set before Python starts."""
+    import ctypes
+    import glob
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*"))
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for sym in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
+                    "openblas_get_corename64_", "openblas_get_corename"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                return fn().decode()
+    return None
+
+
 def cpu_rows(ns, torch):
     fm.set_default_device("cpu")  # NumPy in, NumPy out runs on the default device
     print(f"{'case':38} {'fastmetal':>18} {'numpy':>18} {'torch':>18}  np/fm torch/fm")
@@ -215,6 +236,10 @@ def main(argv=None) -> int:
         print(f"\nmatmul on {device}" + (f", CPU ISA {fm._core._cpu_isa()}, "
                                          f"{fm._core._num_threads()} threads" if device == "cpu" else ""))
         if device == "cpu":
+            core = openblas_core()
+            if core is not None:
+                print(f"numpy: OpenBLAS {core} kernels (OPENBLAS_CORETYPE="
+                      f"{os.environ.get('OPENBLAS_CORETYPE', '')!r})")
             if torch is not None:
                 print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
             cpu_rows(ns, torch)

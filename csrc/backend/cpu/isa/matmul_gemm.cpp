@@ -1,15 +1,21 @@
-// The fast CPU matrix product for fastmetal.matmul / linear: the register-blocked
-// micro-kernels of the conv2d engine (conv2d_engine.h: gemm_block, pack_a) on strided,
-// batched operands. Compiled once per ISA (see isa_dispatch.h).
+// The fast CPU matrix product for fastmetal.matmul / linear, compiled once per ISA (see
+// isa_dispatch.h), on strided, batched operands.
 //
 // Linear's forward (both operands contiguous along k, few rows) takes dot products of rows
-// instead (matmul_dot, below). Otherwise, per batch: A is packed into MR-row strips (any
-// strides), B is copied into a row-padded contiguous panel (the micro-kernel reads whole
-// vectors) unless it can be read in place (b_in_place), then tiles of at most
-// kRowBlock rows x kColPanel columns (smaller when there would be fewer tiles than twice
-// the threads) run in parallel. Every element of C is the same
-// chain of FMAs over k whatever the tiling or the thread count, so results are bitwise
-// reproducible for any FASTMETAL_NUM_THREADS.
+// (matmul_dot, below). Otherwise a blocked GEMM in the manner of BLIS / GotoBLAS: A is
+// packed into MR-row strips (k-major, any strides; a large A group by group of row chunks,
+// see Split); C is cut into tasks of column chunks (whole vectors) and row chunks for the
+// threads; each task packs its columns of B, one K block (at most kKC rows) and kBBlock
+// floats at a time, into contiguous kc x NR panels in a per-thread buffer that stays in L2,
+// then runs the micro-kernel (MR x NR of C in registers, conv2d_engine.h's register
+// blocking) for every strip of A against every panel: the A strip (kc x MR) stays in L1
+// while B's panels stream from L2 in the order they were written. Packing B also does away with reading B's rows
+// where they are, a power of two apart in memory (L1 set conflicts: 3x slower on AVX2 for
+// MNIST's grad @ W), and with the row-pointer table of the conv2d kernel.
+//
+// Every element of C is the same chain of FMAs over k in order (a K block continues from
+// the float that the previous one stored), whatever the tiling or the thread count, so
+// results are bitwise reproducible for any FASTMETAL_NUM_THREADS.
 #include "conv2d_engine.h"
 #include "matmul_args.h"
 
@@ -17,9 +23,6 @@ namespace fm::cpu::FM_CPU_ISA {
 using namespace conv;
 
 namespace {
-constexpr int kRowBlock = MR * 16;
-constexpr i64 kColPanel = NR * 32;
-
 i64 batch_offset(const MatmulArgs& p, i64 b, const int32_t* bs) {
   i64 off = 0;
   for (int d = p.batch_dims - 1; d >= 0; --d) {
@@ -30,122 +33,294 @@ i64 batch_offset(const MatmulArgs& p, i64 b, const int32_t* bs) {
   return off;
 }
 
+// ------------------------------------------------------------------ packed GEMM
+// K blocks of at most kKC rows; packed blocks of B of at most kBBlock floats (512 KB: L2 is
+// 1-2 MB per core on current x86). Longer K blocks mean fewer passes of C through the caches
+// (each K block loads and stores C); on a Zen 5 core, 512 / 128K ran a few percent ahead of
+// 256 / 96K for 1024^2 on both AVX2 and AVX-512, with little difference in between.
+constexpr int kKC = 512;
+constexpr i64 kBBlock = 128 * 1024;
+
+// C[M x W*VL] (+)= A strip (kc x MR, k-major) * B panel (kc x W*VL, row k at b + k * W*VL).
+// `next`: the C tile of the following call, fetched into cache meanwhile (it is read at
+// the start of that call, where every FMA waits on it).
+template <int M, int W, bool ACC>
+void pkern(int kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
+           i64 ldc, const float* next) {
+  V acc[M][W];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) acc[i][j] = ACC ? vload(c + i * ldc + j * VL) : vzero();
+  int k = 0;
+  auto step = [&] {
+    V bv[W];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) bv[j] = vload(b + j * VL);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const V av = vset1(a[i]);
+#pragma GCC unroll 4
+      for (int j = 0; j < W; ++j) acc[i][j] = vfma(av, bv[j], acc[i][j]);
+    }
+    a += MR;
+    b += W * VL;
+  };
+  // The first k steps, then one line of the next C tile per step.
+  const int lines = (W * VL * int(sizeof(float)) + 63) / 64;
+  for (; k < kc && k < 8; ++k) step();
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int l = 0; l < lines; ++l) {
+      if (k < kc) {
+        __builtin_prefetch(next + i * ldc + l * 16);
+        step();
+        ++k;
+      }
+    }
+  }
+  for (; k < kc; ++k) step();
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) vstore(c + i * ldc + j * VL, acc[i][j]);
+}
+
+using PKernFn = void (*)(int, const float*, const float*, float*, i64, const float*);
+template <int W, bool ACC, std::size_t... I>
+constexpr auto pkern_row(std::index_sequence<I...>) {
+  return std::array<PKernFn, sizeof...(I)>{&pkern<int(I) + 1, W, ACC>...};
+}
+// pkern_table<ACC>()[w - 1][m - 1]: m <= MR rows, w <= NV vectors.
+template <bool ACC, std::size_t... J>
+constexpr auto pkern_table(std::index_sequence<J...>) {
+  return std::array<std::array<PKernFn, MR>, sizeof...(J)>{
+      pkern_row<int(J) + 1, ACC>(std::make_index_sequence<MR>{})...};
+}
+
+// K blocks: balanced, from K alone.
+struct KBlocks {
+  int kc, n;
+  explicit KBlocks(int K) : n(int(ceil_div(K, kKC))), kc(int(ceil_div(K, ceil_div(K, kKC)))) {}
+};
+
+// The panels of a block of nw columns: w vectors each (NV, narrower at the end; 4 vectors
+// left go as 2 + 2, not 3 + 1: a 1-vector tile is bound by its broadcasts), `cols` real
+// columns (fewer than w * VL only in the last one). Packed, panel j starts at kn * q.
+struct Panel {
+  int q, w, cols;
+};
+int panels_of(i64 nw, Panel* out) {
+  int n = 0;
+  for (i64 q = 0; q < nw;) {
+    const i64 left = ceil_div(nw - q, VL);
+    const int w = left == 4 && NV == 3 ? 2 : int(std::min<i64>(NV, left));
+    out[n++] = {int(q), w, int(std::min<i64>(w * VL, nw - q))};
+    q += w * VL;
+  }
+  return n;
+}
+
+// Packs B(k0 + k, n0 + j) for k < kn, j < nw into the panels `pan` (row k of a panel at
+// k * w * VL; zero columns past nw).
+void pack_b(const MatmulArgs& p, const float* bb, int k0, int kn, i64 n0, const Panel* pan,
+            int npan, float* dst) {
+  if (p.b_cs == 1) {  // rows contiguous: whole vectors, row by row
+    // Rows far apart (a long row pitch) each start a new stream for the hardware
+    // prefetcher: fetch a few rows ahead.
+    constexpr int kAhead = 4;
+    for (int k = 0; k < kn; ++k) {
+      const float* src = bb + i64(k0 + k) * p.b_rs + n0;
+      if (k + kAhead < kn) {
+        const float* pf = src + i64(kAhead) * p.b_rs;
+        const i64 len = pan[npan - 1].q + pan[npan - 1].cols;
+        for (i64 q = 0; q < len; q += 16) __builtin_prefetch(pf + q);
+      }
+      for (int j = 0; j < npan; ++j) {
+        const Panel& pn = pan[j];
+        const int wv = pn.w * VL;
+        float* d = dst + i64(kn) * pn.q + i64(k) * wv;
+        const float* sp = src + pn.q;
+        if (pn.cols == NR) {
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) vstore(d + v * VL, vload(sp + v * VL));
+        } else {
+          std::memcpy(d, sp, sizeof(float) * pn.cols);
+          std::fill(d + pn.cols, d + wv, 0.f);
+        }
+      }
+    }
+    return;
+  }
+  // Columns contiguous along k (a transposed B) or any strides: column by column.
+  for (int j = 0; j < npan; ++j) {
+    const Panel& pn = pan[j];
+    const int wv = pn.w * VL;
+    float* d = dst + i64(kn) * pn.q;
+    for (int c = 0; c < pn.cols; ++c) {
+      const float* src = bb + (n0 + pn.q + c) * p.b_cs + i64(k0) * p.b_rs;
+      for (int k = 0; k < kn; ++k) d[i64(k) * wv + c] = src[i64(k) * p.b_rs];
+    }
+    if (pn.cols < wv)
+      for (int k = 0; k < kn; ++k) std::fill(d + i64(k) * wv + pn.cols, d + i64(k + 1) * wv, 0.f);
+  }
+}
+
+float* b_scratch(i64 n) {
+  static thread_local std::vector<float> buf;
+  if (i64(buf.size()) < n + 16) buf.resize(std::size_t(n + 16));
+  const auto a = reinterpret_cast<std::uintptr_t>(buf.data());
+  return buf.data() + ((64 - a % 64) % 64) / sizeof(float);
+}
+
+// C rows of strips [s0, s1) and columns [n0, n1) (n0 a multiple of VL; n1 too or N) of one
+// product: A packed (ap, pack_a's layout over all of K), B at bb through p's strides.
+void gemm_range(const MatmulArgs& p, const float* ap, const float* bb, float* c, int s0, int s1,
+                i64 n0, i64 n1) {
+  static constexpr auto first = pkern_table<false>(std::make_index_sequence<NV>{});
+  static constexpr auto more = pkern_table<true>(std::make_index_sequence<NV>{});
+  const int M = p.M, K = p.K;
+  const i64 N = p.N;
+  const KBlocks kb(K);
+  const i64 ncb = std::max<i64>(NR, kBBlock / kb.kc / NR * NR);
+  float* bp = b_scratch(i64(kb.kc) * (std::min(ncb, n1 - n0) + NR));
+  std::vector<Panel> pan_buf(std::size_t(ncb / VL + 2));
+  Panel* pan = pan_buf.data();
+  alignas(64) float tmp[MR * NR];
+  for (i64 nb0 = n0; nb0 < n1; nb0 += ncb) {
+    const int npan = panels_of(std::min(ncb, n1 - nb0), pan);
+    for (int k0 = 0; k0 < K; k0 += kb.kc) {
+      const int kn = std::min(kb.kc, K - k0);
+      pack_b(p, bb, k0, kn, nb0, pan, npan, bp);
+      const auto& table = k0 == 0 ? first : more;
+      for (int s = s0; s < s1; ++s) {
+        const int rows = std::min(MR, M - s * MR);
+        const float* as = ap + (i64(s) * K + k0) * MR;
+        float* cs = c + i64(s) * MR * N + nb0;
+        for (int j = 0; j < npan; ++j) {
+          const Panel& pn = pan[j];
+          const float* bpan = bp + i64(kn) * pn.q;
+          float* ct = cs + pn.q;
+          const float* next = j + 1 < npan ? cs + pan[j + 1].q : cs + i64(MR) * N;
+          const auto fn = table[pn.w - 1][rows - 1];
+          if (pn.cols == pn.w * VL) {
+            fn(kn, as, bpan, ct, N, next);
+            continue;
+          }
+          // A partial last panel: through a tile of whole vectors.
+          if (k0 > 0)
+            for (int i = 0; i < rows; ++i)
+              std::memcpy(tmp + i * NR, ct + i * N, sizeof(float) * pn.cols);
+          fn(kn, as, bpan, tmp, NR, next);
+          for (int i = 0; i < rows; ++i)
+            std::memcpy(ct + i * N, tmp + i * NR, sizeof(float) * pn.cols);
+        }
+      }
+    }
+  }
+}
+
 struct Scratch {
-  std::vector<float> ap, bp;
-  std::vector<i64> off;
+  std::vector<float> ap;
+  float* a(i64 n) {
+    if (i64(ap.size()) < n) ap.resize(std::size_t(n));
+    return ap.data();
+  }
 };
 Scratch& thread_scratch() {
   static thread_local Scratch s;
   return s;
 }
 
-// Whether the micro-kernel reads B where it is (row k at B + k * b_rs) instead of a copy:
-// rows contiguous, every vector it reads inside the operand (the last tile reads up to a
-// whole vector: N % VL == 0), and at most 128 rows of C, where copying B (K x N floats
-// written and read back) costs as much as the product (linear's input gradient g @ W: 64
-// rows of C, W 128 x 9216). With more rows the padded copy pays: its row pitch keeps B's
-// rows off the same L1 sets.
-bool b_in_place(const MatmulArgs& p) { return p.b_cs == 1 && p.N % VL == 0 && p.M <= 128; }
-
-// Packs batch b's operands into s; returns where the micro-kernel reads B (s.off[k]: row k).
-const float* pack(const MatmulArgs& p, const float* A, const float* B, i64 b, Scratch& s,
-                  bool parallel) {
-  const int M = p.M, N = p.N, K = p.K;
-  const float* a = A + batch_offset(p, b, p.a_bs);
-  const float* bb = B + batch_offset(p, b, p.b_bs);
-  const bool in_place = b_in_place(p);
-  // Row pitch of the copy: a multiple of NR, but not of 128 floats (rows a power of two
-  // apart map onto the same L1 sets, and the micro-kernel walks B down its rows).
-  i64 ldb = round_up(N, NR);
-  if (ldb % 128 == 0) ldb += NR;
-  const int strips = int(ceil_div(M, MR));
-  if (i64(s.ap.size()) < packed_size(M, K)) s.ap.resize(std::size_t(packed_size(M, K)));
-  if (!in_place && i64(s.bp.size()) < ldb * K + NR) s.bp.resize(std::size_t(ldb * K + NR));
-  if (i64(s.off.size()) < K) s.off.resize(std::size_t(K));
-  for (int k = 0; k < K; ++k) s.off[k] = in_place ? k * i64(p.b_rs) : k * ldb;
-  float* ap = s.ap.data();
-  float* bp = s.bp.data();
-  auto pack_strip = [&](i64 st) {
-    const int m0 = int(st) * MR, rows = std::min(MR, M - m0);
-    pack_a(rows, K, [&](int m, int k) { return a[i64(m0 + m) * p.a_rs + i64(k) * p.a_cs]; },
-           ap + st * i64(K) * MR);
-  };
-  auto copy_row = [&](i64 k) {
-    float* dst = bp + k * ldb;
-    const float* src = bb + k * p.b_rs;
-    if (p.b_cs == 1) {
-      std::memcpy(dst, src, sizeof(float) * N);
-    } else {
-      for (int n = 0; n < N; ++n) dst[n] = src[i64(n) * p.b_cs];
-    }
-    std::fill(dst + N, dst + ldb, 0.f);
-  };
-  // A transposed B (B^T contiguous: linear's weight.T) is copied in blocks of kTransK rows,
-  // reading each column's run contiguously while the block's destination rows stay cached.
-  constexpr i64 kTransK = 64;
-  const bool transposed = p.b_rs == 1 && p.b_cs != 1;
-  auto copy_block = [&](i64 blk) {
-    const i64 k0 = blk * kTransK, k1 = std::min<i64>(K, k0 + kTransK);
-    for (int n = 0; n < N; ++n) {
-      const float* src = bb + i64(n) * p.b_cs;
-      for (i64 k = k0; k < k1; ++k) bp[k * ldb + n] = src[k];
-    }
-    for (i64 k = k0; k < k1; ++k) std::fill(bp + k * ldb + N, bp + (k + 1) * ldb, 0.f);
-  };
-  const i64 copies = in_place ? 0 : transposed ? ceil_div(K, kTransK) : K;
-  auto copy = [&](i64 i) { transposed ? copy_block(i) : copy_row(i); };
-  if (parallel) {
-    auto& pool = ThreadPool::instance();
-    pool.parallel_for(strips, pack_strip);
-    pool.parallel_for(copies, copy);
-  } else {
-    for (i64 st = 0; st < strips; ++st) pack_strip(st);
-    for (i64 i = 0; i < copies; ++i) copy(i);
+#if defined(__AVX2__)
+// t[i] (8 floats each) := the transpose of the 8 x 8 block in t.
+inline void transpose8(__m256 t[8]) {
+  __m256 u[8], v[8];
+  for (int i = 0; i < 8; i += 2) {
+    u[i] = _mm256_unpacklo_ps(t[i], t[i + 1]);
+    u[i + 1] = _mm256_unpackhi_ps(t[i], t[i + 1]);
   }
-  return in_place ? bb : bp;
+  for (int i = 0; i < 8; i += 4) {
+    v[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+    v[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
+    v[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+    v[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x20);
+    t[i + 4] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x31);
+  }
+}
+#endif
+
+// Strip s of A (rows s * MR ...) into pack_a's layout.
+void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
+  const int m0 = s * MR, rows = std::min(MR, p.M - m0), K = p.K;
+  float* dst = ap + i64(s) * K * MR;
+  const float* src = a + i64(m0) * p.a_rs;
+  int k = 0;
+  if (rows == MR && p.a_rs == 1) {  // a column of A is contiguous: MR floats per k
+    for (; k < K; ++k) std::memcpy(dst + i64(k) * MR, src + i64(k) * p.a_cs, sizeof(float) * MR);
+    return;
+  }
+#if defined(__AVX2__)
+  if (rows == MR && p.a_cs == 1 && MR <= 8) {
+    // Rows contiguous: 8 k of every row, transposed in registers. Each k's store writes 8
+    // floats (MR used, the rest overwritten by the next k), so the last block of the strip
+    // is left to the loop below.
+    for (; k + 8 < K; k += 8) {
+      __m256 t[8];
+      for (int r = 0; r < 8; ++r)
+        t[r] = r < MR ? _mm256_loadu_ps(src + i64(r) * p.a_rs + k) : _mm256_setzero_ps();
+      transpose8(t);
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + i64(k + j) * MR, t[j]);
+    }
+  }
+#endif
+  for (; k < K; ++k)
+    for (int r = 0; r < MR; ++r)
+      dst[i64(k) * MR + r] = r < rows ? src[i64(r) * p.a_rs + i64(k) * p.a_cs] : 0.f;
 }
 
-// How C is cut into tiles (rows x cols) for the threads. Results do not depend on it (only
-// the K blocks of gemm_block shape the sums, and they depend on K alone).
-struct Tiling {
-  int rows;
-  i64 cols;
-  i64 row_blocks, col_panels;
-  i64 count() const { return row_blocks * col_panels; }
+// How one product is cut into tasks: column chunks of whole panels, and row chunks of whole
+// strips when there are too few panels or A is large. Results do not depend on it.
+constexpr i64 kABlock = i64(1) << 20;
+struct Split {
+  int strips, panels, vecs, m_chunks, n_chunks;
+  int groups, m_sub;  // m_chunks = groups x m_sub: groups run one after another
+  Split(const MatmulArgs& p, int threads) {
+    strips = int(ceil_div(p.M, MR));
+    panels = int(ceil_div(p.N, NR));
+    vecs = int(ceil_div(p.N, VL));
+    // Three tasks per thread: a thread held up (a busy machine) leaves less behind; medians
+    // at 1024^2 and 4096 x 1024 were 3-6% lower than with two, 2 threads, AVX-512.
+    const int want = threads > 1 ? 3 * threads : 1;
+    n_chunks = std::clamp(panels / 2, 1, want);
+    m_sub = std::clamp(want / n_chunks, 1, strips);
+    // Groups of row chunks of at most kABlock floats of packed A, one after another: a
+    // group's strips are packed right before its tasks run and come from L3 for every
+    // column chunk, not from memory (4096 x 1024 @ 1024^2: 8% faster on one core, though
+    // B is packed once per group).
+    groups = std::clamp<int>(int(ceil_div(i64(p.M) * p.K, kABlock)), 1,
+                             std::max(1, strips / m_sub));
+    m_chunks = groups * m_sub;
+  }
+  int count() const { return m_chunks * n_chunks; }
+  int per_group() const { return m_sub * n_chunks; }  // tasks g * per_group() ... are group g's
+  int strip0(int mi) const { return int(i64(strips) * mi / m_chunks); }  // row chunk mi's first
+  int group_strip0(int g) const { return strip0(g * m_sub); }
+  void run(const MatmulArgs& p, const float* ap, const float* bb, float* c, i64 t) const {
+    const int mi = int(t / n_chunks), ni = int(t % n_chunks);
+    const int s0 = strip0(mi), s1 = strip0(mi + 1);
+    // Column chunks of equal numbers of vectors (1024 columns in whole 48-column panels
+    // would give chunks of 5 and 6 panels, threads 6% apart).
+    const i64 n0 = i64(vecs) * ni / n_chunks * VL;
+    const i64 n1 = std::min<i64>(p.N, i64(vecs) * (ni + 1) / n_chunks * VL);
+    if (s0 < s1 && n0 < n1) gemm_range(p, ap, bb, c, s0, s1, n0, n1);
+  }
 };
-Tiling tiling(const MatmulArgs& p, int threads) {
-  Tiling t{kRowBlock, kColPanel, 0, 0};
-  auto recount = [&] {
-    t.row_blocks = ceil_div(p.M, t.rows);
-    t.col_panels = ceil_div(p.N, t.cols);
-  };
-  recount();
-  // A product of few tiles (linear at a small batch: 64 x 128) is still cut for every
-  // thread: narrower panels first (each still 2 NR tiles wide), then fewer rows.
-  const i64 want = threads > 1 && p.batch < 2 * i64(threads) ? 2 * i64(threads) : 1;
-  while (t.count() < want && t.cols > 2 * NR) {
-    t.cols = round_up(t.cols / 2, NR);
-    recount();
-  }
-  while (t.count() < want && t.rows > 2 * MR) {
-    t.rows = int(round_up(t.rows / 2, MR));
-    recount();
-  }
-  return t;
-}
 
-void tile(const MatmulArgs& p, const Tiling& tl, const Scratch& s, const float* bsrc, float* c,
-          i64 t) {
-  const int m0 = int(t / tl.col_panels) * tl.rows;
-  const i64 n0 = (t % tl.col_panels) * tl.cols;
-  const int rows = std::min(tl.rows, p.M - m0);
-  const i64 cols = std::min<i64>(tl.cols, p.N - n0);
-  // A long K: keep each K block of the tile's A strips cached while B streams past
-  // (gemm_block's k_outer), rather than streaming all of A from memory once per NR tile.
-  const bool k_outer = i64(rows) * p.K * i64(sizeof(float)) > (i64(256) << 10);
-  gemm_block(rows, p.K, s.ap.data() + i64(m0) * p.K, s.off.data(), bsrc + n0, cols,
-             c + i64(m0) * p.N + n0, p.N, nullptr, /*spill=*/false, /*accumulate=*/false, k_outer);
-}
 // Both operands contiguous along k (A row-major, B the transpose of a row-major matrix:
 // linear's x @ W^T) and few rows: C[m][n] = A_m . B_n as dot products of rows (the engine's
 // dot_acc), which needs no copy of B, where the GEMM path first copies W^T into a row-major
@@ -202,6 +377,7 @@ void matmul_dot(const MatmulArgs& p, const float* A, const float* B, float* C) {
 }
 }  // namespace
 
+
 void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) {
   const i64 MN = i64(p.M) * p.N;
   if (MN == 0 || p.batch == 0) return;
@@ -211,21 +387,39 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
   }
   if (dot_path(p)) return matmul_dot(p, A, B, C);
   auto& pool = ThreadPool::instance();
-  const Tiling tl = tiling(p, pool.num_threads());
-  const i64 tiles = tl.count();
-  if (p.batch >= 2 * pool.num_threads() || tiles == 1) {
-    // Many small products: one batch per task, all on that thread.
+  const int threads = pool.num_threads();
+  const Split sp(p, threads);
+  const i64 strips = sp.strips;
+  // Many products, or one too small to share (below 2^17 multiply-adds; VAE's 20 x 128 x 400
+  // still ran faster on two threads, 16 vs 27 us on AVX2): one product per task, all on that
+  // thread.
+  if (p.batch >= 2 * threads || sp.count() == 1 || i64(p.M) * p.N * p.K < (i64(1) << 17)) {
+    const Split one(p, 1);
     pool.parallel_for(p.batch, [&](i64 b) {
-      Scratch& s = thread_scratch();
-      const float* bsrc = pack(p, A, B, b, s, false);
-      for (i64 t = 0; t < tiles; ++t) tile(p, tl, s, bsrc, C + b * MN, t);
+      float* ap = thread_scratch().a(strips * MR * p.K);
+      const float* a = A + batch_offset(p, b, p.a_bs);
+      const float* bb = B + batch_offset(p, b, p.b_bs);
+      for (int g = 0; g < one.groups; ++g) {
+        for (int s = one.group_strip0(g); s < one.group_strip0(g + 1); ++s)
+          pack_a_strip(p, a, s, ap);
+        for (int t = 0; t < one.per_group(); ++t)
+          one.run(p, ap, bb, C + b * MN, i64(g) * one.per_group() + t);
+      }
     });
     return;
   }
-  Scratch shared;
+  float* ap = thread_scratch().a(strips * MR * p.K);
   for (i64 b = 0; b < p.batch; ++b) {
-    const float* bsrc = pack(p, A, B, b, shared, true);
-    pool.parallel_for(tiles, [&](i64 t) { tile(p, tl, shared, bsrc, C + b * MN, t); });
+    const float* a = A + batch_offset(p, b, p.a_bs);
+    const float* bb = B + batch_offset(p, b, p.b_bs);
+    for (int g = 0; g < sp.groups; ++g) {
+      const int s0 = sp.group_strip0(g);
+      pool.parallel_for(sp.group_strip0(g + 1) - s0,
+                        [&](i64 s) { pack_a_strip(p, a, s0 + int(s), ap); });
+      pool.parallel_for(sp.per_group(), [&](i64 t) {
+        sp.run(p, ap, bb, C + b * MN, i64(g) * sp.per_group() + t);
+      });
+    }
   }
 }
 
