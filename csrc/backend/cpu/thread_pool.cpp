@@ -92,13 +92,20 @@ void ThreadPool::worker_loop() {
     // Spin a little before sleeping: ops in a loop submit work again within microseconds,
     // and waking a sleeping thread costs tens of microseconds.
     const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-    while (queued_.load(std::memory_order_acquire) == 0 && !stop_flag_.load() &&
+    bool saw_work = false;
+    while (!(saw_work = queued_.load(std::memory_order_acquire) != 0) && !stop_flag_.load() &&
            std::chrono::steady_clock::now() < spin_until) {
       for (int i = 0; i < 16; ++i) cpu_relax();
     }
     Job* job = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      // Work came, but its caller ran it all and retired it before this thread got the
+      // lock: spin again rather than sleep. Sleeping here would make every later launch
+      // wake this thread too late to help (a futex wake-up costs more than a small
+      // launch), so the caller would run them all alone (sigmoid of 2^16 floats on 2
+      // threads took longer than on one).
+      if (saw_work && queue_.empty() && !stop_) continue;
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (stop_) return;
       job = queue_.front();
