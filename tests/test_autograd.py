@@ -489,3 +489,23 @@ def test_reduction_gradients_equal_torch(name, device):
         (lambda v: getattr(torch, name)(v, 1))
     tfn(t).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=2e-6)
+
+
+def test_recording_sees_every_argument_position(device):
+    """An op records whichever of its arguments requires grad, by position or by keyword,
+    with NumPy beside it (the op wrapper's shortcut for positional calls must not miss the
+    second argument), and records nothing under no_grad."""
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    for call in (lambda a: fm.multiply(x, a), lambda a: fm.multiply(a, x),
+                 lambda a: fm.multiply(x, y=a), lambda a: fm.sigmoid(a),
+                 lambda a: fm.where(x > 1.5, x, a)):
+        a = fm.asarray(np.array([0.5, -1.0, 2.0], np.float32), device=device).requires_grad_()
+        out = call(a)
+        assert out.requires_grad and out.grad_fn is not None
+        out.sum().backward()
+        assert a.grad is not None and np.isfinite(a.grad.numpy()).all()
+        with fm.no_grad():
+            assert not call(a).requires_grad
+    b = fm.asarray(np.array([0.5, -1.0, 2.0], np.float32), device=device).requires_grad_()
+    fm.multiply(x, b).sum().backward()
+    np.testing.assert_array_equal(b.grad.numpy(), x)

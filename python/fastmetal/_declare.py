@@ -85,16 +85,18 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
             return False
 
         mode = _autograd._mode
-        n_grads = len(positions)
-        first = positions[0][0] if n_grads == 1 else -1
+        first = positions[0][0] if len(positions) in (1, 2) else -1
+        second = positions[1][0] if len(positions) == 2 else first
+        reach = max(first, second)
 
         @functools.wraps(forward)
         def call(*args: Any, **kwargs: Any) -> Any:
             # Every op call passes here (a NumPy user's too), so the common case is spelled
-            # out: one differentiable argument, passed by position, and no out=.
-            if first >= 0 and not kwargs and first < len(args) <= out_position:
-                a = args[first]
-                wants = mode.enabled and type(a) is Array and a._requires_grad
+            # out: one or two differentiable arguments, passed by position, and no out=.
+            if first >= 0 and not kwargs and reach < len(args) <= out_position:
+                a, b = args[first], args[second]
+                wants = mode.enabled and ((type(a) is Array and a._requires_grad) or
+                                          (type(b) is Array and b._requires_grad))
             else:
                 wants = mode.enabled and wants_tape(args, kwargs)
             if wants:
