@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,27 @@ def run_or_skip(isas, plants=None, cxx=None):
         if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
             pytest.fail(f"vectorisation check needs {e} (FASTMETAL_REQUIRE_GATES=1)")
         pytest.skip(f"vectorisation check needs {e}")
+
+
+def zig_clang_or_skip() -> list[str]:
+    if not set(cv.X86_ISAS) & set(cv.built_isas()):
+        pytest.skip("no x86-64 variant is built on this machine")
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
+            pytest.fail("the clang check needs the ziglang wheel (FASTMETAL_REQUIRE_GATES=1)")
+        pytest.skip("the clang check needs the ziglang wheel")
+    return [sys.executable, "-m", "ziglang", "c++", "-target", "x86_64-linux-gnu", "-g0"]
+
+
+def gcc_or_skip() -> str:
+    """$CXX (else g++) where it is GCC; the test skips otherwise."""
+    gxx = os.environ.get("CXX", "g++")
+    if shutil.which(gxx) is None or "Free Software Foundation" not in subprocess.run(
+            [gxx, "--version"], capture_output=True, text=True).stdout:
+        pytest.skip(f"{gxx} is not GCC")
+    return gxx
 
 
 @pytest.mark.parametrize("isa", cv.ALL_ISAS)
@@ -107,12 +131,7 @@ def test_vectorised_when_gcc_if_converts_less():
     vectorised, so a GCC that threads more cannot bring scalar loops back."""
     if not set(cv.X86_ISAS) & set(cv.built_isas()):
         pytest.skip("no x86-64 variant is built on this machine")
-    gxx = os.environ.get("CXX", "g++")
-    import shutil
-    import subprocess
-    if shutil.which(gxx) is None or "Free Software Foundation" not in subprocess.run(
-            [gxx, "--version"], capture_output=True, text=True).stdout:
-        pytest.skip(f"{gxx} is not GCC")
+    gxx = gcc_or_skip()
     failures, counts = run_or_skip(["avx2"], cxx=[gxx, "--param", "max-tree-if-conversion-phi-args=2"])
     assert failures == [], "\n".join(failures)
     assert counts["avx2"] == len(expected_entries())
@@ -121,30 +140,9 @@ def test_vectorised_when_gcc_if_converts_less():
 def test_vectorised_under_clang_for_x86():
     """A second compiler: the clang of the ziglang wheel (with its libc++, as on a Mac)
     compiles the x86-64 variants and vectorises them too."""
-    if not set(cv.X86_ISAS) & set(cv.built_isas()):
-        pytest.skip("no x86-64 variant is built on this machine")
-    try:
-        import ziglang  # noqa: F401
-    except ImportError:
-        if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
-            pytest.fail("the clang check needs the ziglang wheel (FASTMETAL_REQUIRE_GATES=1)")
-        pytest.skip("the clang check needs the ziglang wheel")
-    clang = [sys.executable, "-m", "ziglang", "c++", "-target", "x86_64-linux-gnu", "-g0"]
-    failures, counts = run_or_skip(["base", "avx2"], cxx=clang)
+    failures, counts = run_or_skip(["base", "avx2"], cxx=zig_clang_or_skip())
     assert failures == [], "\n".join(failures)
     assert counts == {"base": len(expected_entries()), "avx2": len(expected_entries())}
-
-
-def zig_clang_or_skip() -> list[str]:
-    if not set(cv.X86_ISAS) & set(cv.built_isas()):
-        pytest.skip("no x86-64 variant is built on this machine")
-    try:
-        import ziglang  # noqa: F401
-    except ImportError:
-        if os.environ.get("FASTMETAL_REQUIRE_GATES") == "1":
-            pytest.fail("the clang check needs the ziglang wheel (FASTMETAL_REQUIRE_GATES=1)")
-        pytest.skip("the clang check needs the ziglang wheel")
-    return [sys.executable, "-m", "ziglang", "c++", "-target", "x86_64-linux-gnu", "-g0"]
 
 
 def test_avx512_exp_scales_with_vscalefps_under_clang():
@@ -152,11 +150,9 @@ def test_avx512_exp_scales_with_vscalefps_under_clang():
     the avx512 variant must contain it (the check requires it once the shim turns it on)."""
     clang = zig_clang_or_skip()
     flags = cv.cmake_flags()
-    import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         on = cv.shim_vector_ldexp("avx512", REPO / "metal", flags, Path(tmp), clang)
         off = cv.shim_vector_ldexp("avx2", REPO / "metal", flags, Path(tmp), clang)
-    import subprocess
     version = subprocess.run(clang + ["--version"], capture_output=True, text=True).stdout
     major = int(version.split("clang version ")[1].split(".")[0])
     assert on == (major >= 22) and not off, (version, on, off)
@@ -178,12 +174,7 @@ def test_missing_vscalefps_or_a_libm_ldexp_is_reported():
     assert cv.judge("avx512", loop) is None
     if "avx512" not in cv.built_isas():
         pytest.skip("a build on this machine produces no avx512 variant")
-    gxx = os.environ.get("CXX", "g++")
-    import shutil
-    import subprocess
-    if shutil.which(gxx) is None or "Free Software Foundation" not in subprocess.run(
-            [gxx, "--version"], capture_output=True, text=True).stdout:
-        pytest.skip(f"{gxx} is not GCC")
+    gxx = gcc_or_skip()
     version = subprocess.run([gxx, "-dumpversion"], capture_output=True, text=True).stdout.strip()
     if version.split(".")[0] != "12":
         pytest.skip(f"GCC {version}: only GCC 12 is known to call ldexpf per element")
