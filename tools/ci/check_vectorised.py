@@ -272,6 +272,12 @@ def judge(isa: str, instrs: list[str], moves: bool = False, need: str | None = N
     return None
 
 
+def kernel_compiler(isa: str, flags: dict[str, list[str]], cxx: list[str] | None = None) -> list[str]:
+    """The compiler command with the flags the build gives `isa`'s kernels (CMake's)."""
+    isa_flags = [] if isa == "arm64" else flags.get(f"FM_ISA_FLAGS_{isa}", [])
+    return compiler_for(isa, cxx) + ["-std=gnu++17"] + flags["FM_KERNEL_FLAGS"] + isa_flags
+
+
 def shim_vector_ldexp(isa: str, metal: Path, flags: dict[str, list[str]], work: Path,
                       cxx: list[str] | None = None) -> bool:
     """Whether the CPU shim, under this compiler and ISA's flags, has ldexp as one vector
@@ -280,8 +286,7 @@ def shim_vector_ldexp(isa: str, metal: Path, flags: dict[str, list[str]], work: 
         return False
     probe = work / f"ldexp_probe_{isa}.cpp"
     probe.write_text('#include "metal_stdlib"\n')
-    cmd = (compiler_for(isa, cxx) + ["-std=gnu++17"] + flags["FM_KERNEL_FLAGS"]
-           + flags.get(f"FM_ISA_FLAGS_{isa}", []) + [f"-I{metal / 'compat' / 'cpu'}",
+    cmd = (kernel_compiler(isa, flags, cxx) + [f"-I{metal / 'compat' / 'cpu'}",
            f"-I{ROOT / 'csrc' / 'backend' / 'cpu'}", f"-I{ROOT / 'csrc'}", "-E", "-dM", str(probe)])
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -292,8 +297,7 @@ def shim_vector_ldexp(isa: str, metal: Path, flags: dict[str, list[str]], work: 
 def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], work: Path,
               stems: list[str], cxx: list[str] | None = None) -> tuple[list[str], int]:
     """Failures for one ISA, and how many entries were checked."""
-    cc = compiler_for(isa, cxx)
-    isa_flags = [] if isa == "arm64" else flags.get(f"FM_ISA_FLAGS_{isa}", [])
+    cc = kernel_compiler(isa, flags, cxx)
     need = SCALEF_INSTR[isa] if shim_vector_ldexp(isa, metal, flags, work, cxx) else None
     failures: list[str] = []
     checked = 0
@@ -306,8 +310,7 @@ def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], wor
         src.write_text(src_text)
         out = work / (f"{stem}_{isa}.s" if isa == "arm64" else f"{stem}_{isa}.o")
         mode = ["-S"] if isa == "arm64" else ["-c"]
-        cmd = (cc + ["-std=gnu++17"] + flags["FM_KERNEL_FLAGS"] + isa_flags
-               + [f"-DFM_CPU_ISA={isa}"] + include_flags(gen, metal) + mode + [str(src), "-o", str(out)])
+        cmd = (cc + [f"-DFM_CPU_ISA={isa}"] + include_flags(gen, metal) + mode + [str(src), "-o", str(out)])
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"compiling {src.name} for {isa} failed:\n{r.stderr[-3000:]}")
