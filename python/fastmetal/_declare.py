@@ -40,7 +40,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from . import _autograd
-from ._autograd import Context, is_grad_enabled
+from ._autograd import Context
 from ._core import Array
 
 # name -> public function, for every declared op (tests check __all__, stubs and docs).
