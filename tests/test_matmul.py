@@ -256,6 +256,20 @@ def test_matmul_blocked_shapes_layouts(device, m, k, n, layout, rng):
     check_matmul(operand(m, k, layout[0] == "t"), operand(k, n, layout[1:] == "t"))
 
 
+@pytest.mark.parametrize("m", [12, 40, 200])
+def test_linear_weight_views(device, m, rng):
+    """linear's W^T read through views: rows of a wider weight (a pitch longer than K) and
+    rows in reverse order. On the CPU, 12 rows take the dot-product path and 40 and 200 the
+    GEMM, whose packing of W^T transposes blocks of 8 columns x 8 k in registers (K = 777 and
+    131 columns: partial blocks along both)."""
+    x = rng.standard_normal((m, 777)).astype(np.float32)
+    wide = rng.standard_normal((131, 790)).astype(np.float32)
+    for w in (wide[:, 5:782], wide[::-1, :777]):
+        np.testing.assert_allclose(np.asarray(fm.linear(x, w), np.float64),
+                                   x.astype(np.float64) @ w.astype(np.float64).T,
+                                   rtol=1e-4, atol=1e-3)
+
+
 def test_matmul_blocked_broadcast_batches(device, rng):
     a = rng.standard_normal((2, 1, 70, 300)).astype(np.float32)
     b = rng.standard_normal((3, 300, 530)).astype(np.float32)
@@ -357,8 +371,9 @@ def test_linear_bad_arguments():
 
 def test_cpu_products_same_bits_for_any_thread_count():
     """The CPU's GEMM (several K blocks, column blocks and tasks in c @ d; a transposed B
-    packed; groups of row chunks in e @ d) and its dot-product path (linear's x @ W^T) give the same bits whatever the pool
-    size (each element's sum runs in a fixed order; threads only take tiles)."""
+    packed, linear's x @ W^T at 37 rows; groups of row chunks in e @ d) and its dot-product
+    path (linear at 12 rows) give the same bits whatever the pool size (each element's sum
+    runs in a fixed order; threads only take tiles)."""
     import subprocess
     import sys
     code = (
@@ -373,7 +388,7 @@ def test_cpu_products_same_bits_for_any_thread_count():
         "c = r.standard_normal((150, 700)).astype(np.float32)\n"
         "d = r.standard_normal((700, 1100)).astype(np.float32)\n"
         "e = r.standard_normal((1600, 700)).astype(np.float32)\n"
-        "outs = [fm.linear(x, w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a), fm.matmul(g, v),\n"
+        "outs = [fm.linear(x, w), fm.linear(x[:12], w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a), fm.matmul(g, v),\n"
         "        fm.matmul(c, d), fm.matmul(c.T.copy().T, d.T.copy().T), fm.matmul(e, d[:, :40])]\n"
         "print(hashlib.sha256(b''.join(np.ascontiguousarray(o).tobytes() for o in outs)).hexdigest())\n")
     digests = set()

@@ -1,15 +1,15 @@
 // The fast CPU matrix product for fastmetal.matmul / linear, compiled once per ISA (see
 // isa_dispatch.h), on strided, batched operands.
 //
-// Linear's forward (both operands contiguous along k, few rows) takes dot products of rows
-// (matmul_dot, below). Otherwise a blocked GEMM in the manner of BLIS / GotoBLAS: A is
-// packed into MR-row strips (k-major, any strides; a large A group by group of row chunks,
-// see Split); C is cut into tasks of column chunks (whole vectors) and row chunks for the
-// threads; each task packs its columns of B, one K block (at most kKC rows) and kBBlock
+// Linear's forward (both operands contiguous along k) with few rows or columns takes dot
+// products of rows (matmul_dot, below). Otherwise a blocked GEMM in the manner of BLIS /
+// GotoBLAS: A is packed into MR-row strips (k-major, any strides; a large A group by group of
+// row chunks, see Split); C is cut into tasks of column chunks (whole vectors) and row chunks
+// for the threads; each task packs its columns of B, one K block (at most kKC rows) and kBBlock
 // floats at a time, into contiguous kc x NR panels in a per-thread buffer that stays in L2,
-// then runs the micro-kernel (MR x NR of C in registers, conv2d_engine.h's register
-// blocking) for every strip of A against every panel: the A strip (kc x MR) stays in L1
-// while B's panels stream from L2 in the order they were written. Packing B also does away with reading B's rows
+// then runs the micro-kernel (MR x NR of C in registers, conv2d_engine.h's register blocking)
+// for every strip of A against every panel: the A strip (kc x MR) stays in L1 while B's panels
+// stream from L2 in the order they were written. Packing B also does away with reading B's rows
 // where they are, a power of two apart in memory (L1 set conflicts: 3x slower on AVX2 for
 // MNIST's grad @ W), and with the row-pointer table of the conv2d kernel.
 //
@@ -122,6 +122,27 @@ int panels_of(i64 nw, Panel* out) {
   return n;
 }
 
+#if defined(__AVX2__)
+// t[i] (8 floats each) := the transpose of the 8 x 8 block in t.
+inline void transpose8(__m256 t[8]) {
+  __m256 u[8], v[8];
+  for (int i = 0; i < 8; i += 2) {
+    u[i] = _mm256_unpacklo_ps(t[i], t[i + 1]);
+    u[i + 1] = _mm256_unpackhi_ps(t[i], t[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    v[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+    v[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
+    v[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+    v[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x20);
+    t[i + 4] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x31);
+  }
+}
+#endif
+
 // Packs B(k0 + k, n0 + j) for k < kn, j < nw into the panels `pan` (row k of a panel at
 // k * w * VL; zero columns past nw).
 void pack_b(const MatmulArgs& p, const float* bb, int k0, int kn, i64 n0, const Panel* pan,
@@ -153,12 +174,32 @@ void pack_b(const MatmulArgs& p, const float* bb, int k0, int kn, i64 n0, const 
     }
     return;
   }
-  // Columns contiguous along k (a transposed B) or any strides: column by column.
+  // Columns contiguous along k (a transposed B: linear's W^T) or any strides: column by
+  // column; with contiguous columns, blocks of 8 columns x 8 k transposed in registers
+  // (element by element, packing MNIST's 9216 x 128 W^T took as long as a third of the
+  // product on a Zen 5 core).
   for (int j = 0; j < npan; ++j) {
     const Panel& pn = pan[j];
     const int wv = pn.w * VL;
     float* d = dst + i64(kn) * pn.q;
-    for (int c = 0; c < pn.cols; ++c) {
+    int c = 0;
+#if defined(__AVX2__)
+    if (p.b_rs == 1) {
+      for (; c + 8 <= pn.cols; c += 8) {
+        const float* src = bb + (n0 + pn.q + c) * p.b_cs + k0;
+        int k = 0;
+        for (; k + 8 <= kn; k += 8) {
+          __m256 t[8];
+          for (int r = 0; r < 8; ++r) t[r] = _mm256_loadu_ps(src + i64(r) * p.b_cs + k);
+          transpose8(t);
+          for (int r = 0; r < 8; ++r) _mm256_storeu_ps(d + i64(k + r) * wv + c, t[r]);
+        }
+        for (; k < kn; ++k)
+          for (int r = 0; r < 8; ++r) d[i64(k) * wv + c + r] = src[i64(r) * p.b_cs + k];
+      }
+    }
+#endif
+    for (; c < pn.cols; ++c) {
       const float* src = bb + (n0 + pn.q + c) * p.b_cs + i64(k0) * p.b_rs;
       for (int k = 0; k < kn; ++k) d[i64(k) * wv + c] = src[i64(k) * p.b_rs];
     }
@@ -233,26 +274,6 @@ Scratch& thread_scratch() {
   return s;
 }
 
-#if defined(__AVX2__)
-// t[i] (8 floats each) := the transpose of the 8 x 8 block in t.
-inline void transpose8(__m256 t[8]) {
-  __m256 u[8], v[8];
-  for (int i = 0; i < 8; i += 2) {
-    u[i] = _mm256_unpacklo_ps(t[i], t[i + 1]);
-    u[i + 1] = _mm256_unpackhi_ps(t[i], t[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    v[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
-    v[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
-    v[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
-    v[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x20);
-    t[i + 4] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x31);
-  }
-}
-#endif
 
 // Strip s of A (rows s * MR ...) into pack_a's layout.
 void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
@@ -297,7 +318,12 @@ struct Split {
     // at 1024^2 and 4096 x 1024 were 3-6% lower than with two, 2 threads, AVX-512.
     const int want = threads > 1 ? 3 * threads : 1;
     n_chunks = std::clamp(panels / 2, 1, want);
-    m_sub = std::clamp(want / n_chunks, 1, strips);
+    // Row chunks only as many as make the tasks a multiple of the threads (or `want`): every
+    // row chunk packs its column chunk of B again, a transpose as costly as a third of the
+    // arithmetic for linear's 9216 x 128 W^T at 64 rows (6 row chunks: 830 us, 2: 420).
+    m_sub = 1;
+    while (n_chunks * m_sub < want && (n_chunks * m_sub) % threads != 0) ++m_sub;
+    m_sub = std::clamp(m_sub, 1, strips);
     // Groups of row chunks of at most kABlock floats of packed A, one after another: a
     // group's strips are packed right before its tasks run and come from L3 for every
     // column chunk, not from memory (4096 x 1024 @ 1024^2: 8% faster on one core, though
@@ -322,15 +348,20 @@ struct Split {
 };
 
 // Both operands contiguous along k (A row-major, B the transpose of a row-major matrix:
-// linear's x @ W^T) and few rows: C[m][n] = A_m . B_n as dot products of rows (the engine's
-// dot_acc), which needs no copy of B, where the GEMM path first copies W^T into a row-major
-// panel (4.7 MB for MNIST's 128 x 9216 weight, as much memory traffic as the product's
-// arithmetic takes time on two cores). Threads take column panels; each walks K in chunks
-// of LC so that its panel's chunk of B (ncols x LC) stays in L2 while every group of DMA
-// rows of A passes. Each element's sum runs over k in the same order whatever the panels,
-// so results do not depend on the thread count.
+// linear's x @ W^T) and few rows or columns: C[m][n] = A_m . B_n as dot products of rows (the
+// engine's dot_acc), which needs no copy of B. The GEMM path transposes B into its panels
+// first, which pays only from a few dozen rows on (2 threads of a Zen 5, AVX-512 / AVX2,
+// BENCHMARKS.md: at 16 rows the dot path is ahead or even; at 32 rows it is ahead for 128
+// columns or fewer (MNIST's 9216 -> 128: 257 against 276 us) and behind for 256 or more
+// (32 x 1024 -> 1024: 249 against 183 us); for 20 columns it is ahead at any row count; the
+// AVX2 GEMM is also behind for 9216 -> 128 at 64 to 512 rows, by 3-9%). Threads take column
+// panels; each walks K in chunks of LC so that its panel's chunk of B (ncols x LC) stays in
+// L2 while every group of DMA rows of A passes. Each element's sum runs over k in the same
+// order whatever the panels, so results do not depend on the thread count; which path runs
+// depends on the shape alone.
 bool dot_path(const MatmulArgs& p) {
-  return p.a_cs == 1 && p.b_rs == 1 && p.b_cs != 1 && p.K >= 128 && p.M <= 512;
+  if (p.a_cs != 1 || p.b_rs != 1 || p.b_cs == 1 || p.K < 128) return false;
+  return p.M <= 16 || (p.M <= 512 && (p.N <= 32 || (p.N <= 128 && (p.M <= 32 || VL < 16))));
 }
 
 void matmul_dot(const MatmulArgs& p, const float* A, const float* B, float* C) {
@@ -385,10 +416,10 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
     std::fill(C, C + MN * p.batch, 0.f);
     return;
   }
-  if (dot_path(p)) return matmul_dot(p, A, B, C);
   auto& pool = ThreadPool::instance();
   const int threads = pool.num_threads();
   const Split sp(p, threads);
+  if (dot_path(p)) return matmul_dot(p, A, B, C);
   const i64 strips = sp.strips;
   // Many products, or one too small to share (below 2^17 multiply-adds; VAE's 20 x 128 x 400
   // still ran faster on two threads, 16 vs 27 us on AVX2): one product per task, all on that
