@@ -42,17 +42,26 @@ using namespace metal;
 FM_FUNC int32_t wino_tiles_h(constant Conv2dArgs& a) { return (a.H_out + 1) >> 1; }
 FM_FUNC int32_t wino_tiles_w(constant Conv2dArgs& a) { return (a.W_out + 1) >> 1; }
 
+// The transforms into the products' layouts, one element each (specialised for M = 2 and 4
+// below; the launches that run them are at the end of this file). Elements past the tensor
+// return at once.
+template <int M>  // weight element i = co * C_in + ci
+FM_FUNC void wino_weight(device const float* w, device float* u, constant Conv2dArgs& a,
+                         uint32_t flags, int32_t i);
+template <int M>  // tile p of input channel ci
+FM_FUNC void wino_input(device const float* x, device float* v, constant Conv2dArgs& a,
+                        int32_t p, int32_t ci);
+template <int M>  // tile p of output-gradient channel co
+FM_FUNC void wino_grad_output(device const float* gy, device float* z, constant Conv2dArgs& a,
+                              int32_t p, int32_t co);
+
 // U[t][co][ci] = (G g G^T)[t] for g = w[co][ci] (flags & 1: g = the filter of the input
 // gradient's equivalent convolution, w_orig[ci][co] rotated by 180 degrees, where w_orig
 // (C_in, C_out, 3, 3) is the layer's weight: a.C_out is the layer's C_in and vice versa).
-// Grid: x = C_out * C_in.
-kernel void conv2d_winograd_weight(device const float* w [[buffer(0)]],
-                                   device float* u [[buffer(1)]],
-                                   constant Conv2dArgs& a [[buffer(2)]],
-                                   constant uint32_t& flags [[buffer(3)]],
-                                   uint3 gid [[thread_position_in_grid]]) {
+template <>
+FM_FUNC void wino_weight<2>(device const float* w, device float* u, constant Conv2dArgs& a,
+                            uint32_t flags, int32_t i) {
   const int32_t kc = a.C_out * a.C_in;
-  const int32_t i = int32_t(gid.x);
   if (i >= kc) return;
   const int32_t co = i / a.C_in, ci = i - co * a.C_in;
   float g[9];
@@ -81,14 +90,11 @@ kernel void conv2d_winograd_weight(device const float* w [[buffer(0)]],
 }
 
 // V[t][ci][p] = (B^T d B)[t], d the 4x4 input patch of tile p in channel ci.
-// Grid: x = tiles, y = C_in.
-kernel void conv2d_winograd_input(device const float* x [[buffer(0)]],
-                                  device float* v [[buffer(1)]],
-                                  constant Conv2dArgs& a [[buffer(2)]],
-                                  uint3 gid [[thread_position_in_grid]]) {
+template <>
+FM_FUNC void wino_input<2>(device const float* x, device float* v, constant Conv2dArgs& a,
+                           int32_t p, int32_t ci) {
   const int32_t th_n = wino_tiles_h(a), tw_n = wino_tiles_w(a);
   const int32_t tiles = a.N * th_n * tw_n;
-  const int32_t p = int32_t(gid.x), ci = int32_t(gid.y);
   if (p >= tiles || ci >= a.C_in) return;
   const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
   const int32_t th = r / tw_n, tw = r - th * tw_n;
@@ -139,14 +145,12 @@ FM_FUNC void wino_gy_block(device const float* plane, constant Conv2dArgs& a, in
 }
 
 // Z[t][co][p] = (A z A^T)[t], z the 2x2 block of the output gradient gy[n][co] at tile p
-// (zero past H_out x W_out). Grid: x = tiles, y = C_out.
-kernel void conv2d_winograd_grad_output(device const float* gy [[buffer(0)]],
-                                        device float* z [[buffer(1)]],
-                                        constant Conv2dArgs& a [[buffer(2)]],
-                                        uint3 gid [[thread_position_in_grid]]) {
+// (zero past H_out x W_out).
+template <>
+FM_FUNC void wino_grad_output<2>(device const float* gy, device float* z,
+                                 constant Conv2dArgs& a, int32_t p, int32_t co) {
   const int32_t th_n = wino_tiles_h(a), tw_n = wino_tiles_w(a);
   const int32_t tiles = a.N * th_n * tw_n;
-  const int32_t p = int32_t(gid.x), co = int32_t(gid.y);
   if (p >= tiles || co >= a.C_out) return;
   const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
   const int32_t th = r / tw_n, tw = r - th * tw_n;
@@ -224,14 +228,11 @@ FM_FUNC void wino4_at(thread const float* m, int is, thread float* out, int os) 
   out[3 * os] = fma(8.0f, d34, d12) + m5;
 }
 
-// U[t][co][ci] = (G g G^T)[t]; flags & 1 as conv2d_winograd_weight. Grid: x = C_out * C_in.
-kernel void conv2d_winograd4_weight(device const float* w [[buffer(0)]],
-                                    device float* u [[buffer(1)]],
-                                    constant Conv2dArgs& a [[buffer(2)]],
-                                    constant uint32_t& flags [[buffer(3)]],
-                                    uint3 gid [[thread_position_in_grid]]) {
+// U[t][co][ci] = (G g G^T)[t]; flags & 1 as wino_weight<2>.
+template <>
+FM_FUNC void wino_weight<4>(device const float* w, device float* u, constant Conv2dArgs& a,
+                            uint32_t flags, int32_t i) {
   const int32_t kc = a.C_out * a.C_in;
-  const int32_t i = int32_t(gid.x);
   if (i >= kc) return;
   const int32_t co = i / a.C_in, ci = i - co * a.C_in;
   float g[9];
@@ -249,37 +250,40 @@ kernel void conv2d_winograd4_weight(device const float* w [[buffer(0)]],
   for (int t = 0; t < 36; ++t) u[t * kc + i] = ggg[t];
 }
 
-// V[t][ci][p] = (B^T d B)[t], d the 6x6 input patch of tile p. Grid: x = tiles, y = C_in.
-kernel void conv2d_winograd4_input(device const float* x [[buffer(0)]],
-                                   device float* v [[buffer(1)]],
-                                   constant Conv2dArgs& a [[buffer(2)]],
-                                   uint3 gid [[thread_position_in_grid]]) {
+// V[t][ci][p] = (B^T d B)[t], d the 6x6 input patch of tile p.
+template <>
+FM_FUNC void wino_input<4>(device const float* x, device float* v, constant Conv2dArgs& a,
+                           int32_t p, int32_t ci) {
   const int32_t th_n = (a.H_out + 3) >> 2, tw_n = (a.W_out + 3) >> 2;
   const int32_t tiles = a.N * th_n * tw_n;
-  const int32_t p = int32_t(gid.x), ci = int32_t(gid.y);
   if (p >= tiles || ci >= a.C_in) return;
   const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
   const int32_t th = r / tw_n, tw = r - th * tw_n;
   const int32_t h0 = 4 * th - a.pad_h, w0 = 4 * tw - a.pad_w;
   device const float* plane = x + (n * a.C_in + ci) * a.H * a.W;
-  float d[36];
+  // d B row by row as the rows arrive, then B^T (d B) column by column, each column's six
+  // points stored at once: at most 36 + 6 values live (88 registers on an H100 as d, B^T d
+  // and (B^T d) B, a quarter of the threads resident).
+  float db[36];
   for (int i = 0; i < 6; ++i) {
     const int32_t h = h0 + i;
     const bool row_in = uint32_t(h) < uint32_t(a.H);
+    float d[6];
     for (int j = 0; j < 6; ++j) {
       const int32_t ww = w0 + j;
       const bool in = row_in && uint32_t(ww) < uint32_t(a.W);
       const float val = plane[in ? h * a.W + ww : 0];
-      d[6 * i + j] = in ? val : 0.0f;
+      d[j] = in ? val : 0.0f;
     }
+    wino4_bt(d, 1, db + 6 * i, 1);  // (B^T d_i^T)^T = d_i B
   }
-  float bd[36];  // B^T d
-  for (int j = 0; j < 6; ++j) wino4_bt(d + j, 6, bd + j, 6);
-  float bdb[36];  // (B^T d) B
-  for (int i = 0; i < 6; ++i) wino4_bt(bd + 6 * i, 1, bdb + 6 * i, 1);
   const int32_t stride = a.C_in * tiles;
   device float* out = v + ci * tiles + p;
-  for (int t = 0; t < 36; ++t) out[t * stride] = bdb[t];
+  for (int j = 0; j < 6; ++j) {
+    float col[6];
+    wino4_bt(db + j, 6, col, 1);
+    for (int i = 0; i < 6; ++i) out[(6 * i + j) * stride] = col[i];
+  }
 }
 
 // ---- F(4x4, 3x3) weight gradient: the adjoint of the forward above, as for F(2x2):
@@ -311,14 +315,12 @@ FM_FUNC void wino4_gt(thread const float* s, int is, thread float* out, int os) 
 }
 
 // Z[t][co][p] = (A z A^T)[t], z the 4x4 block of gy[n][co] at tile p (zero past
-// H_out x W_out). Grid: x = tiles, y = C_out.
-kernel void conv2d_winograd4_grad_output(device const float* gy [[buffer(0)]],
-                                         device float* z [[buffer(1)]],
-                                         constant Conv2dArgs& a [[buffer(2)]],
-                                         uint3 gid [[thread_position_in_grid]]) {
+// H_out x W_out).
+template <>
+FM_FUNC void wino_grad_output<4>(device const float* gy, device float* z,
+                                 constant Conv2dArgs& a, int32_t p, int32_t co) {
   const int32_t th_n = (a.H_out + 3) >> 2, tw_n = (a.W_out + 3) >> 2;
   const int32_t tiles = a.N * th_n * tw_n;
-  const int32_t p = int32_t(gid.x), co = int32_t(gid.y);
   if (p >= tiles || co >= a.C_out) return;
   const int32_t n = p / (th_n * tw_n), r = p - n * (th_n * tw_n);
   const int32_t th = r / tw_n, tw = r - th * tw_n;
@@ -500,3 +502,53 @@ kernel void conv2d_winograd_output_rows(device const float* m [[buffer(0)]],
 }
 FM_INSTANTIATE("conv2d_winograd_output", conv2d_winograd_output_rows, 4);
 FM_INSTANTIATE("conv2d_winograd4_output", conv2d_winograd_output_rows, 6);
+
+// ---- the transforms' launches: two transforms in one grid, since each alone leaves an H100
+// mostly idle (ncu, BENCHMARKS.md: MNIST conv2's weight transform, 2,048 threads in 8
+// groups, took 4.8 us before its 15 us input transform could start; ResNet-50 layer3's input
+// and output-gradient transforms, 512 groups each, ran at 21% and 39% occupancy, 10.9 and
+// 9.7 us one after the other). Grid: x = tiles (N * ceil(H_out / M) * ceil(W_out / M)).
+
+// U and V for a forward product (the forward, and the input gradient as the forward of gy):
+// rows y < wrows take weight elements y * tiles + x, first, so that the GPU starts their
+// short work before the input's; rows wrows + ci the input's channel ci.
+// Grid: y = wrows + C_in, wrows = ceil(C_out * C_in / tiles).
+template <int M>
+kernel void conv2d_winograd_transforms(device const float* x [[buffer(0)]],
+                                       device float* v [[buffer(1)]],
+                                       device const float* w [[buffer(2)]],
+                                       device float* u [[buffer(3)]],
+                                       constant Conv2dArgs& a [[buffer(4)]],
+                                       constant uint32_t& flags [[buffer(5)]],
+                                       uint3 gid [[thread_position_in_grid]]) {
+  const int32_t tiles = a.N * ((a.H_out + M - 1) / M) * ((a.W_out + M - 1) / M);
+  const int32_t wrows = (a.C_out * a.C_in + tiles - 1) / tiles;
+  const int32_t col = int32_t(gid.x), row = int32_t(gid.y);
+  if (col >= tiles) return;
+  if (row < wrows) {
+    wino_weight<M>(w, u, a, flags, row * tiles + col);
+  } else {
+    wino_input<M>(x, v, a, col, row - wrows);
+  }
+}
+FM_INSTANTIATE("conv2d_winograd_transforms", conv2d_winograd_transforms, 2);
+FM_INSTANTIATE("conv2d_winograd4_transforms", conv2d_winograd_transforms, 4);
+
+// V and Z for the weight gradient's product: rows y < C_in the input's channel y, the rest
+// the output gradient's channel y - C_in. Grid: y = C_in + C_out.
+template <int M>
+kernel void conv2d_winograd_grad_transforms(device const float* x [[buffer(0)]],
+                                            device float* v [[buffer(1)]],
+                                            device const float* gy [[buffer(2)]],
+                                            device float* z [[buffer(3)]],
+                                            constant Conv2dArgs& a [[buffer(4)]],
+                                            uint3 gid [[thread_position_in_grid]]) {
+  const int32_t col = int32_t(gid.x), row = int32_t(gid.y);
+  if (row < a.C_in) {
+    wino_input<M>(x, v, a, col, row);
+  } else {
+    wino_grad_output<M>(gy, z, a, col, row - a.C_in);
+  }
+}
+FM_INSTANTIATE("conv2d_winograd_grad_transforms", conv2d_winograd_grad_transforms, 2);
+FM_INSTANTIATE("conv2d_winograd4_grad_transforms", conv2d_winograd_grad_transforms, 4);

@@ -36,10 +36,10 @@ from references import (assert_close, check_conv2d_against_torch, msl_conv_kerne
 
 kernel_path = pytest.fixture(msl_conv_kernels_on_cpu)
 
-WINOGRAD_KERNELS = ("conv2d_winograd_weight", "conv2d_winograd_input", "conv2d_winograd_output",
-                    "conv2d_winograd_grad_output", "conv2d_winograd_weight_grad",
-                    "conv2d_winograd4_weight", "conv2d_winograd4_input", "conv2d_winograd4_output",
-                    "conv2d_winograd4_grad_output", "conv2d_winograd4_weight_grad",
+WINOGRAD_KERNELS = ("conv2d_winograd_transforms", "conv2d_winograd_grad_transforms",
+                    "conv2d_winograd_output", "conv2d_winograd_weight_grad",
+                    "conv2d_winograd4_transforms", "conv2d_winograd4_grad_transforms",
+                    "conv2d_winograd4_output", "conv2d_winograd4_weight_grad",
                     *(f"conv2d_winograd{p}gemm_{t}" for p in ("_", "4_", "_weight_", "4_weight_")
                       for t in ("128x128", "64x128", "64x64", "32x64")))
 # FASTMETAL_CONV_ALGO values: F(2x2, 3x3) or F(4x4, 3x3), each for every pass.

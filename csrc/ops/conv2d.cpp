@@ -242,8 +242,8 @@ std::int64_t input_grad_splits(Backend& b, const Conv2dArgs& a, const GemmTile& 
 }
 
 // ---- Winograd F(m x m, 3x3), m = 2 or 4 (metal/conv_winograd.metal; docs/gpu_kernels.md
-// says why and where). Four launches: weight transform, input transform, the (m+2)^2
-// GEMMs (one launch), output transform; the transformed tensors are pool buffers that live
+// says why and where). Three launches: the weight and input transforms (one grid), the
+// (m+2)^2 GEMMs (one launch), the output transform; the transformed tensors are pool buffers that live
 // until the launches that read them have run (the backend keeps them alive; nothing here
 // waits).
 
@@ -297,12 +297,14 @@ int winograd_choice(Backend& b, const Conv2dArgs& a, ConvPass pass) {
   return m != 0 && winograd_fits(a, m) ? m : 0;
 }
 
-Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t count,
-                            std::int64_t channels) {
+// The transforms' grid (conv2d_winograd[4]_transforms, _grad_transforms): `tiles` along x,
+// `rows` (channels, and the weight's rows) along y.
+Dispatch transform_dispatch(Backend& b, const std::string& kernel, std::int64_t tiles,
+                            std::int64_t rows) {
   Dispatch d;
-  d.grid[0] = std::uint32_t(count);
-  d.grid[1] = std::uint32_t(channels);
-  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(kernel), count));
+  d.grid[0] = std::uint32_t(tiles);
+  d.grid[1] = std::uint32_t(rows);
+  d.group[0] = std::uint32_t(std::min<std::int64_t>(b.preferred_group_size(kernel), tiles));
   return d;
 }
 
@@ -361,10 +363,10 @@ void winograd_forward(Backend& b, int m, const Conv2dArgs& a, const Array& x, co
   Array prod = Array::empty(b, {points, a.C_out, tiles}, DType::float32);
   const std::uint32_t wflags = flip ? 1u : 0u;
   const std::string base = m == 4 ? "conv2d_winograd4" : "conv2d_winograd";
-  const std::string wk = base + "_weight", ik = base + "_input", ok = base + "_output";
-  b.launch(wk, transform_dispatch(b, wk, std::int64_t(a.C_out) * a.C_in, 1),
-           {buf(w), buf(u), bytes(&a, sizeof a), bytes(&wflags, sizeof wflags)});
-  b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
+  const std::string tk = base + "_transforms", ok = base + "_output";
+  const std::int64_t weight_rows = (std::int64_t(a.C_out) * a.C_in + tiles - 1) / tiles;
+  b.launch(tk, transform_dispatch(b, tk, tiles, weight_rows + a.C_in),
+           {buf(x), buf(v), buf(w), buf(u), bytes(&a, sizeof a), bytes(&wflags, sizeof wflags)});
   launch_gemm(b, (base + "_gemm").c_str(), winograd_tile(b, a.C_out, tiles, points), a, a.C_out,
               tiles, 1, {buf(u), buf(v), buf(u), buf(prod)}, 0, points,
               winograd_vec4(a.C_in, tiles));
@@ -393,9 +395,9 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
   Array v = Array::empty(b, {points, a.C_in, tiles}, DType::float32);
   Array z = Array::empty(b, {points, a.C_out, tiles}, DType::float32);
   const std::string base = m == 4 ? "conv2d_winograd4" : "conv2d_winograd";
-  const std::string ik = base + "_input", zk = base + "_grad_output", gk = base + "_weight_grad";
-  b.launch(ik, transform_dispatch(b, ik, tiles, a.C_in), {buf(x), buf(v), bytes(&a, sizeof a)});
-  b.launch(zk, transform_dispatch(b, zk, tiles, a.C_out), {buf(gy), buf(z), bytes(&a, sizeof a)});
+  const std::string tk = base + "_grad_transforms", gk = base + "_weight_grad";
+  b.launch(tk, transform_dispatch(b, tk, tiles, std::int64_t(a.C_in) + a.C_out),
+           {buf(x), buf(v), buf(gy), buf(z), bytes(&a, sizeof a)});
   // Discrete GPUs: 64x64 where there are at most 64 input channels (columns; a 128-wide tile
   // would idle half or more of them), else 64x128. K (the tiles) is split to fill one wave
   // (wave_groups; Fill::two_thirds). Measured with --conv-sweep on an H100 (BENCHMARKS.md),
@@ -403,14 +405,26 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
   // 128x128 unsplit (144 groups), 51.2 on 64x128 unsplit (288 of a wave of 528), 54.7 on
   // 64x128 in 2 splits (576), 50.2 in 4; layer2 (128 channels) 55.5 on 64x128 in 7 splits
   // (504 groups); layer1 (64) 37.8 on 64x64 in 14 (504).
+  // Where 64x64 tiles alone fill one wave but not two (layer3: 576 groups), 64x64 with K
+  // split into at least two waves: layer3 0.109 ms in 2 splits (1,152 groups) against 0.116
+  // on 64x128 in 2, 0.116 on 64x64 unsplit (cuDNN 0.099); layer2 keeps 64x128 (0.097 ms,
+  // against 0.111-0.160 on 64x64).
   const bool discrete = forced_tile() < 0 && discrete_shapes(b);
-  const GemmTile& tile = !discrete          ? choose_tile(b, a.C_out, a.C_in, points)
-                         : a.C_out <= 32    ? kTiles[kTile32x64]
-                         : a.C_in <= 64     ? kTiles[kTile64x64]
-                                            : kTiles[kTile64x128];
+  const GemmTile& small = kTiles[kTile64x64];
+  const std::int64_t small_tiles = tile_count(small, a.C_out, a.C_in, points);
+  const bool small_fills = discrete && a.C_out > 32 && small_tiles >= wave_groups(small) &&
+                           small_tiles < 2 * wave_groups(small);
+  const GemmTile& tile = !discrete                     ? choose_tile(b, a.C_out, a.C_in, points)
+                         : a.C_out <= 32               ? kTiles[kTile32x64]
+                         : a.C_in <= 64 || small_fills ? small
+                                                       : kTiles[kTile64x128];
   const std::int64_t per_point = std::int64_t(a.C_out) * a.C_in;
-  const std::int64_t splits = split_count(tile, tile_count(tile, a.C_out, a.C_in, points), tiles,
-                                          points * per_point, wave_groups(tile), Fill::two_thirds);
+  const std::int64_t count = tile_count(tile, a.C_out, a.C_in, points);
+  const std::int64_t splits =
+      small_fills ? split_count(tile, count, tiles, points * per_point, 2 * wave_groups(tile),
+                                Fill::at_least)
+                  : split_count(tile, count, tiles, points * per_point, wave_groups(tile),
+                                Fill::two_thirds);
   Array du = Array::empty(b, {splits, points, a.C_out, a.C_in}, DType::float32);
   launch_gemm(b, (base + "_weight_gemm").c_str(), tile, a, a.C_out, a.C_in, splits,
               {buf(z), buf(v), buf(z), buf(du)}, 0, points, winograd_vec4(tiles, tiles));
