@@ -318,6 +318,10 @@ struct Split {
     // at 1024^2 and 4096 x 1024 were 3-6% lower than with two, 2 threads, AVX-512.
     const int want = threads > 1 ? 3 * threads : 1;
     n_chunks = std::clamp(panels / 2, 1, want);
+    // Too few panels for the threads: one column chunk each, whole vectors (at least two)
+    // rather than row chunks, which would each pack all of B (linear's 9216 -> 128 at 64
+    // rows, AVX-512: 432 -> 391 us on 2 threads of a Zen 5).
+    if (n_chunks < threads && vecs >= 2 * threads) n_chunks = threads;
     // Row chunks only as many as make the tasks a multiple of the threads (or `want`): every
     // row chunk packs its column chunk of B again, a transpose as costly as a third of the
     // arithmetic for linear's 9216 x 128 W^T at 64 rows (6 row chunks: 830 us, 2: 420).
