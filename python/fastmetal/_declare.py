@@ -85,28 +85,22 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
             return False
 
         mode = _autograd._mode
-        first = positions[0][0] if len(positions) in (1, 2) else -1
-        second = positions[1][0] if len(positions) == 2 else first
-        reach = max(first, second)
 
-        @functools.wraps(forward)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            # Every op call passes here (a NumPy user's too), so the common case is spelled
-            # out: one or two differentiable arguments, passed by position, and no out=.
-            if first >= 0 and not kwargs and reach < len(args) <= out_position:
-                a, b = args[first], args[second]
-                wants = mode.enabled and ((type(a) is Array and a._requires_grad) or
-                                          (type(b) is Array and b._requires_grad))
-            else:
-                wants = mode.enabled and wants_tape(args, kwargs)
-            if wants:
-                if _autograd.PROFILE is not None:
-                    return _profiled(op_name, forward, bind, grad_names, saved_names,
-                                     aux, passes, definition["vjp"], args, kwargs)
-                return _recorded(op_name, forward, bind, grad_names, saved_names, aux,
-                                 passes, definition["vjp"], args, kwargs)
-            result = forward(*args, **kwargs)
-            return result[0] if aux else result
+        def record(args: tuple, kwargs: dict) -> Any:
+            if _autograd.PROFILE is not None:
+                return _profiled(op_name, forward, bind, grad_names, saved_names,
+                                 aux, passes, definition["vjp"], args, kwargs)
+            return _recorded(op_name, forward, bind, grad_names, saved_names, aux,
+                             passes, definition["vjp"], args, kwargs)
+
+        call = _same_signature_call(forward, signature, grad_names, aux, mode, record)
+        if call is None:  # *args, **kwargs or positional-only: bound at every call
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if mode.enabled and wants_tape(args, kwargs):
+                    return record(args, kwargs)
+                result = forward(*args, **kwargs)
+                return result[0] if aux else result
+        functools.update_wrapper(call, forward)
 
         def set_vjp(vjp: Callable) -> Callable:
             definition["vjp"] = vjp
@@ -118,6 +112,45 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
             DECLARED[op_name] = call
         return call
     return decorate
+
+
+def _same_signature_call(forward: Callable, signature: inspect.Signature, grad_names: tuple,
+                         aux: bool, mode: Any, record: Callable) -> Callable | None:
+    """The public function for a forward whose arguments all have names: a function of the
+    forward's own signature (so Python binds the arguments, by position or name, as for the
+    forward itself), compiled once, that checks grad mode and the differentiable arguments
+    and out= by name and calls the forward. Every op call passes here, a NumPy user's too:
+    a generic (*args, **kwargs) wrapper cost 0.2-0.5 us more a call (add on 1,024 floats
+    1.03 -> 0.82 us). None for other signatures."""
+    params = list(signature.parameters.values())
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not all(p.kind in plain and p.name.isidentifier() for p in params):
+        return None
+    names = {p.name for p in params}
+    if names & {"_forward", "_mode", "_Array", "_record"} or any(n.startswith("_d_") for n in names):
+        return None
+    space: dict = {"_forward": forward, "_mode": mode, "_Array": Array, "_record": record}
+    heads, passes_on, keyword_only = [], [], False
+    for p in params:
+        if p.kind is p.KEYWORD_ONLY and not keyword_only:
+            heads.append("*")
+            keyword_only = True
+        if p.default is p.empty:
+            heads.append(p.name)
+        else:
+            space[f"_d_{p.name}"] = p.default
+            heads.append(f"{p.name}=_d_{p.name}")
+        passes_on.append(f"{p.name}={p.name}" if keyword_only else p.name)
+    checked = [n for n in grad_names] + (["out"] if "out" in names else [])
+    tape = " or ".join(f"(type({n}) is _Array and {n}._requires_grad)" for n in checked)
+    by_name = ", ".join(f"{p.name!r}: {p.name}" for p in params)
+    call = f"_forward({', '.join(passes_on)})"
+    source = (f"def call({', '.join(heads)}):\n"
+              f"    if _mode.enabled and ({tape or 'False'}):\n"
+              f"        return _record((), {{{by_name}}})\n"
+              f"    return {call}{'[0]' if aux else ''}\n")
+    exec(compile(source, f"<fastmetal op {forward.__name__}>", "exec"), space)  # noqa: S102
+    return space["call"]
 
 
 def _binder(signature: inspect.Signature) -> Callable[[tuple, dict], dict]:
