@@ -71,7 +71,7 @@ def _operand(obj: object) -> bool:
 
 def _binary_operator(name: str, reflected: bool) -> Callable[[Array, Any], Any]:
     def op(self: Array, other: Any) -> Any:
-        if not _operand(other):
+        if type(other) is not Array and not _operand(other):  # Array first: the common case
             return NotImplemented
         fn = _F[name]
         return fn(other, self) if reflected else fn(self, other)
