@@ -11,6 +11,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -489,6 +491,46 @@ def test_reduction_gradients_equal_torch(name, device):
         (lambda v: getattr(torch, name)(v, 1))
     tfn(t).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=2e-6)
+
+
+def test_declared_op_signatures(device):
+    """The op wrapper keeps the forward's signature: a keyword-only differentiable argument
+    records, defaults apply, a wrong call is Python's own TypeError; a forward taking
+    *args (bound at every call instead) records as well."""
+    from fastmetal._declare import op
+
+    @op(grads=("x", "scale"), saves=("x", "scale"), public=False)
+    def scaled(x, *, scale, offset=0.0):
+        return fm.add(fm.multiply(x, scale), offset)
+
+    @scaled.vjp
+    def _(ctx, g):
+        return fm.multiply(g, ctx.scale), fm.multiply(g, ctx.x)
+
+    @op(grads=("x",), public=False)
+    def doubled(x, **options):
+        return fm.multiply(x, options.get("factor", 2.0))
+
+    @doubled.vjp
+    def _(ctx, g):
+        return (fm.multiply(g, ctx.options.get("factor", 2.0)),)
+
+    x = fm.asarray(np.array([1.0, 2.0], np.float32), device=device).requires_grad_()
+    s = fm.asarray(np.array([3.0, 4.0], np.float32), device=device).requires_grad_()
+    out = scaled(x, scale=s)
+    np.testing.assert_allclose(out.numpy(), [3.0, 8.0])
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 4.0])
+    np.testing.assert_allclose(s.grad.numpy(), [1.0, 2.0])
+    np.testing.assert_allclose(scaled(x, scale=s, offset=1.0).numpy(), [4.0, 9.0])
+    with pytest.raises(TypeError):
+        scaled(x, s)  # scale is keyword-only
+    assert scaled.__name__ == "scaled" and "scale" in str(inspect.signature(scaled))
+    y = fm.asarray(np.array([1.0, 2.0], np.float32), device=device).requires_grad_()
+    doubled(y, factor=3.0).sum().backward()
+    np.testing.assert_allclose(y.grad.numpy(), [3.0, 3.0])
+    with fm.no_grad():
+        assert not doubled(y).requires_grad
 
 
 def test_recording_sees_every_argument_position(device):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import time
 from typing import Any, Callable, Iterable
 
@@ -127,7 +128,8 @@ def _same_signature_call(forward: Callable, signature: inspect.Signature, grad_n
     if not all(p.kind in plain and p.name.isidentifier() for p in params):
         return None
     names = {p.name for p in params}
-    if names & {"_forward", "_mode", "_Array", "_record"} or any(n.startswith("_d_") for n in names):
+    reserved = {"_forward", "_mode", "_Array", "_record"}
+    if names & reserved or any(n.startswith("_d_") for n in names):
         return None
     space: dict = {"_forward": forward, "_mode": mode, "_Array": Array, "_record": record}
     heads, passes_on, keyword_only = [], [], False
@@ -143,13 +145,19 @@ def _same_signature_call(forward: Callable, signature: inspect.Signature, grad_n
         passes_on.append(f"{p.name}={p.name}" if keyword_only else p.name)
     checked = [n for n in grad_names] + (["out"] if "out" in names else [])
     tape = " or ".join(f"(type({n}) is _Array and {n}._requires_grad)" for n in checked)
-    by_name = ", ".join(f"{p.name!r}: {p.name}" for p in params)
+    # The recording path gets the arguments as the forward takes them: positional ones by
+    # position (its binder zips them with the names), keyword-only ones by name.
+    positional = "".join(f"{p.name}, " for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
+    by_name = ", ".join(f"{p.name!r}: {p.name}" for p in params if p.kind is p.KEYWORD_ONLY)
     call = f"_forward({', '.join(passes_on)})"
     source = (f"def call({', '.join(heads)}):\n"
               f"    if _mode.enabled and ({tape or 'False'}):\n"
-              f"        return _record((), {{{by_name}}})\n"
+              f"        return _record(({positional}), {{{by_name}}})\n"
               f"    return {call}{'[0]' if aux else ''}\n")
-    exec(compile(source, f"<fastmetal op {forward.__name__}>", "exec"), space)  # noqa: S102
+    filename = f"<fastmetal op {forward.__name__}>"
+    # Tracebacks show the line that called the forward.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), space)  # noqa: S102
     return space["call"]
 
 
