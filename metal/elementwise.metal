@@ -172,7 +172,7 @@ kernel void binary_r(device const T* x [[buffer(0)]], device const T* y [[buffer
 
 template <typename T, typename Op>
 kernel void binary_rw(device const uint4* x [[buffer(0)]], device const uint4* y [[buffer(1)]],
-                      device uint4* out [[buffer(2)]], constant RowArgs& a [[buffer(3)]],
+                      device uint4* out [[buffer(2)]], constant ChunkRowArgs& a [[buffer(3)]],
                       uint2 gid [[thread_position_in_grid]]) {
   // Rows past the last one are clamped to it (loaded again, stored by no one): every loop
   // has a constant trip count, so the arrays stay in registers.

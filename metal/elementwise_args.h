@@ -20,7 +20,7 @@ struct StridedArgs {
 };
 
 // Argument block of the *_rw kernels: a 2-D launch over rows of whole 16-byte chunks.
-struct RowArgs {
+struct ChunkRowArgs {
   int64_t row_stride[3];  // in chunks: operand 0, operand 1, output (0: a broadcast row)
   uint32_t rows;
   uint32_t pad_;

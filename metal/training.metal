@@ -132,7 +132,7 @@ FM_FUNC float row_max_logsum(device const float* row, int32_t n, int32_t stride,
 // Grid: (inner, outer).
 kernel void log_softmax_forward(device const float* x [[buffer(0)]],
                                 device float* out [[buffer(1)]],
-                                constant RowArgs& a [[buffer(2)]],
+                                constant SoftmaxRowArgs& a [[buffer(2)]],
                                 uint2 gid [[thread_position_in_grid]]) {
   const uint64_t base = uint64_t(gid.y) * uint64_t(a.n) * uint64_t(a.inner) + gid.x;
   float log_sum;
@@ -147,7 +147,7 @@ kernel void log_softmax_forward(device const float* x [[buffer(0)]],
 kernel void log_softmax_backward(device const float* grad_out [[buffer(0)]],
                                  device const float* y [[buffer(1)]],
                                  device float* grad_in [[buffer(2)]],
-                                 constant RowArgs& a [[buffer(3)]],
+                                 constant SoftmaxRowArgs& a [[buffer(3)]],
                                  uint2 gid [[thread_position_in_grid]]) {
   const uint64_t base = uint64_t(gid.y) * uint64_t(a.n) * uint64_t(a.inner) + gid.x;
   float s = 0.0f;

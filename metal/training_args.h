@@ -12,7 +12,7 @@ struct PoolArgs {
 
 // Rows of a softmax: the reduced axis has n elements at stride `inner`; thread (o, x) owns the
 // row starting at o * n * inner + x.
-struct RowArgs {
+struct SoftmaxRowArgs {
   int32_t outer, n, inner, pad_;
 };
 

@@ -120,7 +120,7 @@ bool launch_rows_wide(Backend& be, const std::string& op, DType t, const std::ve
   const std::int64_t rows = shape[0], cols = shape[1];
   // (the kernel forms row indices up to rows + FM_WIDE_ROWS - 1 in 32 bits)
   if (cols % lanes != 0 || cols / lanes > kMaxGrid || rows > kMaxGrid - FM_WIDE_ROWS) return false;
-  RowArgs ra{};
+  ChunkRowArgs ra{};
   ra.rows = std::uint32_t(rows);
   for (std::size_t k = 0; k < 3; ++k) {
     const Strides& s = *strides[k];

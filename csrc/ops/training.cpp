@@ -72,7 +72,7 @@ namespace {
 
 // The rows along `axis` (already normalised by training.py): outer x n x inner, each
 // below 2**31 (the kernels index with 32-bit ints).
-RowArgs row_args(const char* op, const Shape& s, std::int64_t axis) {
+SoftmaxRowArgs row_args(const char* op, const Shape& s, std::int64_t axis) {
   const std::int64_t nd = std::int64_t(s.size());
   if (axis < 0 || axis >= nd)
     throw ValueError(message(op, "expected an axis in [0, ", nd, "), got ", axis));
@@ -82,7 +82,7 @@ RowArgs row_args(const char* op, const Shape& s, std::int64_t axis) {
   constexpr std::int64_t kMaxI32 = std::numeric_limits<std::int32_t>::max();
   if (outer > kMaxI32 || inner > kMaxI32 || s[axis] > kMaxI32)
     throw ValueError(message(op, "expected fewer than 2**31 rows, got shape ", shape_str(s)));
-  RowArgs a{};
+  SoftmaxRowArgs a{};
   a.outer = std::int32_t(outer);
   a.n = std::int32_t(s[axis]);
   a.inner = std::int32_t(inner);
@@ -92,7 +92,7 @@ RowArgs row_args(const char* op, const Shape& s, std::int64_t axis) {
 }  // namespace
 
 Array log_softmax(const Array& x, std::int64_t axis) {
-  const RowArgs a = row_args("log_softmax", x.shape, axis);
+  const SoftmaxRowArgs a = row_args("log_softmax", x.shape, axis);
   Array out = Array::empty(x.backend(), x.shape, DType::float32);
   if (out.size() == 0) return out;
   Backend& be = out.backend();
@@ -108,7 +108,7 @@ Array log_softmax_backward(const Array& grad_output, const Array& output, std::i
   if (grad_output.shape != output.shape)
     throw ValueError(message(op, "expected grad_output of the output's shape ",
                              shape_str(output.shape), ", got ", shape_str(grad_output.shape)));
-  const RowArgs a = row_args(op, output.shape, axis);
+  const SoftmaxRowArgs a = row_args(op, output.shape, axis);
   Array grad_in = Array::empty(output.backend(), output.shape, DType::float32);
   if (grad_in.size() == 0) return grad_in;
   Backend& be = grad_in.backend();
