@@ -188,6 +188,18 @@ Array to_array(py::handle obj, Backend& backend, const std::string& op, const ch
     if (a.dtype == DType::int64 || *want == DType::int64) throw int64_refused(op, arg, a.dtype);
     return convert(a, *want);  // float32 <-> float16 on the device
   }
+  // A NumPy float32 scalar (x * np.float32(0.5)) as the 0-d float32 array it stands for,
+  // without the trip through a NumPy array (1.6 -> 0.9 us a multiply on 1,024 floats).
+  static auto* np_float32 = new py::object(py::module_::import("numpy").attr("float32"));
+  if (Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(np_float32->ptr()) &&
+      (!want || *want == DType::float32)) {
+    Array a;
+    a.dtype = DType::float32;
+    a.storage = backend.allocate(sizeof(float));
+    const float f = obj.cast<float>();
+    backend.copy_from_host(*a.storage, 0, &f, sizeof f);
+    return a;
+  }
   if (is_python_scalar(obj)) {
     Array a;
     a.dtype = want.value_or(DType::float32);

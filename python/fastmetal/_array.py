@@ -66,7 +66,12 @@ def _host_visible(a: Array) -> bool:
 # Operands an operator accepts; anything else gets NotImplemented so that Python can try
 # the other operand's reflected method.
 def _operand(obj: object) -> bool:
-    return isinstance(obj, (Array, np.ndarray, np.generic, numbers.Real, list, tuple))
+    # The common types first: isinstance against numbers.Real (an ABC) alone took 0.5 us.
+    return type(obj) in _COMMON_OPERANDS or isinstance(
+        obj, (Array, np.ndarray, np.generic, numbers.Real, list, tuple))
+
+
+_COMMON_OPERANDS = frozenset({Array, float, int, bool, np.ndarray})
 
 
 def _binary_operator(name: str, reflected: bool) -> Callable[[Array, Any], Any]:
