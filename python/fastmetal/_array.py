@@ -71,7 +71,7 @@ def _operand(obj: object) -> bool:
         obj, (Array, np.ndarray, np.generic, numbers.Real, list, tuple))
 
 
-_COMMON_OPERANDS = frozenset({Array, float, int, bool, np.ndarray})
+_COMMON_OPERANDS = frozenset({Array, float, int, bool, np.ndarray, np.float32, np.float64})
 
 
 def _binary_operator(name: str, reflected: bool) -> Callable[[Array, Any], Any]:
