@@ -274,7 +274,6 @@ Scratch& thread_scratch() {
   return s;
 }
 
-
 // Strip s of A (rows s * MR ...) into pack_a's layout.
 void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
   const int m0 = s * MR, rows = std::min(MR, p.M - m0), K = p.K;
@@ -420,10 +419,10 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
     std::fill(C, C + MN * p.batch, 0.f);
     return;
   }
+  if (dot_path(p)) return matmul_dot(p, A, B, C);
   auto& pool = ThreadPool::instance();
   const int threads = pool.num_threads();
   const Split sp(p, threads);
-  if (dot_path(p)) return matmul_dot(p, A, B, C);
   const i64 strips = sp.strips;
   // Many products, or one too small to share (below 2^17 multiply-adds; VAE's 20 x 128 x 400
   // still ran faster on two threads, 16 vs 27 us on AVX2): one product per task, all on that
