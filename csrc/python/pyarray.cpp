@@ -197,17 +197,10 @@ Array to_array(py::handle obj, Backend& backend, const std::string& op, const ch
     if (a.dtype == DType::int64 || *want == DType::int64) throw int64_refused(op, arg, a.dtype);
     return convert(a, *want);  // float32 <-> float16 on the device
   }
-  // A NumPy float32 scalar as the 0-d float32 array it stands for, without a NumPy array
-  // in between.
-  if (is_numpy_float32_scalar(obj) && (!want || *want == DType::float32)) {
-    Array a;
-    a.dtype = DType::float32;
-    a.storage = backend.allocate(sizeof(float));
-    const float f = obj.cast<float>();
-    backend.copy_from_host(*a.storage, 0, &f, sizeof f);
-    return a;
-  }
-  if (is_python_scalar(obj)) {
+  // A NumPy float32 scalar is copied as a Python scalar is (its value is exact as a double):
+  // the 0-d float32 array it stands for, without a NumPy array in between.
+  if (is_python_scalar(obj) ||
+      (is_numpy_float32_scalar(obj) && (!want || *want == DType::float32))) {
     Array a;
     a.dtype = want.value_or(DType::float32);
     a.storage = backend.allocate(itemsize(a.dtype));
