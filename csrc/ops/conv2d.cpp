@@ -243,9 +243,9 @@ std::int64_t input_grad_splits(Backend& b, const Conv2dArgs& a, const GemmTile& 
 
 // ---- Winograd F(m x m, 3x3), m = 2 or 4 (metal/conv_winograd.metal; docs/gpu_kernels.md
 // says why and where). Three launches: the weight and input transforms (one grid), the
-// (m+2)^2 GEMMs (one launch), the output transform; the transformed tensors are pool buffers that live
-// until the launches that read them have run (the backend keeps them alive; nothing here
-// waits).
+// (m+2)^2 GEMMs (one launch), the output transform; the transformed tensors are pool
+// buffers that live until the launches that read them have run (the backend keeps them
+// alive; nothing here waits).
 
 // Stride 1, dilation 1, 3x3, one group: the shapes F(m x m, 3x3) computes.
 bool winograd_shape(const Conv2dArgs& a) {
