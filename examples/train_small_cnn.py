@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> float:
 
     rng = np.random.default_rng(0)
     model = StripeNet(rng)
-    optimizer = fm.nn.optim.SGD(model.parameters(), lr=ns.lr)
+    optimizer = fm.optim.SGD(model.parameters(), lr=ns.lr)
     loss_fn = fm.nn.CrossEntropyLoss()
 
     t0 = time.perf_counter()

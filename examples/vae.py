@@ -25,7 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 import fastmetal as fm
-from fastmetal import datasets, nn
+from fastmetal import nn, optim
+from fastmetal.data import datasets
 from fastmetal.models import VAE, vae_loss
 
 
@@ -56,7 +57,7 @@ def progress_bar(total: int, desc: str, quiet: bool) -> Any:
     return tqdm(total=total, desc=desc, unit="sample", unit_scale=True, leave=False)
 
 
-def train_epoch(model: VAE, optimizer: nn.optim.Optimizer, x: npt.NDArray[np.float32],
+def train_epoch(model: VAE, optimizer: optim.Optimizer, x: npt.NDArray[np.float32],
                 batch: int, rng: np.random.Generator, desc: str, quiet: bool) -> float:
     """One pass over x in shuffled batches; returns the mean loss per sample."""
     model.train()
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
           f"test digits, batch {ns.batch_size}, Adam lr {ns.lr}")
     fm.random.seed(ns.seed)
     model = VAE(ns.seed, device)
-    optimizer = nn.optim.Adam(model.parameters(), lr=ns.lr)
+    optimizer = optim.Adam(model.parameters(), lr=ns.lr)
     rng = np.random.default_rng(ns.seed)
     history: dict[str, list[float]] = {"train": [], "test": [], "seconds": []}
     for epoch in range(1, ns.epochs + 1):

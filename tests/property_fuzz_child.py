@@ -134,7 +134,7 @@ def call(name, draw):
             np.testing.assert_allclose(np.asarray(result, np.float64), ref, rtol=1e-3)
 
 
-from fastmetal._elementwise import BINARY, UNARY  # noqa: E402 (the op table's names)
+from fastmetal.ops.elementwise import BINARY, UNARY  # noqa: E402 (the op table's names)
 
 
 def main(name: str, examples: int) -> None:

@@ -337,7 +337,7 @@ def ref_conv2d_explicit_backward_weight(gy, x, kH, kW, g, cfg):
 # ============================================================================ derivative
 def derivative_reference(v64, dx, order, accuracy, axis):
     """float64 application of fastmetal's exact stencil rows (edges one-sided), row by row."""
-    from fastmetal import numerics as fnum
+    from fastmetal.ops import numerics as fnum
     rows, half, _, _ = fnum._derivative_stencils(order, accuracy)
     ref = np.empty_like(v64)
     m = np.moveaxis(v64, axis, -1)

@@ -15,15 +15,12 @@ from hypothesis.extra import numpy as hnp
 
 import fastmetal as fm
 from fastmetal import _core
+from helpers import host
 
 SETTINGS = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 COMPARISONS = {"less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
                "greater_equal": operator.ge, "equal": operator.eq, "not_equal": operator.ne}
-
-
-def host(a):
-    return np.asarray(a.numpy()) if isinstance(a, fm.Array) else np.asarray(a)
 
 
 def strided(rng, shape, dtype, step):

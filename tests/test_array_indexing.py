@@ -11,14 +11,11 @@ from hypothesis import strategies as st
 
 import fastmetal as fm
 from fastmetal import _core
+from helpers import host
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 DTYPES = [np.float32, np.float16, np.int64]
-
-
-def host(a):
-    return np.asarray(a.numpy()) if isinstance(a, fm.Array) else np.asarray(a)
 
 
 def make(shape, dtype, seed=0):

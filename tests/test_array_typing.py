@@ -3,6 +3,7 @@ held against the runtime by mypy's stubtest."""
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import shutil
 import subprocess
@@ -42,17 +43,19 @@ ARRAY_USAGE = textwrap.dedent('''
 
 def stub_tree(tmp_path: Path) -> Path:
     """A directory holding only the stubs of the fastmetal being tested, for MYPYPATH (mypy
-    then reads no .py). The elementwise stubs (_elementwise.pyi) are generated from the op
-    table by the build and installed beside _elementwise.py; an editable install runs the
+    then reads no .py). The elementwise stubs (ops/elementwise.pyi) are generated from the op
+    table by the build and installed beside ops/elementwise.py; an editable install runs the
     package from the source tree, where they are generated here the same way."""
     root = tmp_path / "stubs"
     (root / "fastmetal").mkdir(parents=True)
     package = Path(fm.__file__).resolve().parent
-    for f in [*package.glob("*.pyi"), package / "py.typed"]:
-        shutil.copy(f, root / "fastmetal" / f.name)
-    generated = root / "fastmetal" / "_elementwise.pyi"
+    for f in [*package.rglob("*.pyi"), package / "py.typed"]:
+        target = root / "fastmetal" / f.relative_to(package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, target)
+    generated = root / "fastmetal" / "ops" / "elementwise.pyi"
     if not generated.exists():
-        assert package == PACKAGE, f"{package} has no _elementwise.pyi: the build must install it"
+        assert package == PACKAGE, f"{package} has no ops/elementwise.pyi: the build must install it"
         subprocess.run([sys.executable, str(REPO / "tools" / "gen" / "gen_stubs.py"),
                         "--out", str(generated)], check=True, timeout=60)
     return root / "fastmetal"
@@ -96,12 +99,21 @@ def _stub_names(path: Path) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["*"]:
             # `from .mod import *`: the names in mod.pyi's __all__
-            names.update(_stub_all(path.with_name(node.module + ".pyi")))
+            names.update(_stub_all(_relative_stub(path, node)))
         elif isinstance(node, ast.ImportFrom):
             names.update(a.asname or a.name for a in node.names)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
     return names
+
+
+def _relative_stub(path: Path, node: ast.ImportFrom) -> Path:
+    """The stub file a relative `from .a.b import ...` in stub `path` names."""
+    base = path.parent
+    for _ in range(node.level - 1):
+        base = base.parent
+    target = base.joinpath(*(node.module or "").split("."))
+    return target / "__init__.pyi" if target.is_dir() else target.with_suffix(".pyi")
 
 
 def _stub_all(path: Path) -> list[str]:
@@ -118,21 +130,20 @@ def test_every_public_name_has_a_stub(tmp_path):
     declared = _stub_names(package / "__init__.pyi")
     missing = sorted(set(fm.__all__) - declared)
     assert not missing, f"add these to python/fastmetal/__init__.pyi: {missing}"
-    nn_declared = _stub_names(package / "nn.pyi")
-    missing = sorted(set(fm.nn.__all__) - nn_declared)
-    assert not missing, f"add these to python/fastmetal/nn.pyi: {missing}"
-    optim_declared = _stub_names(package / "optim.pyi")
-    missing = sorted(set(fm.nn.optim.__all__) - optim_declared)
-    assert not missing, f"add these to python/fastmetal/optim.pyi: {missing}"
-    random_declared = _stub_names(package / "random.pyi")
-    missing = sorted(set(fm.random.__all__) - random_declared)
-    assert not missing, f"add these to python/fastmetal/random.pyi: {missing}"
+    for module, stub in (("nn", "nn/__init__.pyi"), ("optim", "optim/__init__.pyi"),
+                         ("random", "random.pyi"), ("autograd", "autograd/__init__.pyi"),
+                         ("data", "data/__init__.pyi"), ("nn.functional", "nn/functional.pyi"),
+                         ("nn.init", "nn/init.pyi"), ("nn.utils", "nn/utils.pyi"),
+                         ("optim.lr_scheduler", "optim/lr_scheduler.pyi")):
+        runtime = importlib.import_module(f"fastmetal.{module}")
+        missing = sorted(set(runtime.__all__) - _stub_names(package / stub))
+        assert not missing, f"add these to python/fastmetal/{stub}: {missing}"
 
 
 def test_elementwise_stubs_follow_the_op_table(tmp_path):
     # Generated from the table by the build: one stub per line, unary/binary as the table says.
-    from fastmetal._optable import OPS
-    stub = stub_tree(tmp_path) / "_elementwise.pyi"
+    from fastmetal.ops.optable import OPS
+    stub = stub_tree(tmp_path) / "ops" / "elementwise.pyi"
     assert _stub_all(stub) == [spec.name for spec in OPS if spec.public]
     arity = {}
     for node in ast.parse(stub.read_text()).body:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fastmetal as fm
+from helpers import host
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -24,10 +25,6 @@ def numbered(shape, dtype=np.float32):
     """Distinct, exactly representable values, so any misplaced element shows."""
     size = int(np.prod(shape, dtype=np.int64))
     return (np.arange(size, dtype=np.float64) * 0.5 - 3).astype(dtype).reshape(shape)
-
-
-def host(a):
-    return np.asarray(a.numpy())
 
 
 def outcome(fn):

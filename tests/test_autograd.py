@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import fastmetal as fm
-from fastmetal._optable import OPS
+from fastmetal.ops.optable import OPS
 from references import numpy_reference, ref_conv2d
 
 RNG = np.random.default_rng(20261126)
@@ -83,7 +83,7 @@ def _reference(spec):
 
 @pytest.mark.parametrize("spec", DIFFERENTIABLE, ids=[s.name for s in DIFFERENTIABLE])
 def test_elementwise_gradient(spec, device):
-    fn = fm._elementwise.FUNCTIONS[spec.name]
+    fn = fm.ops.elementwise.FUNCTIONS[spec.name]
     if spec.arity == 1:
         check_gradient(fn, _reference(spec), [_sample(spec.name, (3, 4))], device)
         return
@@ -445,7 +445,7 @@ def test_binary_gradients_over_random_broadcasts_and_strides(device):
         spec = next(s for s in OPS if s.name == name)
         x = RNG.uniform(0.5, 2.0, sx)
         y = RNG.uniform(0.5, 2.0, sy) + 0.013  # no ties for maximum/minimum
-        fn = fm._elementwise.FUNCTIONS[name]
+        fn = fm.ops.elementwise.FUNCTIONS[name]
         if strided and x.ndim:  # a reversed, non-contiguous view of the first operand
             f_fm = lambda a, b: fn(a[::-1], b)  # noqa: E731
             f_np = lambda a, b: numpy_reference(spec, a[::-1], b)  # noqa: E731
@@ -472,7 +472,7 @@ def test_elementwise_gradients_equal_torch(spec, device):
     ours = [fm.asarray(a, device=device).requires_grad_() for a in args]
     theirs = [torch.tensor(a, requires_grad=True) for a in args]
     w = RNG.standard_normal((3, 4)).astype(np.float32)
-    (fm._elementwise.FUNCTIONS[spec.name](*ours) * w).sum().backward()
+    (fm.ops.elementwise.FUNCTIONS[spec.name](*ours) * w).sum().backward()
     (tfn(*theirs) * torch.tensor(w)).sum().backward()
     for a, t in zip(ours, theirs):
         np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=2e-6)
@@ -497,7 +497,7 @@ def test_declared_op_signatures(device):
     """The op wrapper keeps the forward's signature: a keyword-only differentiable argument
     records, defaults apply, a wrong call is Python's own TypeError; a forward taking
     *args (bound at every call instead) records as well."""
-    from fastmetal._declare import op
+    from fastmetal.autograd.declare import op
 
     @op(grads=("x", "scale"), saves=("x", "scale"), public=False)
     def scaled(x, *, scale, offset=0.0):

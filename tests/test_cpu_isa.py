@@ -13,8 +13,8 @@ pytestmark = pytest.mark.cpu_only  # per-ISA variants exist on the cpu backend o
 
 CHECK = r"""
 import numpy as np, fastmetal as fm, fastmetal._core as core
-from fastmetal._optable import OPS
-from fastmetal._elementwise import FUNCTIONS as OP
+from fastmetal.ops.optable import OPS
+from fastmetal.ops.elementwise import FUNCTIONS as OP
 from references import numpy_reference
 assert core._cpu_isa() == "{isa}", core._cpu_isa()
 rng = np.random.default_rng(5)

@@ -6,7 +6,7 @@ import gzip
 import numpy as np
 import pytest
 
-from fastmetal import datasets
+from fastmetal.data import datasets
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32, np.float32,

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fastmetal as fm
-from fastmetal._optable import OPS
-from fastmetal._elementwise import FUNCTIONS as OP
+from fastmetal.ops.optable import OPS
+from fastmetal.ops.elementwise import FUNCTIONS as OP
 
 from references import elementwise_rtol, numpy_reference
 
@@ -318,7 +318,7 @@ def test_functions_come_from_the_table():
         f = OP[spec.name]
         assert f.__name__ == spec.name
         assert spec.doc.split(",")[0] in f.__doc__
-        # public lines are fastmetal.<name>; "internal:" lines only fastmetal._elementwise's
+        # public lines are fastmetal.<name>; "internal:" lines only fastmetal.ops.elementwise's
         assert (spec.name in fm.__all__) == spec.public
         assert (getattr(fm, spec.name, None) is f) == spec.public
 

@@ -12,8 +12,8 @@ import pytest
 import fastmetal as fm
 from fastmetal import _core
 
-from fastmetal._optable import OPS
-from fastmetal._elementwise import FUNCTIONS as OP
+from fastmetal.ops.optable import OPS
+from fastmetal.ops.elementwise import FUNCTIONS as OP
 from references import elementwise_rtol, numpy_reference
 
 

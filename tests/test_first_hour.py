@@ -166,7 +166,7 @@ def exact_fourier(x: float, a, b, period: float) -> float:
 def test_fourier_series_is_exact_over_its_whole_supported_range(device, period):
     rng = np.random.default_rng(7)
     a, b = rng.uniform(-1, 1, 9), rng.uniform(-1, 1, 9)
-    limit = fm.numerics.FOURIER_MAX_PERIODS * period
+    limit = fm.ops.numerics.FOURIER_MAX_PERIODS * period
     x = np.concatenate([rng.uniform(-1, 1, 64) * limit,
                         rng.uniform(-1, 1, 64) * limit / 1e3,
                         [limit, -limit, 0.0]]).astype(np.float32)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import fastmetal as fm
-from fastmetal._optable import OPS
-from fastmetal._elementwise import FUNCTIONS as OP
+from fastmetal.ops.optable import OPS
+from fastmetal.ops.elementwise import FUNCTIONS as OP
 
 from references import numpy_reference
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fastmetal as fm
-from fastmetal._optable import OPS
+from fastmetal.ops.optable import OPS
 
 pytestmark = [
     pytest.mark.gpu,

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import fastmetal as fm
-from fastmetal import datasets, nn
+from fastmetal import nn
+from fastmetal.data import datasets
 from conftest import REPO
 
 

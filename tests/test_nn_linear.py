@@ -10,15 +10,7 @@ import pytest
 
 import fastmetal as fm
 from fastmetal import nn
-
-try:
-    import torch
-except ImportError:  # the NumPy references still run
-    torch = None
-
-
-def host(a):
-    return a.numpy() if isinstance(a, fm.Array) else np.asarray(a)
+from helpers import host, torch
 
 
 @pytest.fixture(autouse=True)

@@ -12,17 +12,7 @@ import pytest
 
 import fastmetal as fm
 from fastmetal import nn
-
-try:
-    import torch
-except ImportError:  # the NumPy references still run
-    torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
-
-
-def host(a):
-    return a.numpy() if isinstance(a, fm.Array) else np.asarray(a)
+from helpers import host, needs_torch, torch
 
 
 class Params(nn.Module):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fastmetal as fm
-from fastmetal import numerics as fnum
+from fastmetal.ops import numerics as fnum
 
 from references import derivative_reference, fourier_series_numpy32, fourier_series_reference
 

@@ -1,4 +1,4 @@
-"""The NumPy surface (issue 28, item 3), on every device of the --device suite, against
+"""The NumPy surface, on every device of the --device suite, against
 NumPy: //, % and divmod (float32, float16, int64), int64 arithmetic and reductions, astype's
 refusals, creation functions, where / concatenate / stack / dot, prod / cumsum, the view
 rearrangements, several index arrays, the rule for NumPy functions on Arrays, NumPy's
@@ -14,10 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fastmetal as fm
-
-
-def host(a):
-    return a.numpy() if isinstance(a, fm.Array) else np.asarray(a)
+from helpers import host
 
 
 def same_bits(got, want):

@@ -8,17 +8,7 @@ import numpy as np
 import pytest
 
 import fastmetal as fm
-
-try:
-    import torch
-except ImportError:  # the NumPy references still run
-    torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
-
-
-def host(a):
-    return a.numpy() if isinstance(a, fm.Array) else np.asarray(a)
+from helpers import host, needs_torch, torch
 
 
 # ----------------------------------------------------------------------------- references
@@ -93,7 +83,7 @@ POOL_CASES = [
 @pytest.mark.parametrize("case", range(len(POOL_CASES)))
 def test_max_pool2d_matches_reference(device, rng, case):
     shape, k, s, p = POOL_CASES[case]
-    norm = fm.training._pool_spec(k, s, p, "t")
+    norm = fm.ops.training._pool_spec(k, s, p, "t")
     x = rng.standard_normal(shape).astype(np.float32)
     y = fm.max_pool2d(x, k, s, p)
     ref, _ = pool_reference(x, *norm)

@@ -1,14 +1,15 @@
-// Ops that reach Python without a bindings file. An op file declares each entry point once,
-// beside its definition, by its Python signature and docstring:
+// A kernel-level op's private Python entry point, declared once beside its definition by its
+// Python signature and docstring:
 //
-//   Array leaky_relu(const Array& x, double slope) { ... }
-//   FM_PYTHON_OP(leaky_relu, "leaky_relu(x: Array, slope: float)", "max(x, 0) + slope * min(x, 0).");
+//   Array log_softmax(const Array& x, std::int64_t axis) { ... }
+//   FM_PYTHON_OP(log_softmax, "_log_softmax(x: Array, axis: int)", "Private: ...");
 //
-// Everything else follows from that line: python/op_bindings.cpp binds the op as
-// fastmetal._core.<name> (arguments by position or keyword, the op's device, the GIL
-// released around the call, NumPy in -> NumPy out, a fastmetal.Array in -> Array out),
-// python/fastmetal/_ops.py exports it as fastmetal.<name> (a name without a leading
-// underscore), and tools/gen/gen_stubs.py writes its type stub from the same line.
+// python/op_bindings.cpp binds every declared op as fastmetal._core.<name> (arguments by
+// position or keyword, the op's device, the GIL released around the call, NumPy in -> NumPy
+// out, a fastmetal.Array in -> Array out). Every name is private (a leading underscore:
+// tools/gen/gen_stubs.py stops the build otherwise): the public function is the Python
+// declaration in python/fastmetal/ops/<family>.py that wraps it with its gradient
+// (fastmetal.autograd.declare.op), the one road to a public op.
 //
 // Parameter types (Python: C++): Array: const Array& (any array-like, converted to a
 // contiguous float32 Array on the op's device: that of its fastmetal.Array arguments,

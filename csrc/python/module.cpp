@@ -179,15 +179,6 @@ PYBIND11_MODULE(_core, m) {
              if (a.shape.empty()) throw py::type_error("len() of a 0-d fastmetal.Array");
              return a.shape[0];
            })
-      .def(
-          "__array__",
-          [](py::object self, py::object dtype, py::object copy) {
-            py::object arr = numpy_view(self.cast<const Array&>(), self);
-            if (!dtype.is_none()) arr = arr.attr("astype")(dtype, py::arg("copy") = false);
-            if (!copy.is_none() && copy.cast<bool>()) arr = arr.attr("copy")();
-            return arr;
-          },
-          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack__",
            [](py::object self, py::kwargs kwargs) -> py::object {
              const Array& a = self.cast<const Array&>();
@@ -232,12 +223,9 @@ PYBIND11_MODULE(_core, m) {
       .def("_view", &make_view, py::arg("offset"), py::arg("shape"), py::arg("strides"),
            "A new Array on the same storage (no copy): element offset, shape and strides in "
            "elements. Every addressed element must lie inside the storage. Flags of the "
-           "source Array (and its storage) carry over, so views of read-only data stay read-only.")
-      .def("__repr__", [](py::object self) {
-        const Array& a = self.cast<const Array&>();
-        std::string body = py::repr(numpy_view(a, self));
-        return "fastmetal.Array(" + body + ", device='" + a.backend().name() + "')";
-      });
+           "source Array (and its storage) carry over, so views of read-only data stay read-only.");
+  // The rest of Array's surface (operators, methods, __array__, __repr__, NumPy dispatch,
+  // autograd's attributes) is Python's: python/fastmetal/array/surface.py, in one place.
 
   m.def("devices", &available_devices, "Available backends, best first; 'cpu' is always there.");
   m.def("default_device", &fm::default_device, "The device ops use when no Array says otherwise.");

@@ -11,42 +11,33 @@ The public API is ``__all__`` (docs/API.md describes each name).
 import importlib.metadata as _metadata
 import warnings as _warnings
 
-from . import _core
-from ._core import (
-    Array,
-    asarray,
-    default_device,
-    devices,
-    empty,
-    ones,
-    set_default_device,
-    synchronize,
-    zeros,
-)
-# One function per line of metal/elementwise_ops.tbl (defined by name in _elementwise).
-from ._elementwise import *  # noqa: F401,F403
-from ._elementwise import __all__ as _elementwise_names
-from . import _autograd  # requires_grad, backward(), detach() on Array; the tape
-from ._autograd import (enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled,
-                        value_and_grad)
-from . import _array  # Array operators, views and NumPy dispatch
-from ._array import expand_dims
-from .numerics import derivative, fourier_series, gradient
-from .conv import conv2d, conv2d_backward
-from .reductions import sum, mean, var, std, max, min, argmax, argmin, prod, cumsum  # noqa: A004
-from .linalg import matmul, linear, linear_backward, dot
-from .creation import arange, linspace, full, zeros_like, ones_like, full_like, empty_like
-from .manipulation import (where, concatenate, stack, transpose, permute, swapaxes, moveaxis,
-                           squeeze)
-from .arithmetic import divmod  # noqa: A004
-from . import _numpy_surface  # noqa: F401  (Array's //, %, divmod, prod, ...; NumPy dispatch)
-from . import training
-from .training import (cross_entropy, dropout, dropout_backward, log_softmax,
-                       log_softmax_backward, max_pool2d, max_pool2d_backward)
-from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss,
-                     nll_loss)
-from . import nn
-from . import random
+from ._core import Array
+# The layers, bottom up: autograd (the tape and @op), ops (every function, by family; the
+# only Python that calls _core), array (the Array's Python surface), optim, nn, data.
+from .autograd.functional import grad, value_and_grad
+from .autograd.tape import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .ops.devices import (configuration_problems as _configuration_problems, default_device,
+                          devices, set_default_device, synchronize)
+from .ops.creation import (arange, asarray, empty, empty_like, full, full_like, linspace,
+                           ones, ones_like, zeros, zeros_like)
+# One function per line of metal/elementwise_ops.tbl (defined by name in ops/elementwise).
+from .ops.elementwise import *  # noqa: F401,F403
+from .ops.elementwise import __all__ as _elementwise_names
+from .ops.arithmetic import divmod  # noqa: A004
+from .ops.views import expand_dims
+from .ops.numerics import derivative, fourier_series, gradient
+from .ops.random import seed as manual_seed  # torch.manual_seed's name for fm.random.seed
+from .ops.conv import conv2d, conv2d_backward
+from .ops.reductions import sum, mean, var, std, max, min, argmax, argmin, prod, cumsum  # noqa: A004
+from .ops.linalg import matmul, linear, linear_backward, dot
+from .ops.manipulation import (where, concatenate, stack, transpose, permute, swapaxes, moveaxis,
+                               squeeze)
+from .ops.training import (cross_entropy, dropout, dropout_backward, log_softmax,
+                           log_softmax_backward, max_pool2d, max_pool2d_backward)
+from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss,
+                         nll_loss)
+from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
+from . import autograd, data, nn, optim, random
 
 try:
     __version__ = _metadata.version("fastmetal")
@@ -56,7 +47,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 # FASTMETAL_* variables that were not understood: say so once, here, naming the variable
 # and the accepted values (the default is used instead).
 def _warn_about_configuration():
-    for problem in _core._config_problems():
+    for problem in _configuration_problems():
         _warnings.warn(problem, RuntimeWarning, stacklevel=3)
 
 
@@ -98,8 +89,7 @@ __all__ = [
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
-    "nn",
-    "random",
+    "manual_seed", "autograd", "data", "nn", "optim", "random",
 ]
 
 

@@ -1,14 +1,17 @@
 # Type stubs of the public package `fastmetal` (checked by mypy --strict in the tests, and
 # against the runtime by mypy's stubtest: tests/test_array_typing.py).
 # The elementwise functions' stubs are generated from metal/elementwise_ops.tbl by the build
-# (tools/gen/gen_stubs.py writes _elementwise.pyi); every other public name is declared here
+# (tools/gen/gen_stubs.py writes ops/elementwise.pyi); every other public name is declared here
 # (tests/test_array_typing.py checks that each one is).
 from typing import Any, Callable, Collection, Sequence, SupportsIndex, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
 
+from . import autograd as autograd
+from . import data as data
 from . import nn as nn
+from . import optim as optim
 from . import random as random
 from ._core import (
     Array as Array,
@@ -21,7 +24,7 @@ from ._core import (
     synchronize as synchronize,
     zeros as zeros,
 )
-from ._elementwise import *
+from .ops.elementwise import *
 
 __version__: str
 __all__: list[str]
@@ -96,6 +99,7 @@ class enable_grad(no_grad): ...
 def is_grad_enabled() -> bool: ...
 def set_grad_enabled(mode: bool) -> None: ...
 def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = ...) -> Callable[..., Any]: ...
+def manual_seed(n: int) -> None: ...
 def value_and_grad(fun: Callable[..., Any],
                    argnums: int | Sequence[int] = ...) -> Callable[..., tuple[Any, Any]]: ...
 

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 import fastmetal as fm
+from fastmetal.benchmarks._timing import fmt_time, machine_summary, median_time
 
 BENCHMARKS = ("elementwise", "fourier", "conv2d", "matmul", "gpu", "mnist", "vae")
 # A result is "ok" when its largest error, relative to the largest |value| of the float64
@@ -70,7 +71,6 @@ def _conv_case(rng):
 
 def info() -> int:
     """Version, devices, and one line per backend that is not available saying why."""
-    from fastmetal.benchmarks._timing import machine_summary
     print(f"fastmetal {fm.__version__}")
     print(f"devices: {fm.devices()} (default: {fm.default_device()}; "
           f"set FASTMETAL_DEVICE or fastmetal.set_default_device to choose)")
@@ -82,7 +82,6 @@ def info() -> int:
 
 def demo() -> int:
     """Check each headline op against a float64 reference and time it against NumPy."""
-    from fastmetal.benchmarks._timing import fmt_time, median_time
     info()
     print()
     rng = np.random.default_rng(0)

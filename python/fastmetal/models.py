@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from . import nn
-from .losses import binary_cross_entropy
+from . import random
+from .nn.functional import binary_cross_entropy
+from .ops.elementwise import FUNCTIONS as E
 
 __all__ = ["mnist_cnn", "VAE", "vae_loss"]
 
@@ -58,7 +60,6 @@ class VAE(nn.Module):
         """``mu + eps * exp(logvar / 2)``; ``eps`` drawn from ``fastmetal.random.normal`` on
         mu's device unless given (the tests give it, to follow PyTorch step by step)."""
         if eps is None:
-            from . import random
             eps = random.normal(tuple(mu.shape), device=mu.device)
         return mu + eps * _exp(logvar * 0.5)
 
@@ -72,14 +73,12 @@ class VAE(nn.Module):
 
 
 def _exp(x: Any) -> Any:
-    from ._elementwise import FUNCTIONS
-    return FUNCTIONS["exp"](x)
+    return E["exp"](x)
 
 
 def vae_loss(recon_x: Any, x: Any, mu: Any, logvar: Any) -> Any:
     """Reconstruction + KL divergence, summed over the batch, as PyTorch's example:
     ``BCE(recon_x, x, reduction="sum") - 0.5 * sum(1 + logvar - mu**2 - exp(logvar))``."""
-    from ._elementwise import FUNCTIONS as E
     bce = binary_cross_entropy(recon_x, x.reshape(-1, 784), reduction="sum")
     kld = (1.0 + logvar - E["square"](mu) - E["exp"](logvar)).sum() * -0.5
     return bce + kld

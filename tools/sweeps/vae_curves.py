@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import fastmetal as fm
-from fastmetal import datasets
+from fastmetal.data import datasets
 from fastmetal.models import VAE, vae_loss
 
 BATCH = 128

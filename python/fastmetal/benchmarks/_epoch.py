@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable, Iterator
 
 import fastmetal as fm
+from fastmetal.autograd import tape as _autograd
 
 from ._timing import torch_or_none
 
@@ -87,7 +88,6 @@ def print_table(results: list, batch: int, samples: int,
 @contextlib.contextmanager
 def tape_profile() -> Iterator[dict]:
     """Collects the tape's own seconds (autograd.PROFILE) while the block runs."""
-    from fastmetal import _autograd
     profile: dict = {}
     _autograd.PROFILE = profile
     try:

@@ -9,6 +9,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
+import fastmetal as fm
+
 
 @dataclass
 class Timing:
@@ -79,9 +83,6 @@ def mlx_or_none():
 
 
 def machine_summary() -> str:
-    import numpy as np
-
-    import fastmetal as fm
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

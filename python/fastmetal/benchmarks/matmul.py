@@ -25,6 +25,7 @@ import numpy as np
 
 import fastmetal as fm
 
+from .gpu import Peers, gpu_time
 from ._timing import fmt_time, machine_summary, time_calls, torch_or_none
 
 SQUARE_GPU = (256, 512, 1024, 2048, 4096, 8192)
@@ -157,7 +158,6 @@ def reduction_rows(ns, torch):
 
 # ----------------------------------------------------------------------------- GPU
 def gpu_rows(ns, device, torch):
-    from .gpu import Peers, gpu_time
     peers = Peers(device)
     sync = lambda: fm.synchronize(device)  # noqa: E731
     print(f"{'case':38} {'fastmetal':>18} {'cuBLAS (torch)':>18}  ratio   rel.err fm / torch")
@@ -187,7 +187,6 @@ def gpu_rows(ns, device, torch):
 
 def sweep(ns, device):
     """Tuning: every tile shape and split count forced (FASTMETAL_MATMUL_TILE / _SPLITS)."""
-    from .gpu import gpu_time
     sync = lambda: fm.synchronize(device)  # noqa: E731
     tiles = [t for t in ns.tiles.split(",") if t]
     splits = ns.splits.split(",")  # '' = the host's choice

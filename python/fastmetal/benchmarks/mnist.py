@@ -24,6 +24,7 @@ import numpy as np
 import fastmetal as fm
 
 from ..models import mnist_cnn
+from ..data.datasets import load_mnist
 from . import _epoch
 from ._timing import machine_summary
 
@@ -46,7 +47,6 @@ def make_batches(data_dir, seed):
     rng = np.random.default_rng(seed)
     n = POOL_BATCHES * BATCH
     if data_dir:
-        from ..datasets import load_mnist
         images, labels = load_mnist(data_dir, train=True)
         pick = rng.permutation(len(labels))[:n]
         images, labels = images[pick], labels[pick].astype(np.int64)

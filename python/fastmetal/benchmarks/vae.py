@@ -21,6 +21,7 @@ import numpy as np
 import fastmetal as fm
 
 from ..models import VAE, vae_loss
+from ..data.datasets import load_mnist
 from . import _epoch
 from ._timing import machine_summary
 
@@ -33,7 +34,6 @@ def make_batches(data_dir, seed):
     rng = np.random.default_rng(seed)
     n = POOL_BATCHES * BATCH
     if data_dir:
-        from ..datasets import load_mnist
         images, _ = load_mnist(data_dir, train=True)
         images = images[rng.permutation(len(images))[:n]].reshape(n, 784) / np.float32(255)
     else:  # binarised blobs: each image a random set of strokes

@@ -1,0 +1,85 @@
+"""Activation layers, as ``torch.nn``'s: ReLU, Sigmoid, Tanh, GELU, Softplus, LogSoftmax."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ...ops import training as F
+from ...ops.elementwise import FUNCTIONS as _E
+from .module import Module
+
+__all__ = ['ReLU', 'Sigmoid', 'Tanh', 'GELU', 'Softplus', 'LogSoftmax']
+
+
+class _Activation(Module):
+    _op = ""
+
+    def forward(self, x):
+        return _E[self._op](x)
+
+
+class ReLU(_Activation):
+    """``max(x, 0)``; gradient 0 at 0, as PyTorch."""
+    _op = "relu"
+
+
+class Sigmoid(_Activation):
+    """``1 / (1 + exp(-x))``."""
+    _op = "sigmoid"
+
+
+class Tanh(_Activation):
+    """Hyperbolic tangent."""
+    _op = "tanh"
+
+
+class GELU(Module):
+    """GELU, exact erf form (``approximate="none"``, the only form), as ``torch.nn.GELU``."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate != "none":
+            raise ValueError(f"[fastmetal.nn.GELU] expected approximate='none', got "
+                             f"{approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x):
+        return _E["gelu"](x)
+
+
+class Softplus(Module):
+    """``log(1 + exp(beta x)) / beta``, as ``torch.nn.Softplus``; computed exactly at every x
+    (PyTorch switches to ``x`` where ``beta x > threshold``; the two differ by less than
+    ``exp(-threshold)``)."""
+
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        for name, v in (("beta", beta), ("threshold", threshold)):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+                raise TypeError(f"[fastmetal.nn.Softplus] expected {name} to be a number, "
+                                f"got {v!r}")
+        if beta <= 0:
+            raise ValueError(f"[fastmetal.nn.Softplus] expected beta > 0, got {beta!r}")
+        self.beta, self.threshold = float(beta), float(threshold)
+
+    def forward(self, x):
+        if self.beta == 1.0:
+            return _E["softplus"](x)
+        return _E["softplus"](x * self.beta) * (1.0 / self.beta)
+
+
+class LogSoftmax(Module):
+    """:func:`fastmetal.log_softmax` along ``dim`` as a layer."""
+
+    def __init__(self, dim=-1):
+        super().__init__()
+        if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, numbers.Integral):
+            raise TypeError(f"[fastmetal.nn.LogSoftmax] expected dim to be an int, got {dim!r}")
+        self.dim = int(dim)
+
+    def forward(self, x):
+        return F.log_softmax(x, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"

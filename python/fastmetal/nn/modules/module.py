@@ -1,0 +1,258 @@
+"""``fastmetal.nn.Module`` and ``Parameter``, as PyTorch's: attributes that are Modules or
+Parameters register themselves, so any subclass has recursive ``parameters()``,
+``named_parameters()``, ``state_dict()`` / ``load_state_dict()``, ``train()`` / ``eval()``,
+``zero_grad()`` and ``to(device)``. Gradients come from autograd (``loss.backward()``).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..._core import Array
+from ...autograd.tape import detach, no_grad
+from ...ops.creation import asarray, zeros
+from ...ops.elementwise import copy
+
+__all__ = ["Parameter", "Module"]
+
+
+class _ParameterType(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return type(obj) is Array and getattr(obj, "_is_parameter", False)
+
+
+class Parameter(metaclass=_ParameterType):
+    """``Parameter(data, requires_grad=True)``: a leaf Array that requires grad and that a
+    Module registers when it is assigned as an attribute, as ``torch.nn.Parameter``. An Array
+    ``data`` is shared (not copied); anything else becomes a float32 Array on the default
+    device. ``isinstance(p, Parameter)`` is True for them; they are ``fastmetal.Array``s."""
+
+    def __new__(cls, data: Any = None, requires_grad: bool = True) -> Any:  # type: ignore[misc]
+        if data is None:
+            data = np.zeros((0,), np.float32)
+        if isinstance(data, Array):
+            p = detach(data)
+        else:
+            host = np.asarray(data)
+            if host.dtype.kind not in "fiu":
+                raise TypeError(f"[fastmetal.nn.Parameter] expected real data, got dtype "
+                                f"{host.dtype}")
+            p = asarray(host.astype(np.float16 if host.dtype == np.float16 else
+                                          np.float32))
+        p.requires_grad = requires_grad
+        p._is_parameter = True
+        return p
+
+
+def _state_value(p: Array) -> np.ndarray:
+    return np.array(p.numpy(), copy=True)
+
+
+class Module:
+    """Base class of every layer and model, as ``torch.nn.Module``."""
+
+    training = True
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+
+    # -- registration
+    def _registry(self) -> tuple:
+        d = self.__dict__
+        if "_parameters" not in d:  # a subclass that did not call super().__init__()
+            Module.__init__(self)
+        return d["_parameters"], d["_modules"]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        params, modules = self._registry()
+        if isinstance(value, Parameter):
+            modules.pop(name, None)
+            params[name] = value
+        elif isinstance(value, Module):
+            params.pop(name, None)
+            modules[name] = value
+        elif name in params:
+            if value is not None and not isinstance(value, Array):
+                raise TypeError(f"[fastmetal.nn.{type(self).__name__}] expected a Parameter "
+                                f"or None for parameter '{name}', got {type(value).__name__}")
+            if value is not None:
+                value = Parameter(value)
+            params[name] = value
+        else:
+            modules.pop(name, None)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        params, modules = self._registry()
+        params.pop(name, None)
+        modules.pop(name, None)
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Any) -> None:
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"[fastmetal.nn.{type(self).__name__}.register_parameter] "
+                            f"expected a Parameter or None, got {type(param).__name__}")
+        self._registry()[0][name] = param
+        object.__setattr__(self, name, param)
+
+    def add_module(self, name: str, module: Any) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"[fastmetal.nn.{type(self).__name__}.add_module] expected a "
+                            f"Module, got {type(module).__name__}")
+        self._registry()[1][name] = module
+        object.__setattr__(self, name, module)
+
+    # -- traversal
+    def named_children(self) -> Iterator[tuple]:
+        for name, m in self._registry()[1].items():
+            if m is not None:
+                yield name, m
+
+    def children(self) -> Iterator["Module"]:
+        for _, m in self.named_children():
+            yield m
+
+    def named_modules(self, prefix: str = "", remove_duplicate: bool = True,
+                      _seen: set | None = None) -> Iterator[tuple]:
+        seen = set() if _seen is None else _seen
+        if remove_duplicate:
+            if id(self) in seen:
+                return
+            seen.add(id(self))
+        yield prefix, self
+        for name, m in self.named_children():
+            yield from m.named_modules(f"{prefix}.{name}" if prefix else name,
+                                       remove_duplicate, seen)
+
+    def modules(self) -> Iterator["Module"]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple]:
+        """(dotted name, Parameter) of this module and, with ``recurse``, its submodules; a
+        Parameter shared by several modules appears once (unless ``remove_duplicate=False``)."""
+        seen: set = set()
+        mods = self.named_modules(prefix, remove_duplicate) if recurse else [(prefix, self)]
+        for mod_prefix, mod in mods:
+            for name, p in mod._registry()[0].items():
+                if p is None or (remove_duplicate and id(p) in seen):
+                    continue
+                seen.add(id(p))
+                yield (f"{mod_prefix}.{name}" if mod_prefix else name), p
+
+    def parameters(self, recurse: bool = True) -> Iterator[Array]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    # -- modes and gradients
+    def train(self, mode: bool = True) -> "Module":
+        if not isinstance(mode, (bool, np.bool_)):
+            raise TypeError(f"[fastmetal.nn.{type(self).__name__}.train] expected mode to be "
+                            f"True or False, got {mode!r}")
+        object.__setattr__(self, "training", bool(mode))
+        for m in self.children():
+            m.train(mode)
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the parameters' gradients (None, or zeros with ``set_to_none=False``)."""
+        for p in self.parameters():
+            _zero_grad(p, set_to_none)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def to(self, device: str) -> "Module":
+        """Move every parameter to ``device`` (in place: the same Module, new Parameters;
+        create the optimizer after moving)."""
+        if not isinstance(device, str):
+            raise TypeError(f"[fastmetal.nn.{type(self).__name__}.to] expected a device name "
+                            f"(str), got {type(device).__name__}")
+        for m in self.modules():
+            params = m._registry()[0]
+            for name, p in list(params.items()):
+                if p is not None and p.device != device:
+                    with no_grad():
+                        moved = Parameter(p.to(device), requires_grad=p.requires_grad)
+                    params[name] = moved
+                    object.__setattr__(m, name, moved)
+        return self
+
+    # -- state
+    def state_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Copies of every parameter as NumPy arrays by dotted name (``numpy.savez(f,
+        **sd)`` saves them)."""
+        return OrderedDict((n, _state_value(p)) for n, p in
+                           self.named_parameters(remove_duplicate=False))
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True) -> tuple:
+        """Copy values into the parameters in place (optimizers keep working), by name.
+        strict: the keys must be exactly this model's. Shapes must match. Everything is
+        checked before anything is written. Returns (missing_keys, unexpected_keys)."""
+        cls = type(self).__name__
+        if not hasattr(state_dict, "keys"):
+            raise TypeError(f"[fastmetal.nn.{cls}.load_state_dict] expected a mapping of "
+                            f"names to arrays, got {type(state_dict).__name__}")
+        own = OrderedDict(self.named_parameters(remove_duplicate=False))
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict.keys() if k not in own]
+        if strict and (missing or unexpected):
+            raise ValueError(f"[fastmetal.nn.{cls}.load_state_dict] expected the keys "
+                             f"{list(own)}, got missing {missing} and unexpected {unexpected}")
+        values = {}
+        for name, p in own.items():
+            if name not in state_dict:
+                continue
+            v = state_dict[name]
+            host = v.numpy() if isinstance(v, Array) else np.asarray(v)
+            if host.shape != tuple(p.shape):
+                raise ValueError(f"[fastmetal.nn.{cls}.load_state_dict] expected {name} of "
+                                 f"shape {tuple(p.shape)}, got {host.shape}")
+            if host.dtype.kind not in "fiu":
+                raise TypeError(f"[fastmetal.nn.{cls}.load_state_dict] expected {name} with "
+                                f"a real dtype, got {host.dtype}")
+            if p._readonly:  # checked for all before copying any: a failure loads nothing
+                raise ValueError(f"[fastmetal.nn.{cls}.load_state_dict] expected writeable "
+                                 f"parameters, got {name} read-only (it views memory that is "
+                                 "not writeable)")
+            values[name] = host
+        with no_grad():
+            for name, host in values.items():
+                p = own[name]
+                copy(asarray(np.ascontiguousarray(host).astype(p.dtype), device=p.device), out=p)
+        return missing, unexpected
+
+    # -- calling and printing
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"[fastmetal.nn.{type(self).__name__}] expected a forward() "
+                                  "method (define it in the subclass), got none")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        children = [f"({n}): " + repr(m).replace("\n", "\n  ")
+                    for n, m in self.named_children()]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        if not children:
+            return head + ")"
+        return head + "".join(f"\n  {c}" for c in children) + "\n)"
+
+
+def _zero_grad(p: Array, set_to_none: bool) -> None:
+    if set_to_none or p.grad is None:
+        p.grad = None
+    else:
+        p.grad = zeros(tuple(p.shape), dtype=p.dtype, device=p.device)

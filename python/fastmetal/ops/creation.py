@@ -1,0 +1,167 @@
+"""Array creation with NumPy's names and semantics: ``arange``, ``linspace``, ``full`` and
+the ``*_like`` functions (``zeros_like``, ``ones_like``, ``full_like``, ``empty_like``).
+
+Each returns a ``fastmetal.Array`` on ``device`` (default: the default device; for
+``*_like`` of an Array, that Array's device). dtypes follow fastmetal's rule: float32,
+float16 and int64 are kept; float64 becomes float32, other integers int64 where NumPy would
+give an integer result (``arange(5)``, ``full(3, 7)``), bool float32.
+
+``arange`` and ``linspace`` compute their values with NumPy on the host (so they are
+NumPy's values, rounded once to the result dtype) and copy them to the device once; ``full``
+and the ``*_like`` functions fill on the device (the copy kernel from one broadcast element).
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import _core
+from .dtypes import DTYPES as _DTYPES
+from .dtypes import native_dtype
+from .._core import Array
+# The C++ constructors are the public functions of these names (no gradient: they make leaves).
+from .._core import asarray, empty, ones, zeros  # noqa: F401
+
+__all__ = ["arange", "linspace", "full", "zeros_like", "ones_like", "full_like", "empty_like"]
+
+
+
+def _target_dtype(dtype: Any, inferred: np.dtype, where: str) -> np.dtype:
+    """The fastmetal dtype of a result: `dtype` if given (it must be native), else the
+    NumPy dtype `inferred` mapped by the dtype rule (ints -> int64, other -> float32)."""
+    if dtype is not None:
+        return native_dtype(dtype, f"fastmetal.{where}")
+    if inferred in _DTYPES:
+        return inferred
+    return np.dtype(np.int64) if inferred.kind in "iu" else np.dtype(np.float32)
+
+
+def _upload(host: np.ndarray, dtype: np.dtype, device: Optional[str]) -> Array:
+    with np.errstate(over="ignore", invalid="ignore"):  # as the conversion kernels
+        host = np.ascontiguousarray(host.astype(dtype, copy=False))
+    return _core.asarray(host, dtype=dtype, device=device)
+
+
+def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, *,
+           device: Optional[str] = None) -> Array:
+    """Evenly spaced values in ``[start, stop)``, as ``numpy.arange`` (``arange(stop)``,
+    ``arange(start, stop)``, ``arange(start, stop, step)``): int64 for integer arguments,
+    float32 for float ones (NumPy: float64); with ``dtype=`` the values NumPy's
+    ``arange(..., dtype=dtype)`` gives."""
+    args = [v for v in (start, stop, step) if v is not None]
+    for v in args:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.generic)):
+            raise TypeError(f"[fastmetal.arange] expected real numbers for start, stop and "
+                            f"step, got {type(v).__name__}")
+    if step is not None and step == 0:
+        raise ValueError("[fastmetal.arange] expected a nonzero step, got 0 "
+                         "(Maximum allowed size exceeded)")
+    host = np.arange(start, stop, step) if stop is not None or step is not None \
+        else np.arange(start)
+    target = _target_dtype(dtype, host.dtype, "arange")
+    if dtype is not None and host.dtype != target:
+        host = np.arange(start, stop, step, dtype=target) if stop is not None or \
+            step is not None else np.arange(start, dtype=target)
+    return _upload(host, target, device)
+
+
+def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
+             retstep: bool = False, dtype: Any = None, axis: int = 0, *,
+             device: Optional[str] = None) -> Any:
+    """``num`` evenly spaced samples from ``start`` to ``stop`` (inclusive unless
+    ``endpoint=False``), as ``numpy.linspace``: computed in float64 by NumPy, stored as
+    float32 (or ``dtype``); ``retstep=True`` returns ``(samples, step)`` with ``step`` a
+    Python float. ``start``/``stop`` may be arrays (the samples go along ``axis``)."""
+    if isinstance(num, (bool, np.bool_)) or not isinstance(num, (numbers.Integral,)):
+        raise TypeError(f"[fastmetal.linspace] expected an integer num, got "
+                        f"{type(num).__name__}")
+    if num < 0:
+        raise ValueError(f"[fastmetal.linspace] expected num >= 0, got {num}")
+    host, step = np.linspace(np.asarray(start, dtype=np.float64),
+                             np.asarray(stop, dtype=np.float64), int(num), endpoint=endpoint,
+                             retstep=True, axis=axis)
+    target = _target_dtype(dtype, np.dtype(np.float64), "linspace")
+    if target.kind == "i":  # NumPy floors toward -inf for integer dtypes
+        host = np.floor(host)
+    result = _upload(host, target, device)
+    return (result, float(step)) if retstep else result
+
+
+def _fill_value_dtype(value: Any, where: str) -> np.dtype:
+    if isinstance(value, Array):
+        if value.size != 1:
+            raise ValueError(f"[{where}] expected a scalar fill value, got an Array of shape "
+                             f"{value.shape}")
+        return value.dtype
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"[{where}] expected a real fill value, got {type(value).__name__}")
+    if arr.ndim != 0:
+        raise ValueError(f"[{where}] expected a scalar fill value, got shape {arr.shape} "
+                         f"(use fastmetal.asarray and broadcasting for array fills)")
+    return arr.dtype
+
+
+def _filled(shape: Any, value: Any, dtype: np.dtype, device: Optional[str]) -> Array:
+    out = _core.empty(shape, dtype=dtype, device=device)
+    if out.size:
+        out[...] = value  # one broadcast element through the copy kernel, on the device
+    return out
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, *,
+         device: Optional[str] = None) -> Array:
+    """A new Array of ``shape`` filled with ``fill_value``, as ``numpy.full``: the dtype of
+    the value by default (an int: int64; a float or bool: float32)."""
+    inferred = _fill_value_dtype(fill_value, "fastmetal.full")
+    return _filled(shape, fill_value, _target_dtype(dtype, inferred, "full"), device)
+
+
+def _like(a: Any, dtype: Any, shape: Any, device: Optional[str], where: str):
+    if isinstance(a, Array):
+        inferred, a_shape, a_device = a.dtype, a.shape, a.device
+    else:
+        host = np.asarray(a)
+        if host.dtype.kind not in "biuf":
+            raise TypeError(f"[fastmetal.{where}] expected a real array, got dtype "
+                            f"{host.dtype}")
+        inferred, a_shape, a_device = host.dtype, host.shape, None
+        if inferred.kind in "iub":  # NumPy's integers become float32 in fastmetal (dtype rule)
+            inferred = np.dtype(np.int64) if inferred.kind in "iu" else np.dtype(np.float32)
+    target = _target_dtype(dtype, np.dtype(inferred), where)
+    return target, (a_shape if shape is None else shape), (device or a_device)
+
+
+def empty_like(prototype: Any, dtype: Any = None, *, shape: Any = None,
+               device: Optional[str] = None) -> Array:
+    """A new uninitialised Array with the shape and dtype of ``prototype`` (an Array or
+    array-like), on its device, as ``numpy.empty_like``."""
+    target, s, dev = _like(prototype, dtype, shape, device, "empty_like")
+    return _core.empty(s, dtype=target, device=dev)
+
+
+def zeros_like(a: Any, dtype: Any = None, *, shape: Any = None,
+               device: Optional[str] = None) -> Array:
+    """A new Array of zeros with the shape and dtype of ``a``, on its device, as
+    ``numpy.zeros_like``."""
+    target, s, dev = _like(a, dtype, shape, device, "zeros_like")
+    return _core.zeros(s, dtype=target, device=dev)
+
+
+def ones_like(a: Any, dtype: Any = None, *, shape: Any = None,
+              device: Optional[str] = None) -> Array:
+    """A new Array of ones with the shape and dtype of ``a``, on its device, as
+    ``numpy.ones_like``."""
+    target, s, dev = _like(a, dtype, shape, device, "ones_like")
+    return _core.ones(s, dtype=target, device=dev)
+
+
+def full_like(a: Any, fill_value: Any, dtype: Any = None, *, shape: Any = None,
+              device: Optional[str] = None) -> Array:
+    """A new Array with the shape and dtype of ``a``, on its device, filled with
+    ``fill_value`` (converted to that dtype, as ``numpy.full_like``)."""
+    _fill_value_dtype(fill_value, "fastmetal.full_like")
+    target, s, dev = _like(a, dtype, shape, device, "full_like")
+    return _filled(s, fill_value, target, dev)

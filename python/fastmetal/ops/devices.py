@@ -1,0 +1,21 @@
+"""What each device can do, asked of its backend (never decided by the device's name)."""
+from __future__ import annotations
+
+from .. import _core
+from .._core import Array
+# The device functions are the compiled ones (public as fastmetal.<name>).
+from .._core import default_device, devices, set_default_device, synchronize  # noqa: F401
+
+# Devices whose memory NumPy views share (cpu, metal; not cuda's device memory).
+HOST_VISIBLE = frozenset(d for d in _core.devices() if _core._device_capabilities(d)["host_visible"])
+
+
+def host_visible(a: Array) -> bool:
+    """Whether NumPy can view `a`'s memory without a copy."""
+    return a.device in HOST_VISIBLE
+
+
+def configuration_problems() -> list:
+    """FASTMETAL_* environment variables that were not understood, each said in a sentence
+    naming the variable and the accepted values (the default was used instead)."""
+    return list(_core._config_problems())

@@ -1,0 +1,281 @@
+"""Reductions with NumPy's names, arguments and semantics: ``sum, mean, var, std, max,
+min, argmax, argmin`` over ``axis=None | int | tuple of ints`` (negative axes count from
+the end), with ``keepdims`` and, for ``var``/``std``, ``ddof``.
+
+NumPy in, NumPy out (a NumPy scalar for a full reduction, as NumPy); a ``fastmetal.Array``
+in gives a ``fastmetal.Array`` on its device. ``argmax``/``argmin`` return int64 indices
+(an int64 ``fastmetal.Array`` for Array input). Computation is float32: float16 input is
+converted on the device and the result converted back (float16 out, as NumPy); other
+input dtypes are converted to float32 and the results are float32. int64 Arrays (the
+index dtype) take ``sum``, ``prod``, ``max``, ``min`` (int64, products and sums wrapping on
+overflow as NumPy's) and ``mean`` (float32). ``prod`` and ``cumsum`` (a scan, in the
+input's dtype) complete NumPy's set.
+
+Accuracy: on the ``cpu`` device sums accumulate in float64 over fixed chunks (bitwise the
+same for any ``FASTMETAL_NUM_THREADS``); the MSL kernels (``metal/reduce.metal``: each
+thread a Kahan-compensated share, then a simdgroup + threadgroup tree; few long rows split
+into segments on several threadgroups, combined by a second launch, the partition a
+function of the shape only) are at least as accurate as NumPy's pairwise float32 sum. NaN as NumPy: sums and max/min propagate NaN,
+argmax/argmin return the first NaN's index. Empty reductions: ``sum`` gives 0, ``mean``
+NaN with NumPy's ``RuntimeWarning`` ("Mean of empty slice"; ``var``/``std`` warn
+"Degrees of freedom <= 0 for slice" where ``N - ddof <= 0``), ``prod`` gives 1,
+``max``/``min``/``argmax``/``argmin`` raise ``ValueError``.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import math
+
+import numpy as np
+
+from .. import _core
+from ..autograd.declare import op
+from ..autograd.tape import broadcast_view
+from .elementwise import FUNCTIONS as E
+
+__all__ = ["sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod", "cumsum"]
+
+_builtin_sum = sum
+
+
+def _check_dtype(name: str, dtype: Any) -> None:
+    if dtype is not None and np.dtype(dtype) != np.float32:  # float16 in: float16 out
+        raise TypeError(f"[fastmetal.{name}] expected dtype None or float32, got {dtype!r}")
+
+
+def _finish(name: str, result: Any, out: Any) -> Any:
+    if out is None:
+        return result
+    if isinstance(out, _core.Array):
+        if isinstance(result, _core.Array) and result.dtype == np.int64:  # argmax / argmin
+            if out.dtype != np.int64:
+                raise TypeError(f"[fastmetal.{name}] expected an int64 out for int64 indices, "
+                                f"got dtype {out.dtype}")
+            if out.shape != result.shape:
+                raise ValueError(f"[fastmetal.{name}] expected out of shape {result.shape}, "
+                                 f"got shape {out.shape}")
+            _core.unary("copy", result, out=out)
+            return out
+        _core.binary("multiply", result, 1.0, out=out)
+        return out
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"[fastmetal.{name}] expected out to be a NumPy array or "
+                        f"fastmetal.Array, got {type(out).__name__}")
+    if not out.flags.writeable:
+        raise ValueError(f"[fastmetal.{name}] expected a writeable out, got a read-only array")
+    host = result.numpy() if isinstance(result, _core.Array) else np.asarray(result)
+    if out.shape != host.shape:
+        raise ValueError(f"[fastmetal.{name}] expected out of shape {host.shape}, "
+                         f"got shape {out.shape}")
+    np.copyto(out, host, casting="same_kind")
+    return out
+
+
+def _reduced_count(a: Any, axis: Any) -> int:
+    """How many elements each output of a reduction over `axis` takes (for the warnings);
+    -1 where the axis is invalid (the reduction then raises its own error)."""
+    shape = tuple(a.shape) if isinstance(a, _core.Array) else np.shape(a)
+    axes = range(len(shape)) if axis is None else \
+        (axis if isinstance(axis, (tuple, list)) else (axis,))
+    count = 1
+    try:
+        for ax in axes:
+            count *= shape[int(ax)]
+    except (TypeError, IndexError, ValueError):
+        return -1
+    return count
+
+
+def _warn_if_empty(name: str, a: Any, axis: Any, ddof: float) -> None:
+    """NumPy's RuntimeWarnings of mean / var / std with nothing (or too little) to average."""
+    n = _reduced_count(a, axis)
+    if n < 0:
+        return
+    if name == "mean" and n == 0:
+        warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=4)
+    elif name in ("var", "std") and n - ddof <= 0:
+        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=4)
+
+
+def _reduce(name: str, a: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
+            ddof: float = 0.0) -> Any:
+    _check_dtype(name, dtype)
+    if name in ("mean", "var", "std"):
+        _warn_if_empty(name, a, axis, ddof)
+    return _finish(name, _core._reduce(name, a, axis, bool(keepdims), float(ddof)), out)
+
+
+# Each reduction is declared with its gradient beside it (fastmetal._declare.op).
+@op(grads=("a",))
+def sum(a, axis=None, dtype=None, out=None, keepdims=False):  # noqa: A001
+    """Sum of the elements over ``axis`` (all by default), as ``numpy.sum``."""
+    return _reduce("sum", a, axis, dtype, out, keepdims)
+
+
+@sum.vjp
+def _sum_vjp(ctx, g):
+    return _spread(g, ctx.shapes["a"], ctx.axis, ctx.keepdims)
+
+
+@op(grads=("a",))
+def mean(a, axis=None, dtype=None, out=None, keepdims=False):
+    """Arithmetic mean over ``axis``, as ``numpy.mean`` (NaN for an empty axis)."""
+    return _reduce("mean", a, axis, dtype, out, keepdims)
+
+
+@mean.vjp
+def _mean_vjp(ctx, g):
+    shape = ctx.shapes["a"]
+    return _spread(g * (1.0 / _count(shape, ctx.axis)), shape, ctx.axis, ctx.keepdims)
+
+
+@op(grads=("a",), saves=("a",))
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    """Variance ``sum((x - mean)**2) / (N - ddof)`` over ``axis``, as ``numpy.var``."""
+    return _reduce("var", a, axis, dtype, out, keepdims, ddof)
+
+
+@var.vjp
+def _var_vjp(ctx, g):
+    shape = ctx.shapes["a"]
+    centred = ctx.a - mean(ctx.a, ctx.axis, keepdims=True)
+    scale = 2.0 / (_count(shape, ctx.axis) - ctx.ddof)
+    return _spread(g, shape, ctx.axis, ctx.keepdims) * centred * scale
+
+
+@op(grads=("a",), saves=("a", "out"))
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    """Standard deviation, the square root of :func:`var`, as ``numpy.std``."""
+    return _reduce("std", a, axis, dtype, out, keepdims, ddof)
+
+
+@std.vjp
+def _std_vjp(ctx, g):
+    shape = ctx.shapes["a"]
+    centred = ctx.a - mean(ctx.a, ctx.axis, keepdims=True)
+    n = _count(shape, ctx.axis) - ctx.ddof
+    return _spread(g / (ctx.out * n), shape, ctx.axis, ctx.keepdims) * centred
+
+
+@op(grads=("a",), saves=("a", "out"))
+def max(a, axis=None, out=None, keepdims=False):  # noqa: A001
+    """Largest element over ``axis``, NaN if any is NaN, as ``numpy.max``. Gradient: split
+    evenly among the elements equal to the maximum (as ``torch.amax``)."""
+    return _reduce("max", a, axis, None, out, keepdims)
+
+
+@op(grads=("a",), saves=("a", "out"))
+def min(a, axis=None, out=None, keepdims=False):  # noqa: A001
+    """Smallest element over ``axis``, NaN if any is NaN, as ``numpy.min``. Gradient: split
+    evenly among the elements equal to the minimum (as ``torch.amin``)."""
+    return _reduce("min", a, axis, None, out, keepdims)
+
+
+@max.vjp
+@min.vjp
+def _extreme_vjp(ctx, g):
+    shape = ctx.shapes["a"]
+    winners = _core.binary("equal", ctx.a, _spread(ctx.out, shape, ctx.axis, ctx.keepdims))
+    ties = _reduce("sum", winners, ctx.axis, None, None, True)
+    return _spread(g, shape, ctx.axis, ctx.keepdims) * winners / ties
+
+
+def argmax(a, axis=None, out=None, *, keepdims=False):
+    """Index (int64) of the first largest element along ``axis`` (of the flattened array
+    when ``axis`` is None); the first NaN wins, as ``numpy.argmax``."""
+    return _reduce("argmax", a, axis, None, out, keepdims)
+
+
+def argmin(a, axis=None, out=None, *, keepdims=False):
+    """Index (int64) of the first smallest element, as ``numpy.argmin``."""
+    return _reduce("argmin", a, axis, None, out, keepdims)
+
+
+@op(grads=("a",), saves=("a", "out"))
+def prod(a, axis=None, dtype=None, out=None, keepdims=False):
+    """Product of the elements over ``axis`` (all by default), as ``numpy.prod``: 1 for an
+    empty axis; float32 products in float32 (float16 input: computed in float32, returned as
+    float16), int64 products wrapping on overflow as NumPy's. On the device: one
+    threadgroup per output multiplies strided shares, then a tree (so the rounding order is
+    not NumPy's: results agree to float32 rounding, not bit for bit)."""
+    if dtype is not None and np.dtype(dtype) not in (np.float32, np.int64):
+        raise TypeError(f"[fastmetal.prod] expected dtype None, float32 or int64, got {dtype!r}")
+    return _finish("prod", _core._reduce("prod", a, axis, bool(keepdims), 0.0), out)
+
+
+@prod.vjp
+def _prod_vjp(ctx, g):
+    # The product of the others, without dividing by a zero: with z the zeros' mask,
+    # p' = prod(x + z) (zeros taken as 1): p' / x where the slice has no zero, p' at the
+    # zero of a slice with exactly one, 0 elsewhere.
+    x, shape = ctx.a, ctx.shapes["a"]
+    zeros = E["equal"](x, 0.0)
+    count = _reduce("sum", zeros, ctx.axis, None, None, True)
+    others = _reduce("prod", E["add"](x, zeros), ctx.axis, None, None, True)
+    safe = E["add"](x, zeros)
+    grad = E["divide"](others, safe) * E["equal"](count, 0.0) * (1.0 - zeros) + \
+        others * zeros * E["equal"](count, 1.0)
+    return _spread(g, shape, ctx.axis, ctx.keepdims) * grad
+
+
+@op(grads=("a",))
+def cumsum(a, axis=None, dtype=None, out=None):
+    """Cumulative sum along ``axis`` (of the flattened array when ``axis`` is None), as
+    ``numpy.cumsum``, in the input's dtype (float32, float16 or int64; other inputs as
+    float32). Each line is summed in order, as NumPy does, so the results are NumPy's bit
+    for bit (float16: each partial sum rounded to float16, as NumPy; int64: wrapping).
+    An ``Array`` in gives an ``Array`` on its device, NumPy in gives NumPy."""
+    if dtype is not None:
+        want = np.dtype(dtype)
+        have = a.dtype if isinstance(a, _core.Array) else None
+        if have is None or want != have:
+            raise TypeError(f"[fastmetal.cumsum] expected dtype None (the input's dtype), "
+                            f"got {dtype!r}; convert the input with astype first")
+    result = _core._cumsum(a, axis)
+    if out is None:
+        return result
+    if isinstance(out, _core.Array):
+        if out.shape != result.shape:
+            raise ValueError(f"[fastmetal.cumsum] expected out of shape {result.shape}, "
+                             f"got shape {out.shape}")
+        out[...] = result
+        return out
+    return _finish("cumsum", result, out)
+
+
+@cumsum.vjp
+def _cumsum_vjp(ctx, g):
+    # Each input adds into every later output: the reversed cumulative sum of g.
+    shape = ctx.shapes["a"]
+    flat = ctx.axis is None
+    if flat:
+        g = g.reshape(-1)
+    axis = 0 if flat else int(ctx.axis) % len(shape)
+    rev = (slice(None),) * axis + (slice(None, None, -1),)
+    back = cumsum(g[rev], axis)[rev]
+    return back.reshape(shape) if flat else back
+
+
+# ----------------------------------------------------------------------------- gradients
+def _axes(shape, axis):
+    nd = len(shape)
+    if axis is None:
+        return tuple(range(nd))
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    return tuple(int(a) % nd for a in items)
+
+
+def _count(shape, axis):
+    return math.prod(shape[i] for i in _axes(shape, axis))
+
+
+def _spread(g, shape, axis, keepdims):
+    """A reduction's result (or gradient) broadcast back over the reduced axes of `shape`."""
+    if not keepdims:
+        axes = _axes(shape, axis)
+        g = g.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
+    if tuple(g.shape) == tuple(shape):
+        return g
+    return broadcast_view(g, tuple(shape))  # no copy: the next kernel reads it broadcast

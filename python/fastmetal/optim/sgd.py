@@ -1,0 +1,51 @@
+"""``torch.optim.SGD``, one fused kernel per parameter."""
+from __future__ import annotations
+
+from ..ops.checks import check_bool
+from .optimizer import Optimizer, _number, _zeros_like
+
+__all__ = ['SGD']
+
+
+class SGD(Optimizer):
+    """``torch.optim.SGD``: ``g = grad + weight_decay * p``; with momentum, ``buf = g`` on the
+    first step, then ``buf = momentum * buf + (1 - dampening) * g``, and ``g = buf`` (or
+    ``g + momentum * buf`` with ``nesterov``); ``p -= lr * g``."""
+
+    _kind = "sgd"
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, weight_decay=0.0, *, dampening=0.0,
+                 nesterov=False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                      dampening=dampening, nesterov=nesterov))
+
+    def _validate(self, g):
+        g["lr"] = _number(g["lr"], "lr", "SGD")
+        g["momentum"] = _number(g["momentum"], "momentum", "SGD")
+        g["weight_decay"] = _number(g["weight_decay"], "weight_decay", "SGD")
+        g["dampening"] = _number(g["dampening"], "dampening", "SGD")
+        check_bool(g["nesterov"], "nesterov", "optim.SGD")
+        if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
+            raise ValueError("[fastmetal.nn.optim.SGD] expected momentum > 0 and dampening 0 "
+                             f"with nesterov, got momentum={g['momentum']}, "
+                             f"dampening={g['dampening']}")
+        g["nesterov"] = bool(g["nesterov"])
+        return g
+
+    def _prepare(self, param, state, group):
+        first = 0
+        if group["momentum"] != 0 and "momentum_buffer" not in state:
+            state["momentum_buffer"] = _zeros_like(param)
+            first = 1
+        buf = state.get("momentum_buffer")
+        hyper = dict(lr=group["lr"], momentum=group["momentum"], dampening=group["dampening"],
+                     weight_decay=group["weight_decay"], nesterov=float(group["nesterov"]),
+                     first=float(first))
+        return (buf if buf is not None else _zeros_like_cached(state, param)), None, hyper
+
+
+def _zeros_like_cached(state, param):
+    # SGD without momentum binds an unused state buffer.
+    if "_unused" not in state:
+        state["_unused"] = _zeros_like(param)
+    return state["_unused"]
