@@ -1,5 +1,5 @@
 // The header's functions, dispatched to the per-ISA copies in isa/conv2d_forward.cpp and
-// isa/conv2d_weight_grad.cpp (packed, register-blocked GEMM micro-kernels: isa/conv2d_engine.h),
+// isa/conv2d_weight_grad.cpp (packed, register-blocked GEMM micro-kernels: isa/simd_kernels.h),
 // and their registration as the CPU backend's conv2d (ops/conv2d.cpp asks for it by name).
 #include "conv2d_cpu.h"
 

@@ -1,6 +1,6 @@
 // conv2d forward and input gradient: the stride-1 direct form over padded images, im2col
-// chunks for strided convs. Compiled once per ISA; the GEMM/dot engine is conv2d_engine.h.
-#include "conv2d_engine.h"
+// chunks for strided convs. Compiled once per ISA; the GEMM/dot engine is simd_kernels.h.
+#include "simd_kernels.h"
 
 namespace fm::cpu::FM_CPU_ISA {
 using namespace conv;

@@ -1,6 +1,6 @@
 // conv2d weight and bias gradients: long dot products, or per-tap GEMMs over a channels-last copy.
-// Fast CPU conv2d, compiled once per ISA; the GEMM/dot engine is conv2d_engine.h.
-#include "conv2d_engine.h"
+// Fast CPU conv2d, compiled once per ISA; the GEMM/dot engine is simd_kernels.h.
+#include "simd_kernels.h"
 
 namespace fm::cpu::FM_CPU_ISA {
 using namespace conv;

@@ -7,7 +7,7 @@
 // row chunks, see Split); C is cut into tasks of column chunks (whole vectors) and row chunks
 // for the threads; each task packs its columns of B, one K block (at most kKC rows) and kBBlock
 // floats at a time, into contiguous kc x NR panels in a per-thread buffer that stays in L2,
-// then runs the micro-kernel (MR x NR of C in registers, conv2d_engine.h's register blocking)
+// then runs the micro-kernel (MR x NR of C in registers, simd_kernels.h's register blocking)
 // for every strip of A against every panel: the A strip (kc x MR) stays in L1 while B's panels
 // stream from L2 in the order they were written. Packing B also does away with reading B's rows
 // where they are, a power of two apart in memory (L1 set conflicts: 3x slower on AVX2 for
@@ -16,7 +16,7 @@
 // Every element of C is the same chain of FMAs over k in order (a K block continues from
 // the float that the previous one stored), whatever the tiling or the thread count, so
 // results are bitwise reproducible for any FASTMETAL_NUM_THREADS.
-#include "conv2d_engine.h"
+#include "simd_kernels.h"
 #include "matmul_args.h"
 
 namespace fm::cpu::FM_CPU_ISA {

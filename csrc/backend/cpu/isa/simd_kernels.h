@@ -1,6 +1,8 @@
-// The engine of the fast CPU conv2d, shared by isa/conv2d_forward.cpp (forward, input
-// gradient) and isa/conv2d_weight_grad.cpp (weight and bias gradients); included inside each
-// ISA's compilation of those files (see isa_dispatch.h).
+// The CPU's SIMD layer: a vector abstraction per instruction set (AVX-512, AVX2, a portable
+// 4-lane fallback), the register-blocked GEMM and dot micro-kernels, and per-thread scratch.
+// The fast conv2d (isa/conv2d_forward.cpp: forward, input gradient; isa/conv2d_weight_grad.cpp:
+// weight and bias gradients) and matmul (isa/matmul_gemm.cpp) are built on it; it is included
+// inside each ISA's compilation of those files (see isa_dispatch.h).
 //
 // Two register-blocked micro-kernels do all the arithmetic:
 //
