@@ -191,6 +191,30 @@ def _tolist(self: Array) -> Any:
     return _numpy(self).tolist()
 
 
+# ----------------------------------------------------------------------------- pickling
+def _reduce(self: Array) -> tuple:
+    """Pickle support: the data (through the host), dtype, device, requires_grad and the
+    Parameter flag; as PyTorch's, a computed Array in a graph is refused (its graph cannot be
+    pickled), and .grad is not kept."""
+    if self._node is not None:
+        raise RuntimeError("[fastmetal.Array.__reduce__] expected a leaf Array or one outside "
+                           "the graph (a computed Array's graph cannot be pickled; pickle "
+                           ".detach()), got one computed by a recorded op")
+    host = np.array(_numpy(self), copy=True)
+    return _rebuild, (host, self.device, self._requires_grad,
+                      bool(getattr(self, "_is_parameter", False)))
+
+
+def _rebuild(host: np.ndarray, device: str, requires_grad: bool, is_parameter: bool) -> Array:
+    """An Array from what _reduce kept (on `device`, which must exist here)."""
+    a = creation.asarray(host, dtype=host.dtype, device=device)
+    if requires_grad:
+        a._requires_grad = True
+    if is_parameter:
+        a._is_parameter = True
+    return a
+
+
 # ----------------------------------------------------------------------------- NumPy protocols
 # NumPy ufunc name -> fastmetal function name, where they differ.
 _UFUNC_ALIASES = {"absolute": "abs", "positive": "copy", "true_divide": "divide"}
@@ -395,7 +419,7 @@ def _install() -> None:
         "__rdivmod__": _divmod_operator(reflected=True),
         "__array_ufunc__": _array_ufunc, "__array_function__": _array_function,
         "__array__": _array, "__repr__": _repr,
-        "numpy": _numpy, "item": _item, "tolist": _tolist,
+        "numpy": _numpy, "item": _item, "tolist": _tolist, "__reduce__": _reduce,
         "reshape": views.reshape, "transpose": views.transpose, "T": property(_T),
         "squeeze": views.squeeze, "ravel": views.ravel, "flatten": views.flatten,
         "copy": views.contiguous_copy, "astype": views.astype, "to": views.to,

@@ -53,11 +53,20 @@ def set_grad_enabled(mode: bool) -> None:
 
 
 class _GradMode:
-    """A context manager and decorator setting grad mode for its block."""
+    """A context manager and decorator setting grad mode for its block: ``with no_grad():``,
+    ``@no_grad()`` and, as PyTorch's, ``@no_grad`` without brackets."""
 
     _enabled = True
 
-    def __init__(self) -> None:
+    def __new__(cls, fn: Optional[Callable] = None) -> Any:
+        if fn is None:
+            return super().__new__(cls)
+        if not callable(fn):
+            raise TypeError(f"[fastmetal.{cls.__name__}] expected no argument (or a function "
+                            f"to decorate), got {type(fn).__name__}")
+        return cls()(fn)  # the bare decorator
+
+    def __init__(self, fn: Optional[Callable] = None) -> None:
         self._saved: list = []
 
     def __enter__(self) -> None:

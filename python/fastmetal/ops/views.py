@@ -44,7 +44,7 @@ def contiguous(a: Array) -> bool:
 
 # The views and copies are differentiable: each is declared with its gradient beside it
 # (fastmetal._declare.op; `public=False`: they are methods, not functions of fastmetal).
-@op(grads=("self",), name="getitem", public=False)
+@op(grads=("self",), saves=("key",), name="getitem", public=False)  # an Array key: saved
 def getitem(self: Array, key: Any) -> Array:
     """Basic indexing (ints, slices with any step, None, ...): a view, never a copy.
     One index array (integers, or a boolean / fastmetal float mask) in the key: a new
