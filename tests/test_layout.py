@@ -273,9 +273,11 @@ def _tracked_files() -> list:
     import subprocess
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs the git checkout (the tracked files are the truth)")
-    out = subprocess.run(["git", "ls-files", *DOCUMENTED_ROOTS], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
-    return [Path(p) for p in out.splitlines()]
+    # Tracked or new, not ignored, and on disk (a copied tree's index may be stale).
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                          *DOCUMENTED_ROOTS], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    return sorted({Path(p) for p in out.splitlines() if (REPO / p).is_file()})
 
 
 def test_where_things_are_lists_every_file_of_the_tree():
