@@ -62,7 +62,7 @@ def check_gradient(f_fm, f_np, inputs, device, rtol=3e-3, atol=3e-3):
 DIFFERENTIABLE = [s for s in OPS if s.differentiable]
 # Domains away from the kinks and poles (the kinks have their own tests below).
 POSITIVE = {"log", "sqrt", "reciprocal", "power"}
-PROBABILITY = {"bce"}
+PROBABILITY = {"bce", "bce_grad"}
 AWAY_FROM_ZERO = {"relu", "abs", "maximum", "minimum"}
 
 

@@ -130,5 +130,7 @@ def test_autograd_grad_returns_gradients_and_leaves_dot_grad_alone():
     np.testing.assert_allclose(gh.numpy(), [4.0, -8.0])
     with pytest.raises(RuntimeError, match=r"\[fastmetal.autograd.grad\] expected every input"):
         fm.autograd.grad(fm.sum(x * 1.0), [x, w])
-    with pytest.raises(NotImplementedError, match="create_graph"):
-        fm.autograd.grad(fm.sum(x * 1.0), x, create_graph=True)
+    (g2,) = fm.autograd.grad(fm.sum(x * x * x), x, create_graph=True)
+    assert g2.requires_grad  # differentiable again (tests/test_higher_order.py)
+    (none,) = fm.autograd.grad(fm.sum(x * 1.0), [w], allow_unused=True)
+    assert none is None

@@ -388,15 +388,20 @@ def _retain_grad(self: Array) -> None:
     tape.retain_grad(self)
 
 
-def _backward(self: Array, gradient: Any = None, retain_graph: bool = False) -> None:
+def _backward(self: Array, gradient: Any = None, retain_graph: Any = None,
+              create_graph: bool = False) -> None:
     """Gradients of this Array with respect to the leaves it was computed from, added to
     their ``.grad``, as ``torch.Tensor.backward``. ``gradient``: the gradient of something
     with respect to this Array (its shape; may be left out for one element). The graph is
-    freed after it unless ``retain_graph``."""
-    if not isinstance(retain_graph, (bool, np.bool_)):
-        raise TypeError(f"[fastmetal.Array.backward] expected retain_graph to be True or "
-                        f"False, got {retain_graph!r}")
-    tape.backward(self, gradient, bool(retain_graph))
+    freed after it unless ``retain_graph`` (default: ``create_graph``). ``create_graph``:
+    the gradients are recorded too, so they can be differentiated again."""
+    for name, value in (("retain_graph", retain_graph), ("create_graph", create_graph)):
+        if not (value is None and name == "retain_graph") and \
+                not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"[fastmetal.Array.backward] expected {name} to be True or "
+                            f"False, got {value!r}")
+    keep = bool(create_graph) if retain_graph is None else bool(retain_graph)
+    tape.backward(self, gradient, keep, create_graph=bool(create_graph))
 
 
 # ----------------------------------------------------------------------------- attach

@@ -31,6 +31,12 @@ Arguments of ``op``:
   passes   the vjp may return ``g`` itself or a view of it (views, copies)
   saves_for  per differentiable argument, what its gradient reads (instead of ``saves``):
            only what the wanted gradients read is kept (``x *= c`` then needs nothing)
+  sequences  differentiable arguments that are sequences of Arrays (concatenate's
+           ``arrays``): one edge, and one gradient from the vjp, per element
+  higher_order  the vjp is made of differentiable ops, so backward(create_graph=True) may
+           record it for a second-order gradient (a vjp that checks ``is_grad_enabled()``
+           may take a faster kernel path when it is False: plain backward runs in no_grad).
+           Without it, a second-order gradient through the op raises NotImplementedError.
 """
 from __future__ import annotations
 
@@ -57,7 +63,8 @@ def _unwanted(ctx: Context, g: Any) -> Any:
 
 def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
        passes: bool = False, name: str | None = None, public: bool = True,
-       saves_for: dict | None = None, sequences: Iterable[str] = ()) -> Callable:
+       saves_for: dict | None = None, sequences: Iterable[str] = (),
+       higher_order: bool = False) -> Callable:
     grad_names = tuple(grads)
     sequence_names = frozenset(sequences)
     saved_names: Any = frozenset(saves)
@@ -95,9 +102,11 @@ def op(*, grads: Iterable[str], saves: Iterable[str] = (), aux: bool = False,
         def record(args: tuple, kwargs: dict) -> Any:
             if tape.PROFILE is not None:
                 return _profiled(op_name, forward, bind, grad_names, saved_names,
-                                 aux, passes, definition["vjp"], args, kwargs, sequence_names)
+                                 aux, passes, definition["vjp"], args, kwargs, sequence_names,
+                                 higher_order)
             return _recorded(op_name, forward, bind, grad_names, saved_names, aux,
-                             passes, definition["vjp"], args, kwargs, sequence_names)
+                             passes, definition["vjp"], args, kwargs, sequence_names,
+                             higher_order)
 
         call = _same_signature_call(forward, signature, grad_names, aux, mode, record,
                                     sequence_names)
@@ -215,7 +224,7 @@ def _check_out(out: Any, where: str) -> None:
 def _recorded(op_name: str, forward: Callable, bind: Callable[[tuple, dict], dict],
               grad_names: tuple, saved_names: Any, aux: bool, passes: bool,
               vjp: Callable, args: tuple, kwargs: dict,
-              sequence_names: frozenset = frozenset()) -> Any:
+              sequence_names: frozenset = frozenset(), higher_order: bool = False) -> Any:
     values = bind(args, kwargs)
     out_arg = values.get("out")
     if out_arg is not None:
@@ -281,7 +290,7 @@ def _recorded(op_name: str, forward: Callable, bind: Callable[[tuple, dict], dic
         h, version = tape.save(out)
         ctx.out = h
         saved.append(("out", h, version))
-    tape.record(op_name, vjp, out, ctx, edges, metas, saved, passes)
+    tape.record(op_name, vjp, out, ctx, edges, metas, saved, passes, higher_order, grad_names)
     return out
 
 

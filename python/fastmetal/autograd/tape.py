@@ -116,10 +116,11 @@ class Node:
     """One recorded call: its vjp, context, saved Arrays and edges to its inputs."""
 
     __slots__ = ("name", "vjp", "ctx", "edges", "metas", "saved", "passes", "freed",
-                 "retained", "__weakref__")
+                 "retained", "higher_order", "edge_names", "__weakref__")
 
     def __init__(self, name: str, vjp: Callable, ctx: Context, edges: list, metas: list,
-                 saved: list, passes: bool) -> None:
+                 saved: list, passes: bool, higher_order: bool = False,
+                 edge_names: tuple = ()) -> None:
         self.name = name
         self.vjp = vjp
         self.ctx = ctx
@@ -129,6 +130,11 @@ class Node:
         self.passes = passes  # the vjp may return the output's gradient itself (or a view)
         self.freed = False
         self.retained: Optional[weakref.ref] = None
+        # The vjp is made of differentiable ops (a second-order gradient may go through it);
+        # edge_names: the argument name of each edge, to give the vjp the saved inputs with
+        # their graph under create_graph.
+        self.higher_order = higher_order
+        self.edge_names = edge_names
 
     def __repr__(self) -> str:
         return f"<{self.name[:1].upper()}{self.name[1:]}Backward>"
@@ -146,8 +152,29 @@ class Node:
                     f"to be unchanged, got argument '{name}' of {self.name} modified by an "
                     f"in-place operation (version {saved._version}, expected {version}); "
                     "compute out of place (without out=, +=, [...] =) instead")
-        grads = self.vjp(self.ctx, g)
+        grads = self.vjp(self._connected_ctx() if _mode.enabled else self.ctx, g)
         return grads if isinstance(grads, tuple) else (grads,)
+
+    def _connected_ctx(self) -> Context:
+        """Under create_graph: the context with each saved input (and the saved result) as an
+        Array in the graph again (a saved Array is a bare handle), so the vjp's own ops
+        record their dependence on it, as PyTorch's SavedVariable does when unpacked."""
+        ctx = Context()
+        ctx.__dict__.update(self.ctx.__dict__)
+        for name, saved, _ in self.saved:
+            if name == "out":
+                edge: Any = self
+            elif name in self.edge_names:
+                edge = self.edges[self.edge_names.index(name)]
+            else:
+                continue
+            if type(edge) is Node:
+                alias = saved._alias()
+                alias._node, alias._requires_grad = edge, True
+                setattr(ctx, name, alias)
+            elif edge is not None:
+                setattr(ctx, name, edge)  # the leaf itself
+        return ctx
 
     def release(self) -> None:
         self.ctx = None
@@ -171,8 +198,9 @@ def edge_of(a: Array) -> Any:
 
 
 def record(name: str, vjp: Callable, out: Array, ctx: Context, edges: list, metas: list,
-           saved: list, passes: bool) -> None:
-    out._node = Node(name, vjp, ctx, edges, metas, saved, passes)
+           saved: list, passes: bool, higher_order: bool = False,
+           edge_names: tuple = ()) -> None:
+    out._node = Node(name, vjp, ctx, edges, metas, saved, passes, higher_order, edge_names)
     out._requires_grad = True
 
 
@@ -201,10 +229,47 @@ def _topological(root: Node) -> list:
     return order
 
 
+def _dead_ends(node: Node, g: Array) -> tuple:
+    """create_graph through a node whose vjp calls kernels without gradients: its gradients,
+    computed as usual, each recorded as the result of an op whose own gradient raises
+    NotImplementedError naming the node, so that a second-order gradient through it fails
+    loudly instead of being silently zero."""
+    with no_grad():
+        grads = node.apply(g)
+    inputs = [(e, m) for e, m in zip(node.edges, node.metas) if e is not None]
+    if g._requires_grad:
+        inputs.append((g._node if g._node is not None else g, (g.shape, g.dtype)))
+    if not inputs:
+        return grads
+
+    def refuse(ctx: Context, gg: Array) -> tuple:
+        raise NotImplementedError(
+            f"[fastmetal.backward] expected ops whose gradients are differentiable for a "
+            f"second-order gradient, got {node.name}: its gradient is computed by a kernel "
+            "without a gradient of its own (not implemented yet)")
+    marked = []
+    for gi in grads:
+        if type(gi) is Array and gi.dtype.kind == "f":
+            gi = _handle(gi)
+            ctx = Context()
+            ctx.needs = tuple(True for _ in inputs)
+            record(f"{node.name}_gradient", refuse, gi, ctx, [e for e, _ in inputs],
+                   [m for _, m in inputs], [], False)
+        marked.append(gi)
+    return tuple(marked)
+
+
 def _as_array(g: Any, like_device: str) -> Array:
     if isinstance(g, Array):
         return g
     return _core.asarray(np.asarray(g, dtype=np.float32), device=like_device)
+
+
+# The differentiable ops that backward(create_graph=True) uses for its own sums, copies and
+# conversions, registered by the ops that define them (ops/elementwise.py: add, copy;
+# ops/reductions.py: sum, broadcast_to; ops/views.py: astype). Without create_graph the
+# engine calls the kernels directly (nothing to record).
+ENGINE: dict = {}
 
 
 def sum_to(g: Any, shape: tuple, dtype: Any, device: str) -> Array:
@@ -213,6 +278,8 @@ def sum_to(g: Any, shape: tuple, dtype: Any, device: str) -> Array:
     if type(g) is Array and g.shape == shape and g.dtype == dtype:
         return g  # the usual case, first
     g = _as_array(g, device)
+    if g._requires_grad:  # create_graph: the same steps, recorded
+        return _sum_to_recorded(g, shape, dtype)
     gshape = tuple(g.shape)
     if gshape != shape:
         lead = len(gshape) - len(shape)
@@ -226,6 +293,23 @@ def sum_to(g: Any, shape: tuple, dtype: Any, device: str) -> Array:
             g = broadcast_view(g, shape)
     if g.dtype != dtype:
         g = _core.asarray(g, dtype=dtype)
+    return g
+
+
+def _sum_to_recorded(g: Array, shape: tuple, dtype: Any) -> Array:
+    gshape = tuple(g.shape)
+    if gshape != shape:
+        lead = len(gshape) - len(shape)
+        if lead >= 0 and all(s == 1 or s == gs for s, gs in zip(shape, gshape[lead:])):
+            axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                              if s == 1 and gshape[lead + i] != 1)
+            if axes:
+                g = ENGINE["sum"](g, axis=axes)
+            g = g.reshape(shape)
+        else:
+            g = ENGINE["broadcast_to"](g, shape)
+    if g.dtype != dtype:
+        g = ENGINE["astype"](g, dtype)
     return g
 
 
@@ -259,7 +343,18 @@ def is_ones(g: Any) -> bool:
     return type(g) is Array and g._ones
 
 
+def _add(a: Array, b: Array) -> Array:
+    if a._requires_grad or b._requires_grad:
+        return ENGINE["add"](a, b)
+    return _core.binary("add", a, b)
+
+
 def _accumulate(leaf: Array, g: Array, borrowed: bool) -> None:
+    if g._requires_grad or (leaf.grad is not None and leaf.grad._requires_grad):
+        # create_graph: .grad is itself in the graph (a copy where it is borrowed).
+        leaf.grad = (ENGINE["copy"](g) if borrowed or not _dense(g) else g) \
+            if leaf.grad is None else ENGINE["add"](leaf.grad, g)
+        return
     if leaf.grad is None:
         # A gradient that is also another's (passed through by add, a view, ...) is copied,
         # so that writing into one .grad never changes another; so is a broadcast view.
@@ -269,9 +364,13 @@ def _accumulate(leaf: Array, g: Array, borrowed: bool) -> None:
 
 
 def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
-             only: Optional[frozenset] = None) -> None:
+             only: Optional[frozenset] = None, create_graph: bool = False) -> None:
     """Gradients of `tensor` into the leaves' .grad; with `only` (ids of Arrays), into those
-    leaves alone (autograd.grad), the rest untouched."""
+    leaves alone (autograd.grad), the rest untouched. With `create_graph` the gradients are
+    computed by recorded ops (the vjps run in grad mode, their saved inputs connected), so
+    they can be differentiated again; a node whose vjp is not made of differentiable ops
+    gives gradients that raise NotImplementedError, naming it, if a later backward reaches
+    them (never silent zeros)."""
     where = "fastmetal.Array.backward"
     if not tensor._requires_grad:
         raise RuntimeError(f"[{where}] expected an Array that requires grad (computed, with "
@@ -305,7 +404,7 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
     started = time.perf_counter() if profile is not None else 0.0
     order = _topological(root)
     pending: dict = {root: (gradient, borrowed)}
-    with no_grad():
+    with (enable_grad() if create_graph else no_grad()):
         try:
             for node in order:
                 entry = pending.pop(node, None)
@@ -316,7 +415,9 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
                     kept = node.retained()
                     if kept is not None:
                         kept.grad = g
-                if profile is None:
+                if create_graph and not node.higher_order:
+                    grads = _dead_ends(node, g)
+                elif profile is None:
                     grads = node.apply(g)
                 else:
                     t0 = time.perf_counter()
@@ -332,7 +433,7 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
                     if type(edge) is Node:
                         prev = pending.get(edge)
                         pending[edge] = (fresh, borrowed_i) if prev is None else \
-                            (_core.binary("add", prev[0], fresh), False)
+                            (_add(prev[0], fresh), False)
                     elif only is None or id(edge) in only:
                         _accumulate(edge, fresh, borrowed_i)
         finally:
@@ -347,16 +448,15 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
 
 
 def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,
-         create_graph: bool = False) -> tuple:
+         create_graph: bool = False, allow_unused: bool = False) -> tuple:
     """The gradients of ``outputs`` with respect to ``inputs``, returned rather than added to
     ``.grad``, as ``torch.autograd.grad``. ``outputs``: an Array or a sequence of them;
     ``grad_outputs``: their gradients (None: ones, for one-element outputs);
-    ``retain_graph`` defaults to ``create_graph``. An input that the outputs do not depend on
-    is an error, as PyTorch's default (``allow_unused=False``)."""
+    ``retain_graph`` defaults to ``create_graph``; with ``create_graph`` the gradients are in
+    the graph themselves (second-order gradients, gradient penalties, Hessian-vector
+    products). An input that the outputs do not depend on is an error, as PyTorch's default
+    (``allow_unused=False``), unless ``allow_unused`` (its gradient is then None)."""
     where = "fastmetal.autograd.grad"
-    if create_graph:
-        raise NotImplementedError(f"[{where}] create_graph=True (higher-order gradients) is "
-                                  "not implemented yet")
     outs = [outputs] if isinstance(outputs, Array) else list(outputs)
     ins = [inputs] if isinstance(inputs, Array) else list(inputs)
     for name, items in (("outputs", outs), ("inputs", ins)):
@@ -383,7 +483,8 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
             if a._node is not None:
                 a._node.retained = weakref.ref(a)
         for k, (out, g) in enumerate(zip(outs, grad_outputs)):
-            backward(out, g, keep or k + 1 < len(outs), only=frozenset(map(id, ins)))
+            backward(out, g, keep or k + 1 < len(outs), only=frozenset(map(id, ins)),
+                     create_graph=bool(create_graph))
         found = [a.grad for a in ins]
     finally:
         for a, old_grad, old_retained in saved:
@@ -391,7 +492,7 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
             if a._node is not None:
                 a._node.retained = old_retained
     for i, g in enumerate(found):
-        if g is None:
+        if g is None and not allow_unused:
             raise RuntimeError(f"[{where}] expected every input to be used in computing the "
                                f"outputs, got inputs[{i}], which was not")
     return tuple(found)
@@ -419,6 +520,17 @@ def retain_grad(a: Array) -> None:
     elif not a._requires_grad:
         raise RuntimeError("[fastmetal.Array.retain_grad] expected an Array that requires "
                            "grad, got one that does not")
+
+
+def view_in_graph(a: Array) -> Array:
+    """A new Array object over a's memory that stays in a's graph (a recorded identity): the
+    input of a nested gradient, whose .grad and retained slot are its own."""
+    alias = a._alias()
+    ctx = Context()
+    ctx.needs = (True,)
+    record("alias", lambda c, g: g, alias, ctx, [edge_of(a)], [(a.shape, a.dtype)], [], True,
+           True, ("self",))
+    return alias
 
 
 def detach(a: Array) -> Array:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import _core
+from ..autograd import tape
 from ..autograd.tape import is_ones
 from ..autograd.declare import op
 from .optable import OPS, OpSpec
@@ -53,7 +54,8 @@ def _differentiable(forward, spec: OpSpec):
     args = ("x", "y")[:spec.arity]
     reads = {a: [n for n in ("x", "y", "out") if n in code.co_names]
              for a, code in zip(args, codes)}
-    fn = op(grads=args, saves_for=reads, passes=True, public=spec.public)(forward)
+    fn = op(grads=args, saves_for=reads, passes=True, public=spec.public,
+            higher_order=True)(forward)  # the grad column is made of the table's functions
 
     @fn.vjp
     def vjp(ctx, g):
@@ -100,3 +102,6 @@ __all__ = [spec.name for spec in OPS if spec.public]
 FUNCTIONS = {spec.name: globals()[spec.name] for spec in OPS}
 # Where the table's gradient expressions find their names: the table's own functions.
 _GRAD_SCOPE = dict(FUNCTIONS)
+# backward(create_graph=True) adds and copies gradients with these (recorded).
+tape.ENGINE["add"] = FUNCTIONS["add"]
+tape.ENGINE["copy"] = FUNCTIONS["copy"]

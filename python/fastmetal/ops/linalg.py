@@ -15,12 +15,13 @@ import numpy as np
 
 from .. import _core
 from ..autograd.declare import needed, op, refuse_recording
+from ..autograd.tape import is_grad_enabled
 from .elementwise import multiply
 
 __all__ = ["matmul", "linear", "linear_backward", "dot"]
 
 
-@op(grads=("a", "b"), saves=("a", "b"))
+@op(grads=("a", "b"), saves=("a", "b"), higher_order=True)
 def matmul(a, b, out=None):
     """Matrix product of two arrays, as ``numpy.matmul``.
 
@@ -75,7 +76,7 @@ def _matmul_vjp(ctx, g):
     return ga, gb
 
 
-@op(grads=("input", "weight", "bias"), saves=("input", "weight"))
+@op(grads=("input", "weight", "bias"), saves=("input", "weight"), higher_order=True)
 def linear(input, weight, bias=None):  # noqa: A002 (PyTorch's name)
     """``input @ weight.T + bias`` for ``input`` of shape ``(*, in_features)``, ``weight``
     ``(out_features, in_features)`` and ``bias`` ``(out_features,)`` or None, as
@@ -85,8 +86,20 @@ def linear(input, weight, bias=None):  # noqa: A002 (PyTorch's name)
 
 @linear.vjp
 def _linear_vjp(ctx, g):
+    if is_grad_enabled():  # create_graph: the same products, recorded (second order)
+        return _linear_vjp_recorded(ctx, g)
     return _core._linear_backward(g, ctx.input, ctx.weight,
                                   needed(ctx, ("input", "weight", "bias")))
+
+
+def _linear_vjp_recorded(ctx, g):
+    x, w = ctx.input, ctx.weight
+    rows = g.reshape(-1, g.shape[-1]) if g.ndim != 2 else g
+    gx = matmul(g, w) if ctx.needs[0] else None
+    gw = matmul(_swap_last(rows), x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x) \
+        if ctx.needs[1] else None
+    gb = rows.sum(axis=0) if ctx.needs[2] else None
+    return gx, gw, gb
 
 
 def linear_backward(grad_output, x, weight, needs=("input", "weight", "bias")) -> tuple[Any, Any, Any]:

@@ -39,7 +39,7 @@ def _require_array(a: Any, where: str) -> None:
 
 
 # ----------------------------------------------------------------------------- where
-@op(grads=("x", "y"), saves=("condition",))  # the vjp reads condition (an Array: saved)
+@op(grads=("x", "y"), saves=("condition",), higher_order=True)  # condition: saved
 def where(condition: Any, x: Any = None, y: Any = None) -> Any:
     """``x`` where ``condition`` is true, else ``y``, broadcast together, as
     ``numpy.where``. The condition may be a fastmetal mask (the float32/float16 arrays that
@@ -63,8 +63,9 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Any:
 
 @where.vjp
 def _where_vjp(ctx: Any, g: Array) -> tuple:  # g where each side was chosen, 0 elsewhere
-    gx = _core._where(ctx.condition, g, 0.0) if ctx.needs[0] else None
-    gy = _core._where(ctx.condition, 0.0, g) if ctx.needs[1] else None
+    pick = where if g._requires_grad else _core._where  # create_graph: recorded
+    gx = pick(ctx.condition, g, 0.0) if ctx.needs[0] else None
+    gy = pick(ctx.condition, 0.0, g) if ctx.needs[1] else None
     return gx, gy
 
 
@@ -127,7 +128,7 @@ def _device(arrays: Sequence[Any], out: Any, where: str) -> Optional[str]:
     return found.pop() if found else None
 
 
-@op(grads=("arrays",), sequences=("arrays",), passes=True)
+@op(grads=("arrays",), sequences=("arrays",), passes=True, higher_order=True)
 def concatenate(arrays: Any, axis: Optional[int] = 0, out: Any = None, dtype: Any = None,
                 casting: str = "same_kind") -> Any:
     """Join ``arrays`` along ``axis`` (flattened first when ``axis`` is None), as

@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import _core
 from ..autograd.declare import op
+from ..autograd import tape
 from ..autograd.tape import broadcast_view
 from .elementwise import FUNCTIONS as E
 
@@ -108,7 +109,7 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
 
 
 # Each reduction is declared with its gradient beside it (fastmetal._declare.op).
-@op(grads=("a",))
+@op(grads=("a",), higher_order=True)
 def sum(a, axis=None, dtype=None, out=None, keepdims=False):  # noqa: A001
     """Sum of the elements over ``axis`` (all by default), as ``numpy.sum``."""
     return _reduce("sum", a, axis, dtype, out, keepdims)
@@ -119,7 +120,7 @@ def _sum_vjp(ctx, g):
     return _spread(g, ctx.shapes["a"], ctx.axis, ctx.keepdims)
 
 
-@op(grads=("a",))
+@op(grads=("a",), higher_order=True)
 def mean(a, axis=None, dtype=None, out=None, keepdims=False):
     """Arithmetic mean over ``axis``, as ``numpy.mean`` (NaN for an empty axis)."""
     return _reduce("mean", a, axis, dtype, out, keepdims)
@@ -131,7 +132,7 @@ def _mean_vjp(ctx, g):
     return _spread(g * (1.0 / _count(shape, ctx.axis)), shape, ctx.axis, ctx.keepdims)
 
 
-@op(grads=("a",), saves=("a",))
+@op(grads=("a",), saves=("a",), higher_order=True)
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     """Variance ``sum((x - mean)**2) / (N - ddof)`` over ``axis``, as ``numpy.var``."""
     return _reduce("var", a, axis, dtype, out, keepdims, ddof)
@@ -145,7 +146,7 @@ def _var_vjp(ctx, g):
     return _spread(g, shape, ctx.axis, ctx.keepdims) * centred * scale
 
 
-@op(grads=("a",), saves=("a", "out"))
+@op(grads=("a",), saves=("a", "out"), higher_order=True)
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     """Standard deviation, the square root of :func:`var`, as ``numpy.std``."""
     return _reduce("std", a, axis, dtype, out, keepdims, ddof)
@@ -159,14 +160,14 @@ def _std_vjp(ctx, g):
     return _spread(g / (ctx.out * n), shape, ctx.axis, ctx.keepdims) * centred
 
 
-@op(grads=("a",), saves=("a", "out"))
+@op(grads=("a",), saves=("a", "out"), higher_order=True)
 def max(a, axis=None, out=None, keepdims=False):  # noqa: A001
     """Largest element over ``axis``, NaN if any is NaN, as ``numpy.max``. Gradient: split
     evenly among the elements equal to the maximum (as ``torch.amax``)."""
     return _reduce("max", a, axis, None, out, keepdims)
 
 
-@op(grads=("a",), saves=("a", "out"))
+@op(grads=("a",), saves=("a", "out"), higher_order=True)
 def min(a, axis=None, out=None, keepdims=False):  # noqa: A001
     """Smallest element over ``axis``, NaN if any is NaN, as ``numpy.min``. Gradient: split
     evenly among the elements equal to the minimum (as ``torch.amin``)."""
@@ -220,7 +221,7 @@ def _prod_vjp(ctx, g):
     return _spread(g, shape, ctx.axis, ctx.keepdims) * grad
 
 
-@op(grads=("a",))
+@op(grads=("a",), higher_order=True)
 def cumsum(a, axis=None, dtype=None, out=None):
     """Cumulative sum along ``axis`` (of the flattened array when ``axis`` is None), as
     ``numpy.cumsum``, in the input's dtype (float32, float16 or int64; other inputs as
@@ -278,4 +279,21 @@ def _spread(g, shape, axis, keepdims):
         g = g.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
     if tuple(g.shape) == tuple(shape):
         return g
+    if g._requires_grad:  # create_graph: the broadcast recorded
+        return _broadcast_to(g, tuple(shape))
     return broadcast_view(g, tuple(shape))  # no copy: the next kernel reads it broadcast
+
+
+@op(grads=("a",), passes=True, name="broadcast_to", public=False, higher_order=True)
+def _broadcast_to(a, shape):
+    """`a` broadcast to `shape` as a view (for gradients under create_graph)."""
+    return broadcast_view(a, tuple(shape))
+
+
+@_broadcast_to.vjp
+def _broadcast_to_vjp(ctx, g):
+    return g  # the tape sums it back over the broadcast axes
+
+
+tape.ENGINE["sum"] = sum  # backward(create_graph=True) sums gradients with these
+tape.ENGINE["broadcast_to"] = _broadcast_to

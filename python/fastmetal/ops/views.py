@@ -16,6 +16,7 @@ import numpy as np
 from .. import _core
 from .._core import Array
 from ..autograd.declare import op
+from ..autograd import tape
 from ..autograd.tape import is_grad_enabled
 from . import dtypes, indexing, layouts
 from .devices import host_visible
@@ -67,7 +68,7 @@ def _getitem_vjp(ctx: Any, g: Array) -> Array:
     return z
 
 
-@op(grads=("self",), passes=True, name="reshape", public=False)
+@op(grads=("self",), passes=True, name="reshape", public=False, higher_order=True)
 def reshape(self: Array, *shape: Any, order: str = "C") -> Array:
     """The same elements in `shape` (one dimension may be -1), in C order: a view when the
     strides allow it (NumPy's rule), else a contiguous copy."""
@@ -84,7 +85,7 @@ def reshape(self: Array, *shape: Any, order: str = "C") -> Array:
 def reshaped(g: Array, shape: tuple) -> Array:
     """g in the shape of an input it came from: a view where g is contiguous (the usual
     case, and the cheap one: backward runs this on every reshape), else reshape's copy."""
-    if contiguous(g):
+    if contiguous(g) and not g._requires_grad:  # create_graph: reshape records
         return g._view(g._offset, list(shape), list(layouts.contiguous_strides(shape)))
     return reshape(g, shape)
 
@@ -94,7 +95,7 @@ def _reshape_vjp(ctx: Any, g: Array) -> Array:
     return reshaped(g, ctx.shapes["self"])
 
 
-@op(grads=("self",), passes=True, name="transpose", public=False)
+@op(grads=("self",), passes=True, name="transpose", public=False, higher_order=True)
 def transpose(self: Array, *axes: Any) -> Array:
     """A view with the axes permuted (reversed when no axes are given)."""
     return _view(self, layouts.transpose(_layout(self), axes, _where("transpose")))
@@ -111,7 +112,7 @@ def _transpose_vjp(ctx: Any, g: Array) -> Array:
     return transpose(g, tuple(int(i) for i in np.argsort(perm)))
 
 
-@op(grads=("self",), passes=True, name="squeeze", public=False)
+@op(grads=("self",), passes=True, name="squeeze", public=False, higher_order=True)
 def squeeze(self: Array, axis: Any = None) -> Array:
     """A view without the axes of length 1 (all of them, or those in `axis`)."""
     return _view(self, layouts.squeeze(_layout(self), axis, _where("squeeze")))
@@ -122,7 +123,7 @@ def _squeeze_vjp(ctx: Any, g: Array) -> Array:
     return reshaped(g, ctx.shapes["self"])
 
 
-@op(grads=("a",), passes=True)
+@op(grads=("a",), passes=True, higher_order=True)
 def expand_dims(a: Array, axis: Any) -> Array:
     """Expand the shape of `a`: insert axes of length 1 at `axis` (int or tuple), as
     numpy.expand_dims. Returns a view of `a` (no copy)."""
@@ -167,7 +168,7 @@ def astype(self: Array, dtype: Any, copy: bool = True) -> Array:
     return convert(self, target)
 
 
-@op(grads=("self",), name="astype", public=False)
+@op(grads=("self",), name="astype", public=False, higher_order=True)
 def convert(self: Array, dtype: Any) -> Array:
     return _core.asarray(self, dtype=dtype)
 
@@ -187,7 +188,7 @@ def to(self: Array, device: str) -> Array:
     return move(self, device)
 
 
-@op(grads=("self",), saves=("self",), name="to", public=False)
+@op(grads=("self",), saves=("self",), name="to", public=False, higher_order=True)
 def move(self: Array, device: str) -> Array:
     source = self if contiguous(self) else contiguous_copy(self)
     return _core.asarray(source.numpy(), dtype=self.dtype, device=device)
@@ -246,3 +247,6 @@ def value_array(self: Array, value: Any, dtype: Any, where: str, fresh: bool) ->
             host = host.astype(dtype)
         value = _core.asarray(host, dtype=dtype, device=self.device)
     return value
+
+
+tape.ENGINE["astype"] = convert  # backward(create_graph=True) converts gradients with it
