@@ -9,6 +9,6 @@ from .. import set_grad_enabled as set_grad_enabled
 
 def grad(outputs: Array | Sequence[Array], inputs: Array | Sequence[Array],
          grad_outputs: Any = ..., retain_graph: bool | None = ...,
-         create_graph: bool = ...) -> tuple[Array, ...]: ...
+         create_graph: bool = ..., allow_unused: bool = ...) -> tuple[Array | None, ...]: ...
 
 __all__: list[str]
