@@ -1,5 +1,5 @@
 # Type stubs of fastmetal.optim (= fastmetal.nn.optim; see optim/*.py for the documentation).
-from typing import Any, Iterable, Union
+from typing import Any, Callable, Iterable, Union
 
 from .._core import Array
 from . import lr_scheduler as lr_scheduler
@@ -16,7 +16,9 @@ class Optimizer:
     @property
     def lr(self) -> float: ...
     def zero_grad(self, set_to_none: bool = ...) -> None: ...
-    def step(self) -> None: ...
+    def step(self, closure: Callable[[], Any] | None = ...) -> Any: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 class SGD(Optimizer):
     def __init__(self, params: _Params, lr: float = ..., momentum: float = ...,
@@ -32,5 +34,21 @@ class AdamW(Adam): ...
 class Adadelta(Optimizer):
     def __init__(self, params: _Params, lr: float = ..., rho: float = ..., eps: float = ...,
                  weight_decay: float = ...) -> None: ...
+
+class RMSprop(Optimizer):
+    def __init__(self, params: _Params, lr: float = ..., alpha: float = ..., eps: float = ...,
+                 weight_decay: float = ..., momentum: float = ...,
+                 centered: bool = ...) -> None: ...
+
+class Adagrad(Optimizer):
+    def __init__(self, params: _Params, lr: float = ..., lr_decay: float = ...,
+                 weight_decay: float = ..., initial_accumulator_value: float = ...,
+                 eps: float = ...) -> None: ...
+
+class LBFGS(Optimizer):
+    def __init__(self, params: _Params, lr: float = ..., max_iter: int = ...,
+                 max_eval: int | None = ..., tolerance_grad: float = ...,
+                 tolerance_change: float = ..., history_size: int = ...,
+                 line_search_fn: str | None = ...) -> None: ...
 
 __all__: list[str]

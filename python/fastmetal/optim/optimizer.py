@@ -15,8 +15,9 @@ import numbers
 import numpy as np
 
 from .._core import Array
-from ..autograd.tape import no_grad
-from ..ops.creation import zeros
+from ..autograd.tape import enable_grad, no_grad
+from ..ops.creation import asarray, zeros
+from ..ops.elementwise import copy
 from ..ops.training import optimizer_step
 
 __all__ = ["Optimizer"]
@@ -60,12 +61,14 @@ def _param_list(params, cls, where):
 
 
 def _zeros_like(p):
-    return zeros(tuple(p.shape), dtype=p.dtype, device=p.device)
+    return zeros(tuple(p.shape), dtype=np.float32, device=p.device)  # float16 params too
 
 
 class Optimizer:
     """Base class: ``param_groups`` (each a dict with ``"params"`` and its hyper-parameters;
-    ``lr`` is what StepLR changes) and ``state`` (per-parameter buffers, by parameter id)."""
+    ``lr`` is what the schedulers change) and ``state`` (per-parameter buffers, by parameter
+    id). float32 and float16 parameters; ``step(closure=None)``, ``state_dict()`` and
+    ``load_state_dict()`` as PyTorch's."""
 
     _kind = ""
 
@@ -115,20 +118,83 @@ class Optimizer:
                 if set_to_none or p.grad is None:
                     p.grad = None
                 else:
-                    p.grad = _zeros_like(p)
+                    p.grad = zeros(tuple(p.shape), dtype=p.dtype, device=p.device)
 
-    @no_grad()
-    def step(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = p.grad
-                if grad is None:
-                    continue
-                state = self.state.setdefault(id(p), {})
-                s1, s2, hyper = self._prepare(p, state, group)
-                self._before(p, group)
-                optimizer_step(self._kind, p, grad, s1, s2, hyper)
-                self._after(state)
+    def step(self, closure=None):
+        """One update of every parameter that has a ``.grad``. ``closure``: a function that
+        recomputes the loss (and its gradients) and returns it, called first with grad
+        enabled, as PyTorch's; its loss is returned."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._update_param(p, p.grad, self.state.setdefault(id(p), {}), group)
+        return loss
+
+    def _update_param(self, p, grad, state, group):
+        """float32 parameters are updated in place; a float16 one through float32 copies of
+        it and its gradient (its state is kept in float32), rounded back once at the end."""
+        if p.dtype == np.float32:
+            self._update(p, grad.astype(np.float32, copy=False), state, group)
+            return
+        work = p.astype(np.float32)
+        self._update(work, grad.astype(np.float32), state, group)
+        copy(work, out=p)
+
+    def _update(self, param, grad, state, group):
+        """The update of a float32 parameter (and its state) in place: the fused kernel of
+        ``_kind``; optimizers written with fastmetal's ops override this."""
+        s1, s2, hyper = self._prepare(param, state, group)
+        self._before(param, group)
+        optimizer_step(self._kind, param, grad, s1, s2, hyper)
+        self._after(state)
+
+    # -- checkpoints, as torch.optim.Optimizer's
+    def _indexed(self):
+        params = [p for group in self.param_groups for p in group["params"]]
+        return params, {id(p): i for i, p in enumerate(params)}
+
+    def state_dict(self):
+        """``{"state": {index: {name: value}}, "param_groups": [{option: value, "params":
+        [index, ...]}]}``, parameters numbered in group order as PyTorch's; state Arrays are
+        copies."""
+        params, index = self._indexed()
+        state = {}
+        for p in params:
+            entries = self.state.get(id(p))
+            if entries:
+                state[index[id(p)]] = {k: (v.copy() if isinstance(v, Array) else v)
+                                       for k, v in entries.items() if not k.startswith("_")}
+        groups = [{**{k: v for k, v in g.items() if k != "params"},
+                   "params": [index[id(p)] for p in g["params"]]} for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Restore what :meth:`state_dict` gave (the same parameters, in the same groups)."""
+        cls = type(self).__name__
+        if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:
+            raise ValueError(f"[fastmetal.optim.{cls}.load_state_dict] expected a dict with "
+                             f"'state' and 'param_groups', got {state_dict!r:.80}")
+        groups = state_dict["param_groups"]
+        sizes = [len(g["params"]) for g in self.param_groups]
+        if len(groups) != len(sizes) or [len(g["params"]) for g in groups] != sizes:
+            raise ValueError(f"[fastmetal.optim.{cls}.load_state_dict] expected "
+                             f"{len(sizes)} param groups of {sizes} parameters, got "
+                             f"{[len(g['params']) for g in groups]}")
+        params, _ = self._indexed()
+        for group, saved in zip(self.param_groups, groups):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = {}
+        for key, entries in state_dict["state"].items():
+            p = params[int(key)]
+            self.state[id(p)] = {
+                k: (asarray(v, dtype=v.dtype, device=p.device).copy()
+                    if isinstance(v, (Array, np.ndarray)) else v)
+                for k, v in entries.items()}
 
     def _before(self, param, group):
         pass
