@@ -38,6 +38,7 @@ from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits,
                          nll_loss)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
 from . import autograd, data, nn, optim, random
+from .serialization import load, save
 
 try:
     __version__ = _metadata.version("fastmetal")
@@ -89,7 +90,7 @@ __all__ = [
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
-    "manual_seed", "autograd", "data", "nn", "optim", "random",
+    "manual_seed", "save", "load", "autograd", "data", "nn", "optim", "random",
 ]
 
 
