@@ -464,7 +464,7 @@ TORCH_NAMES = {"negative": "neg", "subtract": "sub", "multiply": "mul", "divide"
 def test_elementwise_gradients_equal_torch(spec, device):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
-    tfn = {"softplus": F.softplus, "gelu": F.gelu}.get(spec.name) or \
+    tfn = {"softplus": F.softplus, "gelu": F.gelu, "silu": F.silu}.get(spec.name) or \
         getattr(torch, TORCH_NAMES.get(spec.name, spec.name))
     args = [_sample(spec.name, (3, 4)).astype(np.float32) for _ in range(spec.arity)]
     if spec.name == "remainder":

@@ -1,10 +1,33 @@
 # Type stubs of fastmetal.data (see datasets.py for the documentation).
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import numpy.typing as npt
+
+from .._core import Array
+from ..random import Generator
+
+class Dataset:
+    def __getitem__(self, index: int) -> Any: ...
+    def __len__(self) -> int: ...
+
+class TensorDataset(Dataset):
+    arrays: list[Any]
+    def __init__(self, *arrays: Any) -> None: ...
+    def __getitem__(self, index: Any) -> tuple[Any, ...]: ...
+
+def default_collate(samples: list[Any], device: str | None = ...) -> Any: ...
+
+class DataLoader:
+    dataset: Any
+    batch_size: int
+    def __init__(self, dataset: Any, batch_size: int = ..., shuffle: bool = ..., sampler: Any = ...,
+                 drop_last: bool = ..., collate_fn: Callable[[list[Any]], Any] | None = ...,
+                 generator: Generator | None = ..., device: str | None = ...) -> None: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
 
 def read_idx(path: str | os.PathLike[str]) -> npt.NDArray[Any]: ...
 def load_mnist(data_dir: str | os.PathLike[str], train: bool = ...

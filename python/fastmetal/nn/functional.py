@@ -2,12 +2,15 @@
 ``torch.nn.functional``: the differentiable functions that layers are made of. Each is
 defined in its family's module under fastmetal/ops and is the same object as the
 top-level ``fastmetal.<name>`` where one exists."""
+from ..ops import activations
+from ..ops.activations import *  # noqa: F401,F403  (leaky_relu, elu, dropout2d)
 from ..ops.conv import conv2d
-from ..ops.elementwise import gelu, relu, sigmoid, softplus, tanh
+from ..ops.elementwise import gelu, relu, sigmoid, silu, softplus, tanh
 from ..ops.linalg import linear
 from ..ops import losses
 from ..ops.losses import *  # noqa: F401,F403  (every loss function)
 from ..ops.training import cross_entropy, dropout, log_softmax, max_pool2d
 
-__all__ = ["conv2d", "linear", "relu", "sigmoid", "tanh", "gelu", "softplus", "max_pool2d",
-           "dropout", "log_softmax", "cross_entropy", *losses.__all__]
+__all__ = ["conv2d", "linear", "relu", "sigmoid", "tanh", "gelu", "softplus", "silu",
+           "max_pool2d", "dropout", "log_softmax", "cross_entropy", *activations.__all__,
+           *losses.__all__]

@@ -1,15 +1,17 @@
-"""Activation layers, as ``torch.nn``'s: ReLU, Sigmoid, Tanh, GELU, Softplus, LogSoftmax."""
+"""Activation layers, as ``torch.nn``'s: ReLU, Sigmoid, Tanh, GELU, Softplus, SiLU, LeakyReLU, ELU,
+LogSoftmax."""
 from __future__ import annotations
 
 import numbers
 
 import numpy as np
 
+from ...ops import activations as A
 from ...ops import training as F
 from ...ops.elementwise import FUNCTIONS as _E
 from .module import Module
 
-__all__ = ['ReLU', 'Sigmoid', 'Tanh', 'GELU', 'Softplus', 'LogSoftmax']
+__all__ = ['ReLU', 'Sigmoid', 'Tanh', 'GELU', 'Softplus', 'SiLU', 'LeakyReLU', 'ELU', 'LogSoftmax']
 
 
 class _Activation(Module):
@@ -83,3 +85,38 @@ class LogSoftmax(Module):
 
     def extra_repr(self):
         return f"dim={self.dim}"
+
+
+class SiLU(_Activation):
+    """``x * sigmoid(x)`` (swish), as ``torch.nn.SiLU``."""
+    _op = "silu"
+
+
+class LeakyReLU(Module):
+    """:func:`~fastmetal.nn.functional.leaky_relu` as a layer."""
+
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        A._real(negative_slope, "negative_slope", "nn.LeakyReLU")
+        self.negative_slope = float(negative_slope)
+
+    def forward(self, x):
+        return A.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self):
+        return f"negative_slope={self.negative_slope}"
+
+
+class ELU(Module):
+    """:func:`~fastmetal.nn.functional.elu` as a layer."""
+
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        A._real(alpha, "alpha", "nn.ELU")
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        return A.elu(x, self.alpha)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}"

@@ -1,11 +1,12 @@
-"""Dropout layers, as ``torch.nn``'s."""
+"""Dropout layers, as ``torch.nn``'s: Dropout and Dropout2d."""
 from __future__ import annotations
 
+from ...ops import activations as A
 from ...ops import training as F
 from .. import init
 from .module import Module
 
-__all__ = ['Dropout']
+__all__ = ['Dropout', 'Dropout2d']
 
 
 class Dropout(Module):
@@ -27,6 +28,24 @@ class Dropout(Module):
         seed = self._next_seed
         self._next_seed = (seed + 1) % 2**64
         return F.dropout(x, self.p, seed=seed)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class Dropout2d(Module):
+    """:func:`~fastmetal.nn.functional.dropout2d` as a layer: whole channels zeroed in
+    training mode (masks from ``fastmetal.random``), the identity in eval mode."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        A._real(p, "p", "nn.Dropout2d")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"[fastmetal.nn.Dropout2d] expected p in [0, 1], got {p!r}")
+        self.p = float(p)
+
+    def forward(self, x):
+        return A.dropout2d(x, self.p, self.training)
 
     def extra_repr(self):
         return f"p={self.p}"

@@ -149,6 +149,17 @@ class Module:
             yield p
 
     # -- modes and gradients
+    def apply(self, fn: Any) -> "Module":
+        """``fn(m)`` for every submodule, children first, then this Module (as
+        ``torch.nn.Module.apply``: the usual way to initialise weights); returns self."""
+        if not callable(fn):
+            raise TypeError(f"[fastmetal.nn.{type(self).__name__}.apply] expected a function "
+                            f"of a Module, got {type(fn).__name__}")
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
     def train(self, mode: bool = True) -> "Module":
         if not isinstance(mode, (bool, np.bool_)):
             raise TypeError(f"[fastmetal.nn.{type(self).__name__}.train] expected mode to be "

@@ -1,0 +1,74 @@
+"""fastmetal.data's DataLoader / TensorDataset / Dataset against the batches NumPy gives:
+order, shuffling (a permutation, reproducible through fm.manual_seed or a generator),
+drop_last, samplers, collation of custom datasets, dtypes and devices."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastmetal as fm
+from fastmetal.data import DataLoader, Dataset, TensorDataset
+from helpers import host
+
+X = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+Y = np.arange(10, dtype=np.int64) % 4
+
+
+def test_batches_in_order_with_the_last_smaller(device):
+    batches = list(DataLoader(TensorDataset(X, Y), batch_size=4, device=device))
+    assert len(batches) == 3 == len(DataLoader(TensorDataset(X, Y), batch_size=4))
+    xb, yb = batches[-1]
+    assert isinstance(xb, fm.Array) and xb.device == device and xb.dtype == np.float32
+    assert yb.dtype == np.int64
+    np.testing.assert_array_equal(np.concatenate([host(b[0]) for b in batches]), X)
+    assert [host(b[1]).shape for b in batches] == [(4,), (4,), (2,)]
+    assert len(list(DataLoader(TensorDataset(X), batch_size=4, drop_last=True))) == 2
+
+
+def test_shuffle_is_a_seeded_permutation(device):
+    def epoch():
+        return np.concatenate([host(b[1]) for b in
+                               DataLoader(TensorDataset(X, np.arange(10)), batch_size=3,
+                                          shuffle=True, device=device)])
+    fm.manual_seed(5)
+    a, b = epoch(), epoch()
+    fm.manual_seed(5)
+    assert sorted(a) == list(range(10)) and not np.array_equal(a, b)  # each epoch anew
+    np.testing.assert_array_equal(epoch(), a)
+    g1, g2 = fm.random.Generator(7), fm.random.Generator(7)
+    one = [host(v) for v in DataLoader(TensorDataset(np.arange(10)), 10, shuffle=True, generator=g1)]
+    two = [host(v) for v in DataLoader(TensorDataset(np.arange(10)), 10, shuffle=True, generator=g2)]
+    np.testing.assert_array_equal(one[0], two[0])
+
+
+def test_device_arrays_and_samplers(device):
+    xs = fm.asarray(X, device=device)
+    loader = DataLoader(TensorDataset(xs, Y), batch_size=2, sampler=[9, 0, 4, 4])
+    got = [(host(a), host(b)) for a, b in loader]
+    np.testing.assert_array_equal(got[0][0], X[[9, 0]])
+    np.testing.assert_array_equal(got[1][1], Y[[4, 4]])
+
+
+def test_custom_datasets_are_collated():
+    class Squares(Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return {"x": np.full(2, i, np.float64), "y": i * i}
+    batches = list(DataLoader(Squares(), batch_size=2))
+    assert batches[0]["x"].dtype == np.float32 and batches[0]["y"].dtype == np.int64
+    np.testing.assert_array_equal(host(batches[1]["y"]), [4, 9])
+    sums = list(DataLoader(Squares(), batch_size=5, collate_fn=lambda s: sum(d["y"] for d in s)))
+    assert sums == [30]
+
+
+def test_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match=r"\[fastmetal.data.DataLoader\] expected batch_size"):
+        DataLoader(TensorDataset(X), batch_size=0)
+    with pytest.raises(ValueError, match="shuffle or a sampler"):
+        DataLoader(TensorDataset(X), shuffle=True, sampler=[0])
+    with pytest.raises(TypeError, match="expected a dataset"):
+        DataLoader(3)
+    with pytest.raises(ValueError, match="same first dimension"):
+        TensorDataset(X, Y[:3])
