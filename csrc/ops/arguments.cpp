@@ -100,6 +100,18 @@ TypeError int64_refused(const std::string& op, const char* arg, DType got) {
 }
 
 // ----------------------------------------------------------------------------- out=
+std::string OutDType::name() const {
+  const std::string bits = std::to_string(8 * itemsize);
+  switch (kind) {
+    case 'f': return "float" + bits;
+    case 'i': return "int" + bits;
+    case 'u': return "uint" + bits;
+    case 'c': return "complex" + bits;
+    case 'b': return "bool";
+    default: return other;
+  }
+}
+
 void Output::validate(const std::string& op, const Shape& shape, DType dtype) {
   OutArg& o = *out_;
   if (o.kind == OutArg::Kind::array) {
@@ -121,7 +133,7 @@ void Output::validate(const std::string& op, const Shape& shape, DType dtype) {
   if (!casts_to(dtype, kind))
     throw ValueError(message(op, "expected out with ",
                              dtype == i64 ? "an integer or floating" : "a floating", " dtype, got ",
-                             fm_out ? std::string(dtype_name(o.array.dtype)) : o.dtype.name,
+                             fm_out ? std::string(dtype_name(o.array.dtype)) : o.dtype.name(),
                              " (the result is ", dtype_name(dtype), ")"));
 }
 

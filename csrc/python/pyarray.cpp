@@ -380,7 +380,10 @@ OutArg out_arg(py::handle out, Backend& backend, const std::string& op) {
   o.shape.assign(arr.shape(), arr.shape() + arr.ndim());
   o.writeable = arr.writeable();
   o.dtype.kind = arr.dtype().kind();
-  o.dtype.name = py::str(arr.dtype());
+  o.dtype.itemsize = std::size_t(arr.itemsize());
+  // str(dtype) runs Python code in NumPy: only for the kinds OutDType cannot name itself.
+  if (std::string("fiubc").find(o.dtype.kind) == std::string::npos)
+    o.dtype.other = py::str(arr.dtype());
   for (py::ssize_t d = 0; d < arr.ndim(); ++d)
     if (arr.strides(d) == 0 && arr.shape(d) > 1 && arr.size() > 0) o.broadcast = true;
   if (o.broadcast) o.strides = py::str(py::tuple(arr.attr("strides")));
