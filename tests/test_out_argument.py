@@ -13,14 +13,14 @@ the same name as the reference). Without a recipe that fits, its test fails and 
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pytest
 
 import fastmetal as fm
-from fastmetal import _core
 from fastmetal.ops.optable import OPS
 from references import elementwise_rtol, numpy_reference
 
@@ -98,6 +98,10 @@ def _case(name: str, rng, device) -> Case:
                     f"(and no NumPy function of that name to hold it to): add one")
     return Case([_values(rng, SHAPE) for _ in required], lambda f, a, out: f(*a, out=out),
                 lambda *a: getattr(np, name)(*a))
+
+
+def re_shape(shape):
+    return re.escape(str(tuple(shape)))
 
 
 def _host(a):
@@ -193,11 +197,6 @@ def test_wrong_shape_is_a_value_error(device, rng, name):
     with pytest.raises(ValueError, match=rf"\[fastmetal\.\w+\] expected out of shape "
                                          rf"{re_shape(shape)}, got shape {re_shape(wrong)}"):
         case.call(getattr(fm, name), [fm.asarray(x) for x in case.inputs], out)
-
-
-def re_shape(shape):
-    import re
-    return re.escape(str(tuple(shape)))
 
 
 @pytest.mark.parametrize("name", OUT_FUNCTIONS)

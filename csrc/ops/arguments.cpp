@@ -177,6 +177,12 @@ Output::Output(const std::string& op, OutArg& out, const Array& result)
   if (out.kind == OutArg::Kind::none) return;
   validate(op, result.shape, result.dtype);
   via_temp_ = true;
+  // Results are new arrays; one that views out= itself is there already, one that overlaps
+  // it otherwise is copied before out= is written.
+  if ((out.kind == OutArg::Kind::array || out.in_place) && may_overlap(result, out.array)) {
+    if (same_view(result, out.array)) via_temp_ = false;
+    else target_ = convert(result, result.dtype);
+  }
 }
 
 void Output::finish() {
@@ -188,10 +194,10 @@ void Output::finish() {
       host_copy_ = true;  // the Python boundary writes the NumPy out= from target()
       return;
     }
-    launch_convert(target_, o.array);  // target_ is new: it does not overlap out=
+    launch_convert(target_, o.array);  // target_ does not overlap out=
   }
   // A NumPy out= the device could not share was lent to it as a copy: copy it back.
-  if (o.kind == OutArg::Kind::host) {
+  if (o.kind == OutArg::Kind::host && o.in_place) {
     const Storage& st = *o.array.storage;
     if (st.copied_from != nullptr) st.backend->copy_to_host(st, 0, st.copied_from, st.nbytes);
   }
