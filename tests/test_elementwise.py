@@ -278,7 +278,7 @@ def test_out_on_the_device(rng, device):
 
 def test_out_validation(device):
     x = np.ones((2, 3), np.float32)
-    with pytest.raises(ValueError, match=r"\[fastmetal\.exp\] expected out with the broadcast shape \(2, 3\), got shape \(3, 2\)"):
+    with pytest.raises(ValueError, match=r"\[fastmetal\.exp\] expected out of shape \(2, 3\), got shape \(3, 2\)"):
         fm.exp(x, out=np.empty((3, 2), np.float32))
     with pytest.raises(ValueError, match=r"\[fastmetal\.add\] expected out with a floating dtype, got int32"):
         fm.add(x, x, out=np.empty((2, 3), np.int32))

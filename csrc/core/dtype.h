@@ -1,5 +1,5 @@
 // The dtypes kernels run on. Everything else is converted (float64, ints, bool -> float32)
-// or rejected at the Python boundary (pyarray.cpp).
+// or rejected at the Python boundary (pyarray.cpp), as ops/arguments.h decides.
 //
 // int64 is the index dtype: what argmax/argmin return (NumPy's intp on 64-bit platforms)
 // and what integer labels become when compared with them. Arrays of it support copies,
@@ -21,11 +21,6 @@ inline const char* dtype_name(DType t) {
   return t == DType::float32 ? "float32" : t == DType::float16 ? "float16" : "int64";
 }
 inline bool is_float(DType t) { return t != DType::int64; }
-
-// float16 op float16 -> float16; anything with float32 -> float32 (NumPy's promotion).
-// Only for float dtypes: int64 operands are handled (or refused) before promotion.
-inline DType promote(DType a, DType b) {
-  return (a == DType::float16 && b == DType::float16) ? DType::float16 : DType::float32;
-}
+// Which dtype an op computes in and returns: the promotion tables of ops/arguments.cpp.
 
 }  // namespace fm

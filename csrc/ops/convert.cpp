@@ -57,16 +57,16 @@ bool is_comparison(const std::string& op) {
          op == "equal" || op == "not_equal";
 }
 
-Array compare_int64(const std::string& op, const Array& x, const Array& y) {
-  if (!is_comparison(op) || x.dtype != DType::int64 || y.dtype != DType::int64)
-    throw TypeError(message(op, "expected a comparison of two int64 arrays"));
-  const Shape shape = broadcast_shapes(x.shape, y.shape, op);
-  Array out = Array::empty(x.backend(), shape, DType::float32, op.c_str());
-  if (out.size() == 0) return out;
+void launch_compare_int64(const std::string& op, const Array& x, const Array& y,
+                          const Array& out) {
+  if (!is_comparison(op) || x.dtype != DType::int64 || y.dtype != DType::int64 ||
+      out.dtype != DType::float32)
+    throw TypeError(message(op, "expected a comparison of two int64 arrays into float32"));
+  if (out.size() == 0) return;
+  const Shape& shape = out.shape;
   launch_view("compare_" + op + "_int64", {buf(x), buf(y), buf(out)}, shape,
               {broadcast_strides(x.shape, x.strides, shape),
                broadcast_strides(y.shape, y.strides, shape), out.strides});
-  return out;
 }
 
 bool is_int64_arithmetic(const std::string& op) {
@@ -78,26 +78,24 @@ bool is_int64_unary(const std::string& op) {
   return op == "negative" || op == "abs" || op == "square";
 }
 
-Array binary_int64(const std::string& op, const Array& x, const Array& y) {
-  if (!is_int64_arithmetic(op) || x.dtype != DType::int64 || y.dtype != DType::int64)
+void launch_binary_int64(const std::string& op, const Array& x, const Array& y,
+                         const Array& out) {
+  if (!is_int64_arithmetic(op) || x.dtype != DType::int64 || y.dtype != DType::int64 ||
+      out.dtype != DType::int64)
     throw TypeError(message(op, "expected int64 arithmetic on two int64 arrays"));
-  const Shape shape = broadcast_shapes(x.shape, y.shape, op);
-  Array out = Array::empty(x.backend(), shape, DType::int64, op.c_str());
-  if (out.size() == 0) return out;
+  if (out.size() == 0) return;
+  const Shape& shape = out.shape;
   launch_view("int64_" + op, {buf(x), buf(y), buf(out)}, shape,
               {broadcast_strides(x.shape, x.strides, shape),
                broadcast_strides(y.shape, y.strides, shape), out.strides});
-  return out;
 }
 
-Array unary_int64(const std::string& op, const Array& x) {
-  if (!is_int64_unary(op) || x.dtype != DType::int64)
+void launch_unary_int64(const std::string& op, const Array& x, const Array& out) {
+  if (!is_int64_unary(op) || x.dtype != DType::int64 || out.dtype != DType::int64)
     throw TypeError(message(op, "expected an int64 unary op on an int64 array"));
-  Array out = Array::empty(x.backend(), x.shape, DType::int64, op.c_str());
-  if (out.size() == 0) return out;
+  if (out.size() == 0) return;
   launch_view("int64_" + op, {buf(x), buf(out)}, x.shape,
               {x.strides, Strides(x.shape.size(), 0), out.strides});
-  return out;
 }
 
 Array where(const Array& cond, const Array& x, const Array& y) {

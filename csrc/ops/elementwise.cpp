@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/env_config.h"
 #include "ops/array_arg.h"
+#include "ops/convert.h"
 
 namespace fm {
 namespace {
@@ -304,6 +305,18 @@ void launch_binary(const std::string& op, const Array& x, const Array& y, const 
   } else if (!launch_rows_wide(be, op, out.dtype, args, shape, {&xs, &ys, &os})) {
     launch_strided_any(be, "binary", op, out.dtype, args, shape, {&xs, &ys, &os}, {0, 1, 2});
   }
+}
+
+void launch_unary_any(const std::string& op, const Array& x, const Array& out) {
+  if (x.dtype != DType::int64) return launch_unary(op, x, out);
+  if (op == "copy") return launch_convert(x, out);
+  launch_unary_int64(op, x, out);
+}
+
+void launch_binary_any(const std::string& op, const Array& x, const Array& y, const Array& out) {
+  if (x.dtype != DType::int64) return launch_binary(op, x, y, out);
+  if (is_comparison(op)) return launch_compare_int64(op, x, y, out);
+  launch_binary_int64(op, x, y, out);
 }
 
 }  // namespace fm

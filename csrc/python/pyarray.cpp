@@ -174,7 +174,10 @@ py::array to_native_numpy(py::handle obj, const std::string& op, const char* arg
   }
   const std::optional<DType> native = classify(arr, op, arg);
   const DType target = want ? *want : native.value_or(DType::float32);
-  if (!native || *native != target) arr = arr.attr("astype")(numpy_dtype(target));
+  // NumPy int64 data is int64 only where asked for (host integers are float32 otherwise).
+  const bool is_int64 = arr.dtype().kind() == 'i' && arr.itemsize() == 8;
+  const bool as_is = native ? *native == target : target == DType::int64 && is_int64;
+  if (!as_is) arr = arr.attr("astype")(numpy_dtype(target));
   return arr;
 }
 
@@ -205,7 +208,16 @@ Array to_array(py::handle obj, Backend& backend, const std::string& op, const ch
     a.dtype = want.value_or(DType::float32);
     a.storage = backend.allocate(itemsize(a.dtype));
     if (a.dtype == DType::int64) {
-      const std::int64_t i = obj.cast<std::int64_t>();
+      int overflow = 0;
+      const long long i = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+      if (overflow != 0) {  // NumPy's error type for this
+        const std::string m = message(op, "expected a Python int within int64 for an int64 ",
+                                      "array, got ", std::string(py::repr(obj)),
+                                      " (out of bounds for int64)");
+        PyErr_SetString(PyExc_OverflowError, m.c_str());
+        throw py::error_already_set();
+      }
+      if (i == -1 && PyErr_Occurred()) throw py::error_already_set();
       backend.copy_from_host(*a.storage, 0, &i, sizeof i);
       return a;
     }
@@ -224,13 +236,6 @@ Array to_contiguous_array(py::handle obj, Backend& backend, const std::string& o
   Array a = to_array(obj, backend, op, arg, want);
   if (a.contiguous()) return a;
   return convert(a, a.dtype);  // gathered on the device
-}
-
-TypeError int64_refused(const std::string& op, const char* arg, DType got) {
-  return TypeError(message(op, "expected a float32 or float16 array for ", arg, ", got an ",
-                           dtype_name(got), " fastmetal.Array (int64 Arrays support copies, "
-                           "views, astype, comparisons, arithmetic, sum, prod, max, min, mean "
-                           "and cumsum; convert with .astype('float32'))"));
 }
 
 py::dtype numpy_dtype(DType t) {
@@ -294,6 +299,115 @@ std::optional<std::int64_t> int_arg(py::handle v) {
     return std::nullopt;
   }
   return std::int64_t(x);
+}
+
+}  // namespace fm::python
+
+namespace fm::python {
+
+Operand operand_of(py::handle obj, const std::string& op, const char* arg) {
+  if (is_array(obj)) {
+    const DType t = obj.cast<const Array&>().dtype;
+    return t == DType::float32 ? Operand::float32
+           : t == DType::float16 ? Operand::float16
+                                 : Operand::int64;
+  }
+  if (PyFloat_CheckExact(obj.ptr())) return Operand::python_float;
+  if (PyLong_CheckExact(obj.ptr()) || PyBool_Check(obj.ptr())) return Operand::python_int;
+  if (is_numpy_float32_scalar(obj)) return Operand::float32;
+  if (py::isinstance<py::array>(obj)) {
+    const auto a = py::reinterpret_borrow<py::array>(obj);
+    const char k = a.dtype().kind();
+    if (k == 'i' || k == 'u' || k == 'b') return Operand::host_integer;
+    return classify(a, op, arg).value_or(DType::float32) == DType::float16 ? Operand::float16
+                                                                           : Operand::float32;
+  }
+  static auto* np_integer = new py::object(py::module_::import("numpy").attr("integer"));
+  if (py::isinstance(obj, *np_integer)) return Operand::host_integer;
+  return to_native_numpy(obj, op, arg).itemsize() == 4 ? Operand::float32 : Operand::float16;
+}
+
+std::optional<Shape> shape_without_converting(py::handle v) {
+  if (is_array(v)) return v.cast<const Array&>().shape;
+  if (py::isinstance<py::array>(v)) {
+    const auto a = py::reinterpret_borrow<py::array>(v);
+    return Shape(a.shape(), a.shape() + a.ndim());
+  }
+  return std::nullopt;
+}
+
+Array to_operand(py::handle obj, Backend& backend, const std::string& op, const char* arg,
+                 DType want) {
+  if (is_array(obj)) {
+    const Array& a = obj.cast<const Array&>();
+    if (a.dtype != want && &a.backend() == &backend) return convert(a, want);
+  }
+  return to_array(obj, backend, op, arg, want);
+}
+
+std::optional<std::int64_t> host_integer_min(py::handle v) {
+  if (PyLong_Check(v.ptr())) {
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow != 0) return std::nullopt;  // converting it reports that
+    return std::int64_t(i);
+  }
+  if (py::isinstance<py::array>(v)) {
+    const auto a = py::reinterpret_borrow<py::array>(v);
+    const char k = a.dtype().kind();
+    if (a.size() > 0 && (k == 'i' || k == 'u'))
+      return a.attr("min")().cast<std::int64_t>();
+  }
+  return std::nullopt;
+}
+
+OutArg out_arg(py::handle out, Backend& backend, const std::string& op) {
+  OutArg o;
+  if (out.is_none()) return o;
+  if (is_array(out)) {
+    o.kind = OutArg::Kind::array;
+    o.array = out.cast<const Array&>();
+    if (&o.array.backend() != &backend)
+      throw ValueError(message(op, "expected out on device '", backend.name(), "', got '",
+                               o.array.backend().name(), "'"));
+    return o;
+  }
+  if (!py::isinstance<py::array>(out))
+    throw TypeError(message(op, "expected out to be a numpy.ndarray or fastmetal.Array, got ",
+                            type_name(out)));
+  const auto arr = py::reinterpret_borrow<py::array>(out);
+  o.kind = OutArg::Kind::host;
+  o.shape.assign(arr.shape(), arr.shape() + arr.ndim());
+  o.writeable = arr.writeable();
+  o.dtype.kind = arr.dtype().kind();
+  o.dtype.itemsize = std::size_t(arr.itemsize());
+  // str(dtype) runs Python code in NumPy: only for the kinds OutDType cannot name itself.
+  if (std::string("fiubc").find(o.dtype.kind) == std::string::npos)
+    o.dtype.other = py::str(arr.dtype());
+  for (py::ssize_t d = 0; d < arr.ndim(); ++d)
+    if (arr.strides(d) == 0 && arr.shape(d) > 1 && arr.size() > 0) o.broadcast = true;
+  if (o.broadcast) o.strides = py::str(py::tuple(arr.attr("strides")));
+  // Lent to the device in place where it can write it: host-visible memory of a fastmetal
+  // dtype (strides that are not whole elements make to_array gather a copy instead).
+  const char k = o.dtype.kind;
+  const auto item = arr.itemsize();
+  const bool native = (k == 'f' && (item == 4 || item == 2)) || (k == 'i' && item == 8);
+  if (native && backend.host_visible() && o.writeable && !o.broadcast) {
+    const std::optional<DType> want = k == 'i' ? std::optional<DType>(DType::int64) : std::nullopt;
+    Array a = to_array(out, backend, op, "out", want);
+    if (a.size() == 0 || a.host_data() == static_cast<const char*>(arr.data())) {
+      o.array = std::move(a);
+      o.in_place = true;
+    }
+  }
+  return o;
+}
+
+py::object out_result(Output& output, py::handle out, bool fm_result) {
+  if (!output.has_out()) return wrap_result(output.take(), fm_result);
+  if (output.host_copy())
+    numpy_fn("copyto")(out, numpy_view(output.target()), py::arg("casting") = "unsafe");
+  return py::reinterpret_borrow<py::object>(out);
 }
 
 }  // namespace fm::python

@@ -19,6 +19,7 @@
 #include "core/array.h"
 #include "core/errors.h"
 #include "backend/backend.h"
+#include "ops/arguments.h"
 
 // Shapes and strides (fm::SmallVector) cross into Python as lists, as std::vector did.
 namespace pybind11::detail {
@@ -89,7 +90,25 @@ py::array numpy_view(const Array& a, py::handle owner = py::handle());
 py::object wrap_result(Array result, bool as_fastmetal_array);
 
 py::dtype numpy_dtype(DType t);
-// The TypeError of an op that does not take int64 Arrays (argument `arg`).
-TypeError int64_refused(const std::string& op, const char* arg, DType got);
+
+// ---- arguments described for csrc/ops/arguments.h, which decides what they mean
+// obj as an operand of the promotion tables (TypeError for what is not real numbers).
+Operand operand_of(py::handle obj, const std::string& op, const char* arg);
+// The shape of an array operand, read without converting it, or nothing for scalars and
+// other objects.
+std::optional<Shape> shape_without_converting(py::handle obj);
+// obj as an Array of `want` on `backend`, as to_array, except that fastmetal.Arrays of
+// another dtype (int64 included) are converted on the device.
+Array to_operand(py::handle obj, Backend& backend, const std::string& op, const char* arg,
+                 DType want);
+// The smallest integer a Python int or NumPy integer array holds (nothing for others).
+std::optional<std::int64_t> host_integer_min(py::handle obj);
+// out= (None, a fastmetal.Array or a NumPy array; TypeError for anything else) described
+// for an op on `backend`: a NumPy array is lent to the device in place where it can be.
+OutArg out_arg(py::handle out, Backend& backend, const std::string& op);
+// What an op with out= returns once its work is enqueued: out itself (the NumPy out=
+// written through the host where output.host_copy()), else output.target() as NumPy or
+// an Array (fm_result).
+py::object out_result(Output& output, py::handle out, bool fm_result);
 
 }  // namespace fm::python

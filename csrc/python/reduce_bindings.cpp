@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "ops/arguments.h"
 #include "ops/convert.h"
 #include "ops/elementwise.h"
 #include "core/errors.h"
@@ -68,53 +69,53 @@ Array input_array(py::handle x, const std::string& op, const char* name, Backend
   return to_array(x, b, op, name, DType::float32);
 }
 
-// Reductions compute in float32. float16 input is converted on the device and the result
-// converted back (NumPy returns float16 for float16 input, accumulating in float32 inside);
-// int64 input (fastmetal.Array only) is summed in int64 (mean: float32) and refused elsewhere.
-py::object reduce_py(const std::string& name, py::handle x, py::handle axis, bool keepdims,
-                     double ddof) {
-  const ReduceOp op = parse_reduce_op(name);
-  Backend& b = pick_backend(name, {{"a", x}});
-  const bool as_array = is_array(x);
-  const bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
-  const bool int_ok = op == ReduceOp::sum || op == ReduceOp::mean || op == ReduceOp::max ||
-                      op == ReduceOp::min || op == ReduceOp::prod;
-  const DType in_dtype = native_dtype_of(x, name, "a");
-  if (in_dtype == DType::int64 && !int_ok) throw int64_refused(name, "a", in_dtype);
-  Array a = in_dtype == DType::int64 ? to_array(x, b, name, "a") : input_array(x, name, "a", b);
-  const std::vector<int> axes = parse_axes(name, axis, a.ndim(), !arg);
-  if (arg) {
-    Array idx;
-    {
-      py::gil_scoped_release nogil;
-      idx = reduce_arg(op, a, axis.is_none() ? -1 : axes[0]);
-      b.end_op();
-    }
-    if (keepdims) idx.shape = keepdims_shape(a.shape, axes);
-    idx.strides = contiguous_strides(idx.shape);
-    if (as_array) return py::cast(std::move(idx));
-    return numpy_result(numpy_view(idx));
+// A result the op computed (a new Array): into out= where given (ops/arguments.h's road),
+// else as NumPy (0-d: a NumPy scalar) or an Array.
+py::object give(const std::string& op, Array r, py::handle out, bool as_array) {
+  if (out.is_none()) {
+    if (as_array) return py::cast(std::move(r));
+    return numpy_result(numpy_view(r));
   }
-  Array out;
+  OutArg o = out_arg(out, r.backend(), op);
+  Output output(op, o, r);
   {
     py::gil_scoped_release nogil;
-    out = reduce(op, a, axes, ddof);
-    if (in_dtype == DType::float16) out = convert(out, DType::float16);
+    output.finish();
+    r.backend().end_op();
+  }
+  return out_result(output, out, as_array);
+}
+
+// Reductions: the dtypes are ops/arguments.h's reduce_dtypes (float16 computed in float32
+// and returned as float16; int64 Arrays summed in int64, refused where not taken).
+py::object reduce_py(const std::string& name, py::handle x, py::handle axis, bool keepdims,
+                     double ddof, py::handle out) {
+  const ReduceOp op = parse_reduce_op(name);
+  Backend& b = pick_backend(name, {{"a", x}, {"out", out}});
+  const bool as_array = is_array(x);
+  const bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
+  const ReduceDTypes t = reduce_dtypes(name, native_dtype_of(x, name, "a"), "a");
+  Array a = to_array(x, b, name, "a", t.compute);
+  const std::vector<int> axes = parse_axes(name, axis, a.ndim(), !arg);
+  Array r;
+  {
+    py::gil_scoped_release nogil;
+    r = arg ? reduce_arg(op, a, axis.is_none() ? -1 : axes[0]) : reduce(op, a, axes, ddof);
+    if (r.dtype != t.result) r = convert(r, t.result);
     b.end_op();
   }
   if (keepdims) {
-    out.shape = keepdims_shape(a.shape, axes);
-    out.strides = contiguous_strides(out.shape);
+    r.shape = keepdims_shape(a.shape, axes);
+    r.strides = contiguous_strides(r.shape);
   }
-  if (as_array) return py::cast(std::move(out));
-  return numpy_result(numpy_view(out));
+  return give(name, std::move(r), out, as_array);
 }
 
 // cumsum(a, axis=None): in a's dtype (float32, float16 or int64; others as float32).
-py::object cumsum_py(py::handle x, py::handle axis) {
+py::object cumsum_py(py::handle x, py::handle axis, py::handle out) {
   const std::string name = "cumsum";
-  Backend& b = pick_backend(name, {{"a", x}});
-  const DType dtype = native_dtype_of(x, name, "a");
+  Backend& b = pick_backend(name, {{"a", x}, {"out", out}});
+  const DType dtype = cumsum_dtype(native_dtype_of(x, name, "a"));
   Array a = to_array(x, b, name, "a", dtype);
   int ax = -1;
   if (!axis.is_none()) {
@@ -124,13 +125,14 @@ py::object cumsum_py(py::handle x, py::handle axis) {
     ax = normalize_axis(name, *i, std::max<std::int64_t>(a.ndim(), 1));
     if (a.ndim() == 0) ax = -1;
   }
-  Array out;
+  Array r;
   {
     py::gil_scoped_release nogil;
-    out = cumsum(a, ax);
+    r = cumsum(a, ax);
     b.end_op();
   }
-  return wrap_result(std::move(out), is_array(x));
+  if (out.is_none()) return wrap_result(std::move(r), is_array(x));
+  return give(name, std::move(r), out, is_array(x));
 }
 
 // A transposed 2-D view (no copy).
@@ -241,40 +243,41 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
   Array aa = input_array(a, op, "a", be);
   Array ba = input_array(b, op, "b", be);
   const Shape shape = matmul_shape(op, aa.shape, ba.shape);
-  if (!out.is_none()) {
-    if (!is_array(out))
-      throw TypeError(message(op, "expected out to be a fastmetal.Array (NumPy outputs are ",
-                              "handled by fastmetal.matmul), got ", std::string(py::repr(py::type::of(out)))));
-    const Array& o = out.cast<const Array&>();
-    prepare_write(o, op, "out");
-    if (o.shape != shape || o.dtype != DType::float32 || !o.contiguous())
-      throw ValueError(message(op, "expected out to be a contiguous float32 array of shape ",
-                               shape_str(shape), ", got shape ", shape_str(o.shape)));
-    if (may_overlap(o, aa) || may_overlap(o, ba))
-      throw ValueError(message(op, "expected out not to overlap the operands, got an overlap"));
-    {
-      py::gil_scoped_release nogil;
-      matmul_into(op, aa, ba, o);
-      be.end_op();
-    }
-    return py::reinterpret_borrow<py::object>(out);
-  }
-  Array r;
+  OutArg o = out_arg(out, be, op);
+  // Each output reads whole rows and columns: any overlap with an operand, a temporary.
+  Output output(op, o, be, shape, DType::float32, {&aa, &ba}, Aliasing::none, true);
   {
     py::gil_scoped_release nogil;
-    r = matmul(op, aa, ba);
+    matmul_into(op, aa, ba, output.target());
+    output.finish();
     be.end_op();
   }
-  if (as_array) return py::cast(std::move(r));
-  return numpy_result(numpy_view(r));
+  if (!output.has_out() && !as_array) return numpy_result(numpy_view(output.take()));
+  return out_result(output, out, as_array);
+}
+
+// A result a Python composite computed (dot of N-D arrays, concatenate) into out=, by the
+// same rules as every op's out=; returns out.
+py::object store_out_py(const std::string& op, py::handle result, py::handle out) {
+  Backend& b = pick_backend(op, {{"result", result}, {"out", out}});
+  // A NumPy result keeps its dtype where fastmetal has it (int64 indices included).
+  std::optional<DType> keep;
+  if (py::isinstance<py::array>(result)) {
+    const auto a = py::reinterpret_borrow<py::array>(result);
+    if (a.dtype().kind() == 'i' && a.itemsize() == 8) keep = DType::int64;
+  }
+  Array r = to_array(result, b, op, "result", keep);
+  return give(op, std::move(r), out, true);
 }
 
 }  // namespace
 
 void bind_reductions(py::module_& m) {
   m.def("_reduce", &reduce_py, py::arg("op"), py::arg("a"), py::arg("axis") = py::none(),
-        py::arg("keepdims") = false, py::arg("ddof") = 0.0);
-  m.def("_cumsum", &cumsum_py, py::arg("a"), py::arg("axis") = py::none());
+        py::arg("keepdims") = false, py::arg("ddof") = 0.0, py::arg("out") = py::none());
+  m.def("_cumsum", &cumsum_py, py::arg("a"), py::arg("axis") = py::none(),
+        py::arg("out") = py::none());
+  m.def("_store_out", &store_out_py, py::arg("op"), py::arg("result"), py::arg("out"));
   m.def("_matmul", &matmul_py, py::arg("a"), py::arg("b"), py::arg("out") = py::none());
   m.def("_linear", &linear_py, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
   m.def("_linear_backward", &linear_backward_py, py::arg("grad_output"), py::arg("x"),

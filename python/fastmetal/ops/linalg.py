@@ -26,24 +26,10 @@ def matmul(a, b, out=None):
     """Matrix product of two arrays, as ``numpy.matmul``.
 
     1-D operands are promoted (a leading / trailing 1 that is removed from the result),
-    leading batch dimensions broadcast. ``out``: a NumPy array or a contiguous float32
-    ``fastmetal.Array`` of the result's shape.
+    leading batch dimensions broadcast. ``out``: a NumPy array or ``fastmetal.Array`` of
+    the result's shape and a floating dtype (fastmetal's out= rules: docs/API.md).
     """
-    if out is None or isinstance(out, _core.Array):
-        return _core._matmul(a, b, out)
-    if not isinstance(out, np.ndarray):
-        raise TypeError("[fastmetal.matmul] expected out to be a NumPy array or "
-                        f"fastmetal.Array, got {type(out).__name__}")
-    if not out.flags.writeable:
-        raise ValueError("[fastmetal.matmul] expected a writeable out, got a read-only array")
-    r = _core._matmul(a, b, None)
-    # An Array result may live where the host cannot see it: .numpy() copies it then.
-    r_host = r.numpy() if isinstance(r, _core.Array) else np.asarray(r)
-    if out.shape != r_host.shape:
-        raise ValueError(f"[fastmetal.matmul] expected out of shape {r_host.shape}, "
-                         f"got shape {out.shape}")
-    np.copyto(out, r_host, casting="same_kind")
-    return out
+    return _core._matmul(a, b, out)
 
 
 def _swap_last(x):
@@ -138,8 +124,7 @@ def dot(a, b, out=None):
     shape = tuple(a_arr.shape[:-1]) + tuple(b_arr.shape[:-2]) + tuple(b_arr.shape[-1:])
     result = result.reshape(shape)
     if out is not None:
-        out[...] = result
-        return out
+        return _core._store_out("dot", result, out)
     if not isinstance(a, _core.Array) and not isinstance(b, _core.Array):
         return result.numpy()
     return result

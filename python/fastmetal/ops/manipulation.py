@@ -134,17 +134,14 @@ def concatenate(arrays: Any, axis: Optional[int] = 0, out: Any = None, dtype: An
     """Join ``arrays`` along ``axis`` (flattened first when ``axis`` is None), as
     ``numpy.concatenate``: the shapes must agree except along ``axis``; the dtype is their
     promotion (int64 for integers, float16 if all are float16, else float32) or ``dtype``;
-    ``out`` a fastmetal.Array of the result's shape. On the device: one copy per input into
-    its slice of the result. ``casting`` is accepted for NumPy's signature; values are
-    converted as ``astype`` does."""
+    ``out`` a NumPy array or fastmetal.Array of the result's shape (fastmetal's out= rules).
+    On the device: one copy per input into its slice of the result. ``casting`` is accepted
+    for NumPy's signature; values are converted as ``astype`` does."""
     where = "concatenate"
-    if out is not None and not isinstance(out, Array):
-        raise TypeError(f"[fastmetal.{where}] expected out to be a fastmetal.Array, got "
-                        f"{type(out).__name__}")
     arrays = _sequence(arrays, where)
     device = _device(arrays, out, where)
     as_numpy = device is None and out is None
-    target = _result_dtype(arrays, dtype, where) if out is None else out.dtype
+    target = _result_dtype(arrays, dtype, where)
     parts = [a if isinstance(a, Array) else _core.asarray(
         np.asarray(a), dtype=_result_dtype([a], None, where), device=device) for a in arrays]
     if axis is None:
@@ -164,13 +161,7 @@ def concatenate(arrays: Any, axis: Optional[int] = 0, out: Any = None, dtype: An
                              f"{axis}, got {parts[0].shape} and {p.shape} (array {i})")
     shape = list(parts[0].shape)
     shape[axis] = sum(p.shape[axis] for p in parts)
-    if out is None:
-        result = _core.empty(tuple(shape), dtype=target, device=device or parts[0].device)
-    else:
-        if tuple(out.shape) != tuple(shape):
-            raise ValueError(f"[fastmetal.{where}] expected out of shape {tuple(shape)}, got "
-                             f"shape {out.shape}")
-        result = out
+    result = _core.empty(tuple(shape), dtype=target, device=device or parts[0].device)
     start = 0
     for p in parts:
         n = p.shape[axis]
@@ -178,6 +169,8 @@ def concatenate(arrays: Any, axis: Optional[int] = 0, out: Any = None, dtype: An
             key = (slice(None),) * axis + (slice(start, start + n),)
             result[key] = p  # the copy kernel (a dtype conversion where they differ)
         start += n
+    if out is not None:  # a new result, then out= by the rules of every op's out=
+        return _core._store_out(where, result, out)
     return result.numpy() if as_numpy else result
 
 
@@ -205,9 +198,6 @@ def stack(arrays: Any, axis: int = 0, out: Any = None, dtype: Any = None,
     """Join ``arrays`` of one shape along a new axis ``axis``, as ``numpy.stack``
     (``concatenate`` of each with a new axis of length 1)."""
     where = "stack"
-    if out is not None and not isinstance(out, Array):
-        raise TypeError(f"[fastmetal.{where}] expected out to be a fastmetal.Array, got "
-                        f"{type(out).__name__}")
     arrays = _sequence(arrays, where)
     shapes = {tuple(a.shape) if isinstance(a, Array) else np.shape(a) for a in arrays}
     if len(shapes) != 1:

@@ -46,34 +46,6 @@ def _check_dtype(name: str, dtype: Any) -> None:
         raise TypeError(f"[fastmetal.{name}] expected dtype None or float32, got {dtype!r}")
 
 
-def _finish(name: str, result: Any, out: Any) -> Any:
-    if out is None:
-        return result
-    if isinstance(out, _core.Array):
-        if isinstance(result, _core.Array) and result.dtype == np.int64:  # argmax / argmin
-            if out.dtype != np.int64:
-                raise TypeError(f"[fastmetal.{name}] expected an int64 out for int64 indices, "
-                                f"got dtype {out.dtype}")
-            if out.shape != result.shape:
-                raise ValueError(f"[fastmetal.{name}] expected out of shape {result.shape}, "
-                                 f"got shape {out.shape}")
-            _core.unary("copy", result, out=out)
-            return out
-        _core.binary("multiply", result, 1.0, out=out)
-        return out
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"[fastmetal.{name}] expected out to be a NumPy array or "
-                        f"fastmetal.Array, got {type(out).__name__}")
-    if not out.flags.writeable:
-        raise ValueError(f"[fastmetal.{name}] expected a writeable out, got a read-only array")
-    host = result.numpy() if isinstance(result, _core.Array) else np.asarray(result)
-    if out.shape != host.shape:
-        raise ValueError(f"[fastmetal.{name}] expected out of shape {host.shape}, "
-                         f"got shape {out.shape}")
-    np.copyto(out, host, casting="same_kind")
-    return out
-
-
 def _reduced_count(a: Any, axis: Any) -> int:
     """How many elements each output of a reduction over `axis` takes (for the warnings);
     -1 where the axis is invalid (the reduction then raises its own error)."""
@@ -105,7 +77,7 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
     _check_dtype(name, dtype)
     if name in ("mean", "var", "std"):
         _warn_if_empty(name, a, axis, ddof)
-    return _finish(name, _core._reduce(name, a, axis, bool(keepdims), float(ddof)), out)
+    return _core._reduce(name, a, axis, bool(keepdims), float(ddof), out)
 
 
 # Each reduction is declared with its gradient beside it (fastmetal._declare.op).
@@ -203,7 +175,7 @@ def prod(a, axis=None, dtype=None, out=None, keepdims=False):
     not NumPy's: results agree to float32 rounding, not bit for bit)."""
     if dtype is not None and np.dtype(dtype) not in (np.float32, np.int64):
         raise TypeError(f"[fastmetal.prod] expected dtype None, float32 or int64, got {dtype!r}")
-    return _finish("prod", _core._reduce("prod", a, axis, bool(keepdims), 0.0), out)
+    return _core._reduce("prod", a, axis, bool(keepdims), 0.0, out)
 
 
 @prod.vjp
@@ -234,16 +206,7 @@ def cumsum(a, axis=None, dtype=None, out=None):
         if have is None or want != have:
             raise TypeError(f"[fastmetal.cumsum] expected dtype None (the input's dtype), "
                             f"got {dtype!r}; convert the input with astype first")
-    result = _core._cumsum(a, axis)
-    if out is None:
-        return result
-    if isinstance(out, _core.Array):
-        if out.shape != result.shape:
-            raise ValueError(f"[fastmetal.cumsum] expected out of shape {result.shape}, "
-                             f"got shape {out.shape}")
-        out[...] = result
-        return out
-    return _finish("cumsum", result, out)
+    return _core._cumsum(a, axis, out)
 
 
 @cumsum.vjp
