@@ -26,53 +26,86 @@ constexpr int L = 16;           // float lanes
 constexpr i64 kBlock = 2048;    // elements summed in float before the float64 carry
 constexpr i64 kTask = 16384;    // elements per task, about
 
-// Sum of f(x[i]) (and of f2) over n contiguous floats: 16 float lanes per block of kBlock,
-// the blocks' sums added in float64.
+// Lanes of the compiler's vector type: GCC did not vectorise every loop over 16-float lane
+// arrays here (the max's select, reductions through a lambda's references), vector types
+// it always does. The lanes are added in a fixed order.
+#if defined(__AVX512F__)
+constexpr int VL = 16;
+#elif defined(__AVX2__)
+constexpr int VL = 8;
+#else
+constexpr int VL = 4;
+#endif
+typedef float VF __attribute__((vector_size(VL * 4)));
+
+inline float lanes_sum(VF v) {
+  float s = v[0];
+  for (int j = 1; j < VL; ++j) s += v[j];
+  return s;
+}
+
+inline VF load(const float* p) {
+  VF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Sum of f(x[i]) over n contiguous floats: two vectors of lanes per block of kBlock
+// elements, the blocks' sums added in float64. f takes and returns a float or a VF.
 template <class F>
 double sum_of(const float* x, i64 n, F f) {
   double total = 0.0;
   for (i64 b0 = 0; b0 < n; b0 += kBlock) {
     const i64 b1 = std::min(n, b0 + kBlock);
-    float acc[L] = {};
+    VF a0 = {}, a1 = {};
     i64 i = b0;
-    for (; i + L <= b1; i += L)
-      for (int j = 0; j < L; ++j) acc[j] += f(x[i + j]);
-    for (int j = 0; i < b1; ++i, ++j) acc[j] += f(x[i]);
-    float s = 0.0f;
-    for (int j = 0; j < L; ++j) s += acc[j];
+    for (; i + 2 * VL <= b1; i += 2 * VL) {
+      a0 += f(load(x + i));
+      a1 += f(load(x + i + VL));
+    }
+    float s = lanes_sum(a0 + a1);
+    for (; i < b1; ++i) s += f(x[i]);
     total += double(s);
   }
   return total;
 }
 
-// Two sums over a pair of arrays at once: f(a[i], b[i]) -> (u, v) added into su, sv.
+// Two sums over up to three arrays at once: f(a[i], b[i], c[i], u, v) adds into u and v
+// (floats or VFs); c may be null where f does not read it.
 template <class F>
-void sum2_of(const float* a, const float* b, i64 n, F f, double& su, double& sv) {
+void sum2_of(const float* a, const float* b, const float* c, i64 n, F f, double& su,
+             double& sv) {
   su = sv = 0.0;
+  const float zero = 0.0f;
   for (i64 b0 = 0; b0 < n; b0 += kBlock) {
     const i64 b1 = std::min(n, b0 + kBlock);
-    float u[L] = {}, v[L] = {};
+    VF u = {}, v = {};
     i64 i = b0;
-    for (; i + L <= b1; i += L)
-      for (int j = 0; j < L; ++j) f(a[i + j], b[i + j], u[j], v[j]);
-    for (int j = 0; i < b1; ++i, ++j) f(a[i], b[i], u[j], v[j]);
-    float s = 0.0f, t = 0.0f;
-    for (int j = 0; j < L; ++j) s += u[j], t += v[j];
-    su += double(s);
-    sv += double(t);
+    for (; i + VL <= b1; i += VL) f(load(a + i), load(b + i), c ? load(c + i) : VF{}, u, v);
+    float us = lanes_sum(u), vs = lanes_sum(v);
+    for (; i < b1; ++i) f(a[i], b[i], c ? c[i] : zero, us, vs);
+    su += double(us);
+    sv += double(vs);
   }
 }
 
-// Largest of x[0..n), NaN skipped (-inf if none), in 16 lanes.
+// Largest of x[0..n), NaN skipped (-inf if none), in the compiler's vector type (GCC did not
+// vectorise the 16-lane select loop here): `v > b ? v : b` is maxps, which keeps b for NaN.
 inline float max_of(const float* x, i64 n) {
-  float b[L];
-  for (int j = 0; j < L; ++j) b[j] = -INFINITY;
+  VF b0, b1;
+  for (int j = 0; j < VL; ++j) b0[j] = b1[j] = -INFINITY;
   i64 i = 0;
-  for (; i + L <= n; i += L)
-    for (int j = 0; j < L; ++j) b[j] = x[i + j] > b[j] ? x[i + j] : b[j];
-  for (; i < n; ++i) b[0] = x[i] > b[0] ? x[i] : b[0];
-  float m = b[0];
-  for (int j = 1; j < L; ++j) m = b[j] > m ? b[j] : m;
+  for (; i + 2 * VL <= n; i += 2 * VL) {
+    VF v0, v1;
+    std::memcpy(&v0, x + i, sizeof v0);
+    std::memcpy(&v1, x + i + VL, sizeof v1);
+    b0 = v0 > b0 ? v0 : b0;
+    b1 = v1 > b1 ? v1 : b1;
+  }
+  b0 = b1 > b0 ? b1 : b0;
+  float m = b0[0];
+  for (int j = 1; j < VL; ++j) m = b0[j] > m ? b0[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
 }
 
@@ -100,10 +133,10 @@ void row_norm_forward(const RowNormArgs& a, const float* x, const float* w, cons
       float* yr = y + r * n;
       float mean = 0.0f, var;
       if (rms) {
-        var = float(sum_of(xr, n, [](float v) { return v * v; }) / double(n));
+        var = float(sum_of(xr, n, [](auto v) { return v * v; }) / double(n));
       } else {
-        mean = float(sum_of(xr, n, [](float v) { return v; }) / double(n));
-        var = float(sum_of(xr, n, [mean](float v) { return (v - mean) * (v - mean); }) / double(n));
+        mean = float(sum_of(xr, n, [](auto v) { return v; }) / double(n));
+        var = float(sum_of(xr, n, [mean](auto v) { return (v - mean) * (v - mean); }) / double(n));
       }
       const float rstd = 1.0f / std::sqrt(var + a.eps);
       mean_out[r] = mean;
@@ -134,6 +167,35 @@ void row_norm_forward(const RowNormArgs& a, const float* x, const float* w, cons
 }
 
 namespace {
+// dx = rstd * ((g * w - mg) - xhat * mgx) over a row (w null: 1), and where pw is given the
+// partials pw += g * xhat, pb += g. A function of restrict parameters: GCC ignores restrict
+// on local pointers, and with six arrays its runtime alias checks give up (the loop stayed
+// scalar).
+void dx_and_partials(i64 n, const float* __restrict g, const float* __restrict x,
+                     const float* __restrict w, float mean, float rstd, float mg, float mgx,
+                     float* __restrict dx, float* __restrict pw, float* __restrict pb) {
+  if (pw && w) {
+    for (i64 i = 0; i < n; ++i) {
+      const float xhat = (x[i] - mean) * rstd;
+      dx[i] = rstd * ((g[i] * w[i] - mg) - xhat * mgx);
+      pw[i] += g[i] * xhat;
+      pb[i] += g[i];
+    }
+  } else if (pw) {
+    for (i64 i = 0; i < n; ++i) {
+      const float xhat = (x[i] - mean) * rstd;
+      dx[i] = rstd * ((g[i] - mg) - xhat * mgx);
+      pw[i] += g[i] * xhat;
+      pb[i] += g[i];
+    }
+  } else if (w) {
+    for (i64 i = 0; i < n; ++i)
+      dx[i] = rstd * ((g[i] * w[i] - mg) - ((x[i] - mean) * rstd) * mgx);
+  } else {
+    for (i64 i = 0; i < n; ++i) dx[i] = rstd * ((g[i] - mg) - ((x[i] - mean) * rstd) * mgx);
+  }
+}
+
 // One row's backward: dx, and (where pw) this row's g * xhat and g added into pw / pb at the
 // row's weight indices.
 void row_backward(const RowNormArgs& a, i64 r, const float* g, const float* x, const float* w,
@@ -148,63 +210,30 @@ void row_backward(const RowNormArgs& a, i64 r, const float* g, const float* x, c
   if (S == 1) {
     const float* wr = w ? w + c0 : nullptr;
     if (wr) {
-      // wg = g * w; sums of wg and wg * xhat (xhat through the index: w is a third array).
-      double a1 = 0.0, a2 = 0.0;
-      for (i64 b0 = 0; b0 < n; b0 += kBlock) {
-        const i64 b1 = std::min(n, b0 + kBlock);
-        float u[L] = {}, v[L] = {};
-        i64 i = b0;
-        for (; i + L <= b1; i += L)
-          for (int j = 0; j < L; ++j) {
-            const float wg = gr[i + j] * wr[i + j];
-            u[j] += wg;
-            v[j] += wg * ((xr[i + j] - mean) * rstd);
-          }
-        for (int j = 0; i < b1; ++i, ++j) {
-          const float wg = gr[i] * wr[i];
-          u[j] += wg;
-          v[j] += wg * ((xr[i] - mean) * rstd);
-        }
-        float s = 0.0f, t = 0.0f;
-        for (int j = 0; j < L; ++j) s += u[j], t += v[j];
-        a1 += double(s);
-        a2 += double(t);
-      }
-      sg = a1;
-      sgx = a2;
+      sum2_of(gr, xr, wr, n, [mean, rstd](auto gv, auto xv, auto wv, auto& u, auto& v) {
+        const auto wg = gv * wv;
+        u += wg;
+        v += wg * ((xv - mean) * rstd);
+      }, sg, sgx);
     } else {
-      sum2_of(gr, xr, n, [mean, rstd](float gv, float xv, float& u, float& v) {
+      sum2_of(gr, xr, nullptr, n, [mean, rstd](auto gv, auto xv, auto, auto& u, auto& v) {
         u += gv;
         v += gv * ((xv - mean) * rstd);
       }, sg, sgx);
     }
     const float mg = rms ? 0.0f : float(sg / double(n)), mgx = float(sgx / double(n));
-    if (wr) {
-      for (i64 i = 0; i < n; ++i) {
-        const float xhat = (xr[i] - mean) * rstd;
-        dr[i] = rstd * ((gr[i] * wr[i] - mg) - xhat * mgx);
-      }
-    } else {
-      for (i64 i = 0; i < n; ++i) {
-        const float xhat = (xr[i] - mean) * rstd;
-        dr[i] = rstd * ((gr[i] - mg) - xhat * mgx);
-      }
-    }
-    if (pw) {
-      float* pwr = pw + c0;
-      float* pbr = pb + c0;
-      for (i64 i = 0; i < n; ++i) {
-        pwr[i] += gr[i] * ((xr[i] - mean) * rstd);
-        pbr[i] += gr[i];
-      }
-    }
+    // dx, and the affine partials in the same pass (xhat computed once).
+    if (pw)
+      dx_and_partials(n, gr, xr, wr, mean, rstd, mg, mgx, dr, pw + c0, pb + c0);
+    else
+      dx_and_partials(n, gr, xr, wr, mean, rstd, mg, mgx, dr, nullptr, nullptr);
     return;
   }
   // Channels of S elements: the weight is one number per segment.
   for (i64 c = 0; c < Cg; ++c) {
     const float wc = w ? w[c0 + c] : 1.0f;
     double u, v;
-    sum2_of(gr + c * S, xr + c * S, S, [mean, rstd](float gv, float xv, float& p, float& q) {
+    sum2_of(gr + c * S, xr + c * S, nullptr, S, [mean, rstd](auto gv, auto xv, auto, auto& p, auto& q) {
       p += gv;
       q += gv * ((xv - mean) * rstd);
     }, u, v);
@@ -269,178 +298,199 @@ void row_norm_backward(const RowNormArgs& a, const float* g, const float* x, con
 }
 
 // ------------------------------------------------------------------- batch norm
+// Long segments (S >= 16): a task owns whole channels and makes every pass over one channel
+// before the next, so the later passes read it from cache. Short segments ((N, C) input and
+// the like): a task owns a block of whole channels' columns of the rows n (C * S columns)
+// and sums each column over n in float64, then adds a channel's S columns in order.
 namespace {
-// Per-channel sums for batch norm over (N, C, S): f over each channel's N segments of S.
-// Channels are the tasks (segments long enough to vectorise) ...
-template <class F>
-void channel_sums(const BatchNormArgs& a, F segment_sum, double* out_u, double* out_v) {
-  const i64 N = a.N, C = a.C, S = a.S;
-  const i64 cpt = per_task(N * S);
-  parallel_tasks((C + cpt - 1) / cpt, [&](i64 t) {
-    for (i64 c = t * cpt; c < std::min(C, (t + 1) * cpt); ++c) {
-      double u = 0.0, v = 0.0;
-      for (i64 n = 0; n < N; ++n) {
-        double p = 0.0, q = 0.0;
-        segment_sum(c, (n * C + c) * S, S, p, q);
-        u += p;
-        v += q;
-      }
-      out_u[c] = u;
-      if (out_v) out_v[c] = v;
-    }
-  });
-}
-
-// ... or, for short segments (S < 16, e.g. (N, C) input), blocks of the C * S columns of
-// the rows n, each column summed over n in float64 lanes, then the S columns of a channel
-// added in order.
-template <class F>
-void column_sums(const BatchNormArgs& a, F f, double* out_u, double* out_v) {
-  const i64 N = a.N, C = a.C, S = a.S, W = C * S;
-  std::vector<double> cu(static_cast<std::size_t>(W), 0.0), cv(static_cast<std::size_t>(W), 0.0);
-  constexpr i64 kCols = 256;
-  parallel_tasks((W + kCols - 1) / kCols, [&](i64 t) {
-    const i64 j0 = t * kCols, j1 = std::min(W, j0 + kCols);
-    for (i64 n = 0; n < N; ++n)
-      for (i64 j = j0; j < j1; ++j) {
-        float p, q;
-        f(j / S, n * W + j, p, q);
-        cu[std::size_t(j)] += double(p);
-        cv[std::size_t(j)] += double(q);
-      }
-  });
-  for (i64 c = 0; c < C; ++c) {
-    double u = 0.0, v = 0.0;
-    for (i64 s = 0; s < S; ++s) {
-      u += cu[std::size_t(c * S + s)];
-      v += cv[std::size_t(c * S + s)];
-    }
-    out_u[c] = u;
-    if (out_v) out_v[c] = v;
-  }
-}
-
 constexpr i64 kShortSegment = 16;
+constexpr i64 kColumns = 256;
 
-// out[i] = f(c, i) over every element, tasks of channel ranges (long segments) or of rows.
-template <class F>
-void each_element(const BatchNormArgs& a, F f) {
-  const i64 N = a.N, C = a.C, S = a.S;
-  if (S >= kShortSegment) {
-    const i64 cpt = per_task(N * S);
-    parallel_tasks((C + cpt - 1) / cpt, [&](i64 t) {
-      for (i64 c = t * cpt; c < std::min(C, (t + 1) * cpt); ++c)
-        for (i64 n = 0; n < N; ++n) f(c, (n * C + c) * S, S);
-    });
-  } else {
-    const i64 npt = per_task(C * S);
-    parallel_tasks((N + npt - 1) / npt, [&](i64 t) {
-      for (i64 n = t * npt; n < std::min(N, (t + 1) * npt); ++n)
-        for (i64 c = 0; c < C; ++c) f(c, (n * C + c) * S, S);
-    });
+// Columns per block: whole channels, about kColumns.
+i64 block_columns(i64 S) { return std::max<i64>(1, kColumns / S) * S; }
+
+struct ChannelStats {
+  float mean, rstd;
+};
+
+// Training statistics of channel c (long segments), and the running update.
+ChannelStats bn_train_channel(const BatchNormArgs& a, const float* x, i64 c, const float* rm,
+                              const float* rv, float* new_mean, float* new_var) {
+  const i64 N = a.N, C = a.C, S = a.S, count = N * S;
+  double s = 0.0;
+  for (i64 n = 0; n < N; ++n) s += sum_of(x + (n * C + c) * S, S, [](auto v) { return v; });
+  const float mean = float(s / double(count));
+  double d = 0.0;
+  for (i64 n = 0; n < N; ++n)
+    d += sum_of(x + (n * C + c) * S, S, [mean](auto v) { return (v - mean) * (v - mean); });
+  const float rstd = 1.0f / std::sqrt(float(d / double(count)) + a.eps);
+  if ((a.flags & kNormRunning) != 0) {
+    const float unbiased = float(d / double(count - 1));
+    new_mean[c] = a.momentum * mean + (1.0f - a.momentum) * rm[c];
+    new_var[c] = a.momentum * unbiased + (1.0f - a.momentum) * rv[c];
   }
+  return {mean, rstd};
 }
 }  // namespace
 
 void batch_norm_forward(const BatchNormArgs& a, const float* x, const float* w, const float* b,
                         const float* rm, const float* rv, float* y, float* save_mean,
                         float* save_rstd, float* new_mean, float* new_var) {
-  const i64 C = a.C, S = a.S, count = i64(a.N) * S;
+  const i64 N = a.N, C = a.C, S = a.S, count = N * S;
   const bool training = (a.flags & kNormTraining) != 0;
-  std::vector<float> scale(static_cast<std::size_t>(C)), shift(static_cast<std::size_t>(C));
-  if (training) {
-    std::vector<double> sum(static_cast<std::size_t>(C)), dev(static_cast<std::size_t>(C));
-    std::vector<float> mean(static_cast<std::size_t>(C));
-    if (S >= kShortSegment) {
-      channel_sums(a, [&](i64, i64 off, i64 len, double& p, double&) {
-        p = sum_of(x + off, len, [](float v) { return v; });
-      }, sum.data(), nullptr);
-    } else {
-      column_sums(a, [&](i64, i64 i, float& p, float& q) { p = x[i]; q = 0.0f; }, sum.data(),
-                  nullptr);
-    }
-    for (i64 c = 0; c < C; ++c) mean[std::size_t(c)] = float(sum[std::size_t(c)] / double(count));
-    if (S >= kShortSegment) {
-      channel_sums(a, [&](i64 c, i64 off, i64 len, double& p, double&) {
-        const float m = mean[std::size_t(c)];
-        p = sum_of(x + off, len, [m](float v) { return (v - m) * (v - m); });
-      }, dev.data(), nullptr);
-    } else {
-      column_sums(a, [&](i64 c, i64 i, float& p, float& q) {
-        const float d = x[i] - mean[std::size_t(c)];
-        p = d * d;
-        q = 0.0f;
-      }, dev.data(), nullptr);
-    }
-    for (i64 c = 0; c < C; ++c) {
-      const float m = mean[std::size_t(c)];
-      const float var = float(dev[std::size_t(c)] / double(count));
-      const float rstd = 1.0f / std::sqrt(var + a.eps);
-      save_mean[c] = m;
-      save_rstd[c] = rstd;
-      if ((a.flags & kNormRunning) != 0) {
-        const float unbiased = float(dev[std::size_t(c)] / double(count - 1));
-        new_mean[c] = a.momentum * m + (1.0f - a.momentum) * rm[c];
-        new_var[c] = a.momentum * unbiased + (1.0f - a.momentum) * rv[c];
+  auto finish = [&](i64 c, float mean, float rstd, float& scale, float& shift) {
+    save_mean[c] = mean;
+    save_rstd[c] = rstd;
+    scale = w ? w[c] * rstd : rstd;
+    shift = (b ? b[c] : 0.0f) - mean * scale;
+  };
+  if (S >= kShortSegment) {
+    const i64 cpt = per_task(N * S);
+    parallel_tasks((C + cpt - 1) / cpt, [&](i64 t) {
+      for (i64 c = t * cpt; c < std::min(C, (t + 1) * cpt); ++c) {
+        ChannelStats st{rm ? rm[c] : 0.0f, 0.0f};
+        if (training) st = bn_train_channel(a, x, c, rm, rv, new_mean, new_var);
+        else st.rstd = 1.0f / std::sqrt(rv[c] + a.eps);
+        float scale, shift;
+        finish(c, st.mean, st.rstd, scale, shift);
+        for (i64 n = 0; n < N; ++n) {
+          const float* xs = x + (n * C + c) * S;
+          float* ys = y + (n * C + c) * S;
+          for (i64 s = 0; s < S; ++s) ys[s] = xs[s] * scale + shift;
+        }
+      }
+    });
+    return;
+  }
+  const i64 W = C * S, bw = block_columns(S);
+  parallel_tasks((W + bw - 1) / bw, [&](i64 t) {
+    const i64 j0 = t * bw, j1 = std::min(W, j0 + bw), nj = j1 - j0;
+    double acc[kColumns + kShortSegment];
+    float colv[kColumns + kShortSegment], scale[kColumns + kShortSegment],
+        shift[kColumns + kShortSegment];
+    if (training) {
+      for (i64 j = 0; j < nj; ++j) acc[j] = 0.0;
+      for (i64 n = 0; n < N; ++n) {
+        const float* xr = x + n * W + j0;
+        for (i64 j = 0; j < nj; ++j) acc[j] += double(xr[j]);
+      }
+      for (i64 j = 0; j < nj; j += S) {  // channel means, spread over their columns
+        double s = 0.0;
+        for (i64 k = 0; k < S; ++k) s += acc[j + k];
+        for (i64 k = 0; k < S; ++k) colv[j + k] = float(s / double(count));
+      }
+      for (i64 j = 0; j < nj; ++j) acc[j] = 0.0;
+      for (i64 n = 0; n < N; ++n) {
+        const float* xr = x + n * W + j0;
+        for (i64 j = 0; j < nj; ++j) {
+          const float d = xr[j] - colv[j];
+          acc[j] += double(d * d);
+        }
       }
     }
-  } else {
-    for (i64 c = 0; c < C; ++c) {
-      save_mean[c] = rm[c];
-      save_rstd[c] = 1.0f / std::sqrt(rv[c] + a.eps);
+    for (i64 j = 0; j < nj; j += S) {
+      const i64 c = (j0 + j) / S;
+      ChannelStats st{rm ? rm[c] : 0.0f, 0.0f};
+      if (training) {
+        double d = 0.0;
+        for (i64 k = 0; k < S; ++k) d += acc[j + k];
+        st.mean = colv[j];
+        st.rstd = 1.0f / std::sqrt(float(d / double(count)) + a.eps);
+        if ((a.flags & kNormRunning) != 0) {
+          new_mean[c] = a.momentum * st.mean + (1.0f - a.momentum) * rm[c];
+          new_var[c] = a.momentum * float(d / double(count - 1)) + (1.0f - a.momentum) * rv[c];
+        }
+      } else {
+        st.rstd = 1.0f / std::sqrt(rv[c] + a.eps);
+      }
+      float sc, sh;
+      finish(c, st.mean, st.rstd, sc, sh);
+      for (i64 k = 0; k < S; ++k) scale[j + k] = sc, shift[j + k] = sh;
     }
-  }
-  for (i64 c = 0; c < C; ++c) {
-    const float sc = w ? w[c] * save_rstd[c] : save_rstd[c];
-    scale[std::size_t(c)] = sc;
-    shift[std::size_t(c)] = (b ? b[c] : 0.0f) - save_mean[c] * sc;
-  }
-  each_element(a, [&](i64 c, i64 off, i64 len) {
-    const float sc = scale[std::size_t(c)], sh = shift[std::size_t(c)];
-    const float* xs = x + off;
-    float* ys = y + off;
-    for (i64 s = 0; s < len; ++s) ys[s] = xs[s] * sc + sh;
+    for (i64 n = 0; n < N; ++n) {
+      const float* xr = x + n * W + j0;
+      float* yr = y + n * W + j0;
+      for (i64 j = 0; j < nj; ++j) yr[j] = xr[j] * scale[j] + shift[j];
+    }
   });
 }
 
 void batch_norm_backward(const BatchNormArgs& a, const float* g, const float* x, const float* w,
                          const float* mean, const float* rstd, float* dx, float* dw, float* db) {
-  const i64 C = a.C, S = a.S, count = i64(a.N) * S;
+  const i64 N = a.N, C = a.C, S = a.S, count = N * S;
   const bool training = (a.flags & kNormTraining) != 0;
-  std::vector<double> sg(static_cast<std::size_t>(C)), sgx(static_cast<std::size_t>(C));
-  if (S >= kShortSegment) {
-    channel_sums(a, [&](i64 c, i64 off, i64 len, double& p, double& q) {
-      const float m = mean[c];
-      sum2_of(g + off, x + off, len, [m](float gv, float xv, float& u, float& v) {
-        u += gv;
-        v += gv * (xv - m);
-      }, p, q);
-    }, sg.data(), sgx.data());
-  } else {
-    column_sums(a, [&](i64 c, i64 i, float& p, float& q) {
-      p = g[i];
-      q = g[i] * (x[i] - mean[c]);
-    }, sg.data(), sgx.data());
-  }
-  std::vector<float> k1(static_cast<std::size_t>(C)), k2(static_cast<std::size_t>(C)), k3(static_cast<std::size_t>(C));
-  for (i64 c = 0; c < C; ++c) {
+  // From channel c's sums: dweight, dbias, and dx = k1 * ((g - k2) - xhat * k3).
+  auto coefficients = [&](i64 c, double sg, double sgx, float& k1, float& k2, float& k3) {
     const float r = rstd[c];
-    const float sgxh = float(sgx[std::size_t(c)]) * r;  // sum(g * xhat)
+    const float sgxh = float(sgx) * r;  // sum(g * xhat)
     dw[c] = sgxh;
-    db[c] = float(sg[std::size_t(c)]);
-    const float wr = (w ? w[c] : 1.0f) * r;
-    // dx = wr * ((g - mg) - xhat * mgx)
-    k1[std::size_t(c)] = wr;
-    k2[std::size_t(c)] = training ? float(sg[std::size_t(c)] / double(count)) : 0.0f;
-    k3[std::size_t(c)] = training ? sgxh / float(count) : 0.0f;
+    db[c] = float(sg);
+    k1 = (w ? w[c] : 1.0f) * r;
+    k2 = training ? float(sg / double(count)) : 0.0f;
+    k3 = training ? sgxh / float(count) : 0.0f;
+  };
+  if (S >= kShortSegment) {
+    const i64 cpt = per_task(N * S);
+    parallel_tasks((C + cpt - 1) / cpt, [&](i64 t) {
+      for (i64 c = t * cpt; c < std::min(C, (t + 1) * cpt); ++c) {
+        const float m = mean[c], r = rstd[c];
+        double sg = 0.0, sgx = 0.0;
+        for (i64 n = 0; n < N; ++n) {
+          double p, q;
+          const i64 off = (n * C + c) * S;
+          sum2_of(g + off, x + off, nullptr, S, [m](auto gv, auto xv, auto, auto& u, auto& v) {
+            u += gv;
+            v += gv * (xv - m);
+          }, p, q);
+          sg += p;
+          sgx += q;
+        }
+        float k1, k2, k3;
+        coefficients(c, sg, sgx, k1, k2, k3);
+        for (i64 n = 0; n < N; ++n) {
+          const i64 off = (n * C + c) * S;
+          const float* gs = g + off;
+          const float* xs = x + off;
+          float* ds = dx + off;
+          for (i64 s = 0; s < S; ++s) ds[s] = k1 * ((gs[s] - k2) - ((xs[s] - m) * r) * k3);
+        }
+      }
+    });
+    return;
   }
-  each_element(a, [&](i64 c, i64 off, i64 len) {
-    const float wr = k1[std::size_t(c)], mg = k2[std::size_t(c)], mgx = k3[std::size_t(c)];
-    const float m = mean[c], r = rstd[c];
-    const float* gs = g + off;
-    const float* xs = x + off;
-    float* ds = dx + off;
-    for (i64 s = 0; s < len; ++s) ds[s] = wr * ((gs[s] - mg) - ((xs[s] - m) * r) * mgx);
+  const i64 W = C * S, bw = block_columns(S);
+  parallel_tasks((W + bw - 1) / bw, [&](i64 t) {
+    const i64 j0 = t * bw, j1 = std::min(W, j0 + bw), nj = j1 - j0;
+    double ag[kColumns + kShortSegment], agx[kColumns + kShortSegment];
+    float cm[kColumns + kShortSegment], cr[kColumns + kShortSegment],
+        k1[kColumns + kShortSegment], k2[kColumns + kShortSegment], k3[kColumns + kShortSegment];
+    for (i64 j = 0; j < nj; ++j) {
+      ag[j] = agx[j] = 0.0;
+      cm[j] = mean[(j0 + j) / S];
+      cr[j] = rstd[(j0 + j) / S];
+    }
+    for (i64 n = 0; n < N; ++n) {
+      const float* gr = g + n * W + j0;
+      const float* xr = x + n * W + j0;
+      for (i64 j = 0; j < nj; ++j) {
+        ag[j] += double(gr[j]);
+        agx[j] += double(gr[j] * (xr[j] - cm[j]));
+      }
+    }
+    for (i64 j = 0; j < nj; j += S) {
+      double sg = 0.0, sgx = 0.0;
+      for (i64 k = 0; k < S; ++k) sg += ag[j + k], sgx += agx[j + k];
+      float a1, a2, a3;
+      coefficients((j0 + j) / S, sg, sgx, a1, a2, a3);
+      for (i64 k = 0; k < S; ++k) k1[j + k] = a1, k2[j + k] = a2, k3[j + k] = a3;
+    }
+    for (i64 n = 0; n < N; ++n) {
+      const float* gr = g + n * W + j0;
+      const float* xr = x + n * W + j0;
+      float* dr = dx + n * W + j0;
+      for (i64 j = 0; j < nj; ++j)
+        dr[j] = k1[j] * ((gr[j] - k2[j]) - ((xr[j] - cm[j]) * cr[j]) * k3[j]);
+    }
   });
 }
 
@@ -449,12 +499,35 @@ namespace {
 inline float exp_nonpos(float v) { return fm_exp_nonpos(v); }
 inline float exp_any(float v) { return fm_exp(v); }
 
+// sum of exp(x[i] - m) (full: any argument; else x - m <= 0 or NaN), 16 float lanes per
+// block (this loop of fm_exp vectorises), blocks added in float64.
+inline double sum_exp(const float* x, i64 n, float m, bool full) {
+  double total = 0.0;
+  for (i64 b0 = 0; b0 < n; b0 += kBlock) {
+    const i64 b1 = std::min(n, b0 + kBlock);
+    float acc[L] = {};
+    i64 i = b0;
+    if (full) {
+      for (; i + L <= b1; i += L)
+        for (int j = 0; j < L; ++j) acc[j] += exp_any(x[i + j] - m);
+    } else {
+      for (; i + L <= b1; i += L)
+        for (int j = 0; j < L; ++j) acc[j] += exp_nonpos(x[i + j] - m);
+    }
+    for (int j = 0; i < b1; ++i, ++j) acc[j] += full ? exp_any(x[i] - m) : exp_nonpos(x[i] - m);
+    float s = 0.0f;
+    for (int j = 0; j < L; ++j) s += acc[j];
+    total += double(s);
+  }
+  return total;
+}
+
 void softmax_row(const SoftmaxArgs& a, const float* x, float* out, i64 r, float* lse) {
   const i64 n = a.n;
   float m = max_of(x, n);
   if (a.mode == kLogSumExp) {
     if (std::isinf(m)) m = 0.0f;
-    const double s = sum_of(x, n, [m](float v) { return exp_any(v - m); });
+    const double s = sum_exp(x, n, m, true);
     lse[r] = m + std::log(float(s));
     return;
   }
@@ -483,7 +556,7 @@ void softmax_row(const SoftmaxArgs& a, const float* x, float* out, i64 r, float*
     for (i64 i = 0; i < n; ++i) out[i] *= inv;
     return;
   }
-  const double s = sum_of(x, n, [m](float v) { return exp_nonpos(v - m); });
+  const double s = sum_exp(x, n, m, false);
   const float ls = std::log(float(s));
   for (i64 i = 0; i < n; ++i) out[i] = (x[i] - m) - ls;
 }
@@ -570,11 +643,12 @@ void softmax_backward(const SoftmaxArgs& a, const float* g, const float* y, floa
     const float* yr = y + r * n;
     float* dr = dx + r * n;
     if (log_mode) {
-      const float s = float(sum_of(gr, n, [](float v) { return v; }));
+      const float s = float(sum_of(gr, n, [](auto v) { return v; }));
       for (i64 i = 0; i < n; ++i) dr[i] = gr[i] - exp_any(yr[i]) * s;
     } else {
       double u, unused;
-      sum2_of(gr, yr, n, [](float gv, float yv, float& p, float&) { p += gv * yv; }, u, unused);
+      sum2_of(gr, yr, nullptr, n, [](auto gv, auto yv, auto, auto& p, auto&) { p += gv * yv; }, u,
+              unused);
       const float s = float(u);
       for (i64 i = 0; i < n; ++i) dr[i] = yr[i] * (gr[i] - s);
     }
