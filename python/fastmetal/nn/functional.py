@@ -8,6 +8,8 @@ from ..ops.linalg import linear
 from ..ops import losses
 from ..ops.losses import *  # noqa: F401,F403  (every loss function)
 from ..ops.training import cross_entropy, dropout, log_softmax, max_pool2d
+from ..ops.normalization import batch_norm, group_norm, layer_norm, rms_norm, softmax
 
 __all__ = ["conv2d", "linear", "relu", "sigmoid", "tanh", "gelu", "softplus", "max_pool2d",
-           "dropout", "log_softmax", "cross_entropy", *losses.__all__]
+           "dropout", "log_softmax", "softmax", "cross_entropy", "batch_norm", "group_norm",
+           "layer_norm", "rms_norm", *losses.__all__]

@@ -1,4 +1,5 @@
-"""Activation layers, as ``torch.nn``'s: ReLU, Sigmoid, Tanh, GELU, Softplus, LogSoftmax."""
+"""Activation layers, as ``torch.nn``'s: ReLU, Sigmoid, Tanh, GELU, Softplus, LogSoftmax,
+Softmax."""
 from __future__ import annotations
 
 import numbers
@@ -6,10 +7,11 @@ import numbers
 import numpy as np
 
 from ...ops import training as F
+from ...ops.normalization import softmax as _softmax
 from ...ops.elementwise import FUNCTIONS as _E
 from .module import Module
 
-__all__ = ['ReLU', 'Sigmoid', 'Tanh', 'GELU', 'Softplus', 'LogSoftmax']
+__all__ = ['ReLU', 'Sigmoid', 'Tanh', 'GELU', 'Softplus', 'LogSoftmax', 'Softmax']
 
 
 class _Activation(Module):
@@ -80,6 +82,22 @@ class LogSoftmax(Module):
 
     def forward(self, x):
         return F.log_softmax(x, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmax(Module):
+    """:func:`fastmetal.softmax` along ``dim`` as a layer, as ``torch.nn.Softmax``."""
+
+    def __init__(self, dim=-1):
+        super().__init__()
+        if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, numbers.Integral):
+            raise TypeError(f"[fastmetal.nn.Softmax] expected dim to be an int, got {dim!r}")
+        self.dim = int(dim)
+
+    def forward(self, x):
+        return _softmax(x, self.dim)
 
     def extra_repr(self):
         return f"dim={self.dim}"
