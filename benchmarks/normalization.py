@@ -3,10 +3,10 @@
 Each library runs in a process of its own (on a 2-core machine a second library's threads
 and caches would skew the first's), timed by fastmetal.benchmarks._timing.time_calls
 (median of interleaved repeats); the parent prints the medians and torch / fastmetal (above 1:
-fastmetal is faster). fastmetal is timed through its private entries (_core._layer_norm ...
-and their _backward), PyTorch through autograd (forward, then backward of a given gradient).
+fastmetal is faster). Both through their public functions and autograd (forward, then
+backward of a given gradient); --private times fastmetal's _core entries instead.
 
-    python benchmarks/normalization.py [--budget 0.5] [--threads N]
+    python benchmarks/normalization.py [--budget 0.5] [--threads N] [--private]
 """
 from __future__ import annotations
 
@@ -27,48 +27,72 @@ CASES = [
 ]
 
 
-def fastmetal_cases(budget):
+def fastmetal_cases(budget, private=False):
+    """Through the public functions and autograd (forward, then backward of a given
+    gradient, as torch is timed); private=True: the _core entries directly (the kernels and
+    bindings without the tape)."""
     import numpy as np
 
     import fastmetal as fm
+    import fastmetal.nn.functional as F
     from fastmetal import _core
     from fastmetal.benchmarks._timing import time_calls
     fm.set_default_device("cpu")
     r = np.random.default_rng(0)
     out = {}
     for name, shape in CASES:
-        x = fm.asarray(r.standard_normal(shape).astype(np.float32))
+        x = fm.asarray(r.standard_normal(shape).astype(np.float32)).requires_grad_()
         g = fm.asarray(r.standard_normal(shape).astype(np.float32))
         C = shape[-1] if name in ("layer_norm", "rms_norm") else shape[1]
-        w = fm.asarray(r.standard_normal(C).astype(np.float32))
-        b = fm.asarray(r.standard_normal(C).astype(np.float32))
+        w = fm.asarray(r.standard_normal(C).astype(np.float32)).requires_grad_()
+        b = fm.asarray(r.standard_normal(C).astype(np.float32)).requires_grad_()
         rm, rv = fm.zeros(C), fm.ones(C)
         if name == "layer_norm":
-            def fn():
+            def f():
+                return F.layer_norm(x, (C,), w, b)
+
+            def p():
                 y, m, s = _core._layer_norm(x, 1, w, b)
                 return _core._layer_norm_backward(g, x, 1, w, m, s)
         elif name == "rms_norm":
-            def fn():
+            def f():
+                return F.rms_norm(x, (C,), w, 1e-6)
+
+            def p():
                 y, s = _core._rms_norm(x, 1, w, 1e-6)
                 return _core._rms_norm_backward(g, x, 1, w, s)
         elif name in ("softmax", "log_softmax", "softmax_dim1"):
             log = name == "log_softmax"
             dim = 1 if name == "softmax_dim1" else -1
 
-            def fn(log=log, dim=dim):
-                y = _core._softmax(x, dim, log)
-                return _core._softmax_backward(g, y, dim, log)
+            def f(log=log, dim=dim):
+                return (fm.log_softmax if log else fm.softmax)(x, dim=dim)
+
+            def p(log=log, dim=dim):
+                return _core._softmax_backward(g, _core._softmax(x, dim, log), dim, log)
         elif name.startswith("batch_norm"):
             training = name == "batch_norm"
 
-            def fn(training=training):
+            def f(training=training):
+                return F.batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5)
+
+            def p(training=training):
                 y, m, s = _core._batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5)
                 return _core._batch_norm_backward(g, x, w, m, s, training)
         else:
-            def fn():
+            def f():
+                return F.group_norm(x, 32, w, b)
+
+            def p():
                 y, m, s = _core._group_norm(x, 32, w, b)
                 return _core._group_norm_backward(g, x, 32, w, m, s)
-        out[f"{name} {shape}"] = time_calls({"fn": fn}, budget)["fn"].median
+
+        def fn(f=f):
+            for t in (x, w, b):
+                t.grad = None
+            f().backward(g)
+            return x.grad
+        out[f"{name} {shape}"] = time_calls({"fn": p if private else fn}, budget)["fn"].median
     return out
 
 
@@ -123,19 +147,22 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=0.5, help="seconds per case and library")
     p.add_argument("--threads", type=int, default=None, help="threads for both libraries")
+    p.add_argument("--private", action="store_true", help="time fastmetal's _core entries")
     p.add_argument("--child", choices=["fastmetal", "torch"], help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        fn = fastmetal_cases if a.child == "fastmetal" else torch_cases
-        print(json.dumps(fn(a.budget)))
+        res = fastmetal_cases(a.budget, a.private) if a.child == "fastmetal" else \
+            torch_cases(a.budget)
+        print(json.dumps(res))
         return 0
     env = dict(os.environ)
     if a.threads:
         env.update(FASTMETAL_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
     results = {}
     for lib in ("fastmetal", "torch"):
-        r = subprocess.run([sys.executable, __file__, "--child", lib, "--budget", str(a.budget)],
-                           env=env, capture_output=True, text=True)
+        cmd = [sys.executable, __file__, "--child", lib, "--budget", str(a.budget)]
+        r = subprocess.run(cmd + (["--private"] if a.private else []), env=env,
+                           capture_output=True, text=True)
         if r.returncode != 0:
             print(f"{lib}: failed\n{r.stderr[-2000:]}", file=sys.stderr)
             results[lib] = {}

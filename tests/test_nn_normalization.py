@@ -183,10 +183,9 @@ def test_module_buffers_state_dict_and_to(device):
     assert len(list(net.buffers())) == 5
     assert "bn.running_mean" not in dict(net.named_parameters())
     sd = net.state_dict()
-    assert list(sd) == ["conv.weight", "conv.bias", "scale", "bn.weight", "bn.bias",
-                        "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"] or \
-        list(sd) == ["scale", "conv.weight", "conv.bias", "bn.weight", "bn.bias",
-                     "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+    # PyTorch's order: a module's parameters, its persistent buffers, then its children
+    assert list(sd) == ["scale", "conv.weight", "conv.bias", "bn.weight", "bn.bias",
+                        "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
     assert sd["bn.num_batches_tracked"].dtype == np.int64 and sd["bn.num_batches_tracked"].shape == ()
     x = fm.asarray(np.random.default_rng(1).standard_normal((2, 3, 5, 5)).astype(np.float32),
                    device=device)
