@@ -34,6 +34,7 @@ from .ops.manipulation import (where, concatenate, stack, transpose, permute, sw
                                squeeze)
 from .ops.training import (cross_entropy, dropout, dropout_backward, log_softmax,
                            log_softmax_backward, max_pool2d, max_pool2d_backward)
+from .ops.normalization import logsumexp, softmax
 from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss,
                          nll_loss)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
@@ -88,7 +89,7 @@ __all__ = [
     "matmul", "linear", "linear_backward", "dot",
     # training
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
-    "max_pool2d", "max_pool2d_backward",
+    "max_pool2d", "max_pool2d_backward", "softmax", "logsumexp",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
     "manual_seed", "save", "load", "autograd", "data", "nn", "optim", "random",
 ]

@@ -10,7 +10,8 @@ from ..ops.linalg import linear
 from ..ops import losses
 from ..ops.losses import *  # noqa: F401,F403  (every loss function)
 from ..ops.training import cross_entropy, dropout, log_softmax, max_pool2d
+from ..ops.normalization import batch_norm, group_norm, layer_norm, rms_norm, softmax
 
 __all__ = ["conv2d", "linear", "relu", "sigmoid", "tanh", "gelu", "softplus", "silu",
-           "max_pool2d", "dropout", "log_softmax", "cross_entropy", *activations.__all__,
-           *losses.__all__]
+           "max_pool2d", "dropout", "log_softmax", "softmax", "cross_entropy", "batch_norm",
+           "group_norm", "layer_norm", "rms_norm", *activations.__all__, *losses.__all__]

@@ -1,6 +1,6 @@
 # Type stubs of fastmetal.nn.functional: fastmetal's functions (see ../__init__.pyi) and the
 # ones only F has.
-from typing import Any
+from typing import Any, Sequence
 
 from .. import binary_cross_entropy as binary_cross_entropy
 from .. import binary_cross_entropy_with_logits as binary_cross_entropy_with_logits
@@ -16,6 +16,7 @@ from .. import nll_loss as nll_loss
 from .. import relu as relu
 from .. import sigmoid as sigmoid
 from .. import silu as silu
+from .. import softmax as softmax
 from .. import softplus as softplus
 from .. import tanh as tanh
 
@@ -26,5 +27,14 @@ def l1_loss(input: Any, target: Any, reduction: str = ...) -> Any: ...
 def smooth_l1_loss(input: Any, target: Any, reduction: str = ..., beta: float = ...) -> Any: ...
 def huber_loss(input: Any, target: Any, reduction: str = ..., delta: float = ...) -> Any: ...
 def kl_div(input: Any, target: Any, reduction: str = ..., log_target: bool = ...) -> Any: ...
+def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = ...,
+               bias: Any = ..., training: bool = ..., momentum: float = ...,
+               eps: float = ...) -> Any: ...
+def group_norm(input: Any, num_groups: int, weight: Any = ..., bias: Any = ...,
+               eps: float = ...) -> Any: ...
+def layer_norm(input: Any, normalized_shape: int | Sequence[int], weight: Any = ...,
+               bias: Any = ..., eps: float = ...) -> Any: ...
+def rms_norm(input: Any, normalized_shape: int | Sequence[int], weight: Any = ...,
+             eps: float | None = ...) -> Any: ...
 
 __all__: list[str]

@@ -159,20 +159,20 @@ def log_softmax(input, axis=-1, *, dim=None):  # noqa: A002 (PyTorch's name)
                             f"axis={axis!r}, dim={dim!r}")
         axis = dim
     axis = _axis(input, axis, "log_softmax")
-    return _core._log_softmax(input, axis), axis
+    return _core._softmax(input, axis, True), axis  # normalization.metal: float16 too
 
 
 @log_softmax.vjp
 def _log_softmax_vjp(ctx, g):
-    return _core._log_softmax_backward(g, ctx.out, ctx.aux)  # aux: the checked axis
+    return _core._softmax_backward(g, ctx.out, ctx.aux, True)  # aux: the checked axis
 
 
 def log_softmax_backward(grad_output, output, axis=-1):
     """Gradient of :func:`log_softmax` with respect to its input, from its ``output``:
     ``grad_output - exp(output) * sum(grad_output, axis)``."""
     refuse_recording("fastmetal.log_softmax_backward", grad_output, output)
-    return _core._log_softmax_backward(grad_output, output,
-                                       _axis(output, axis, "log_softmax_backward"))
+    return _core._softmax_backward(grad_output, output,
+                                   _axis(output, axis, "log_softmax_backward"), True)
 
 
 def _labels(labels, op):

@@ -1,5 +1,5 @@
 """Activation layers, as ``torch.nn``'s: ReLU, Sigmoid, Tanh, GELU, Softplus, SiLU, LeakyReLU, ELU,
-LogSoftmax."""
+LogSoftmax, Softmax."""
 from __future__ import annotations
 
 import numbers
@@ -8,10 +8,12 @@ import numpy as np
 
 from ...ops import activations as A
 from ...ops import training as F
+from ...ops.normalization import softmax as _softmax
 from ...ops.elementwise import FUNCTIONS as _E
 from .module import Module
 
-__all__ = ['ReLU', 'Sigmoid', 'Tanh', 'GELU', 'Softplus', 'SiLU', 'LeakyReLU', 'ELU', 'LogSoftmax']
+__all__ = ['ReLU', 'Sigmoid', 'Tanh', 'GELU', 'Softplus', 'SiLU', 'LeakyReLU', 'ELU', 'LogSoftmax',
+           'Softmax']
 
 
 class _Activation(Module):
@@ -120,3 +122,19 @@ class ELU(Module):
 
     def extra_repr(self):
         return f"alpha={self.alpha}"
+
+
+class Softmax(Module):
+    """:func:`fastmetal.softmax` along ``dim`` as a layer, as ``torch.nn.Softmax``."""
+
+    def __init__(self, dim=-1):
+        super().__init__()
+        if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, numbers.Integral):
+            raise TypeError(f"[fastmetal.nn.Softmax] expected dim to be an int, got {dim!r}")
+        self.dim = int(dim)
+
+    def forward(self, x):
+        return _softmax(x, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"

@@ -1,7 +1,9 @@
 """``fastmetal.nn.Module`` and ``Parameter``, as PyTorch's: attributes that are Modules or
 Parameters register themselves, so any subclass has recursive ``parameters()``,
 ``named_parameters()``, ``state_dict()`` / ``load_state_dict()``, ``train()`` / ``eval()``,
-``zero_grad()`` and ``to(device)``. Gradients come from autograd (``loss.backward()``).
+``zero_grad()`` and ``to(device)``. Buffers (``register_buffer``: state that is not a
+parameter, as BatchNorm's running statistics) are moved, saved and loaded with them.
+Gradients come from autograd (``loss.backward()``).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ class Parameter(metaclass=_ParameterType):
             p = detach(data)
         else:
             host = np.asarray(data)
-            if host.dtype.kind not in "fiu":
+            if host.dtype.kind not in "fiub":
                 raise TypeError(f"[fastmetal.nn.Parameter] expected real data, got dtype "
                                 f"{host.dtype}")
             p = asarray(host.astype(np.float16 if host.dtype == np.float16 else
@@ -58,6 +60,8 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
 
     # -- registration
     def _registry(self) -> tuple:
@@ -66,14 +70,26 @@ class Module:
             Module.__init__(self)
         return d["_parameters"], d["_modules"]
 
+    def _buffer_registry(self) -> "OrderedDict[str, Any]":
+        self._registry()
+        return self.__dict__["_buffers"]
+
     def __setattr__(self, name: str, value: Any) -> None:
         params, modules = self._registry()
+        buffers = self.__dict__["_buffers"]
         if isinstance(value, Parameter):
             modules.pop(name, None)
+            buffers.pop(name, None)
             params[name] = value
         elif isinstance(value, Module):
             params.pop(name, None)
+            buffers.pop(name, None)
             modules[name] = value
+        elif name in buffers:
+            if value is not None and not isinstance(value, Array):
+                raise TypeError(f"[fastmetal.nn.{type(self).__name__}] expected an Array or "
+                                f"None for buffer '{name}', got {type(value).__name__}")
+            buffers[name] = value
         elif name in params:
             if value is not None and not isinstance(value, Array):
                 raise TypeError(f"[fastmetal.nn.{type(self).__name__}] expected a Parameter "
@@ -89,7 +105,42 @@ class Module:
         params, modules = self._registry()
         params.pop(name, None)
         modules.pop(name, None)
+        self.__dict__["_buffers"].pop(name, None)
+        self.__dict__["_non_persistent"].discard(name)
         object.__delattr__(self, name)
+
+    def register_buffer(self, name: str, tensor: Any, persistent: bool = True) -> None:
+        """Register ``tensor`` (an Array, a NumPy array (copied into an Array) or None) as
+        the buffer ``name``: state that is not a parameter (no gradient, not given to
+        optimizers) but is moved by ``to()`` and, when ``persistent``, saved in
+        ``state_dict()`` and loaded by ``load_state_dict()``, as ``torch.nn.Module``'s."""
+        where = f"fastmetal.nn.{type(self).__name__}.register_buffer"
+        if not isinstance(name, str):
+            raise TypeError(f"[{where}] expected name to be a str, got {type(name).__name__}")
+        if name == "" or "." in name:
+            raise KeyError(f"[{where}] expected a non-empty name without '.', got {name!r}")
+        buffers = self._buffer_registry()
+        if name not in buffers and (hasattr(self, name) or name in self._registry()[0]):
+            raise KeyError(f"[{where}] expected a new attribute name, got {name!r}, which "
+                           "already exists")
+        if not isinstance(persistent, (bool, np.bool_)):
+            raise TypeError(f"[{where}] expected persistent to be True or False, got "
+                            f"{persistent!r}")
+        if isinstance(tensor, np.ndarray):  # integers stay integers (int64), as PyTorch's
+            kind = tensor.dtype.kind
+            dt = np.int64 if kind in "iub" else (np.float16 if tensor.dtype == np.float16
+                                                  else np.float32)
+            tensor = asarray(np.array(tensor, dtype=dt), dtype=dt)
+        if tensor is not None and not isinstance(tensor, Array):
+            raise TypeError(f"[{where}] expected an Array, a NumPy array or None, got "
+                            f"{type(tensor).__name__}")
+        buffers[name] = tensor
+        non_persistent = self.__dict__["_non_persistent"]
+        if persistent:
+            non_persistent.discard(name)
+        else:
+            non_persistent.add(name)
+        object.__setattr__(self, name, tensor)
 
     def register_parameter(self, name: str, param: Any) -> None:
         if param is not None and not isinstance(param, Parameter):
@@ -148,6 +199,23 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple]:
+        """(dotted name, buffer) of this module and, with ``recurse``, its submodules (None
+        buffers skipped)."""
+        seen: set = set()
+        mods = self.named_modules(prefix, remove_duplicate) if recurse else [(prefix, self)]
+        for mod_prefix, mod in mods:
+            for name, b in mod._buffer_registry().items():
+                if b is None or (remove_duplicate and id(b) in seen):
+                    continue
+                seen.add(id(b))
+                yield (f"{mod_prefix}.{name}" if mod_prefix else name), b
+
+    def buffers(self, recurse: bool = True) -> Iterator[Array]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
     # -- modes and gradients
     def apply(self, fn: Any) -> "Module":
         """``fn(m)`` for every submodule, children first, then this Module (as
@@ -183,8 +251,8 @@ class Module:
         return self
 
     def to(self, device: str) -> "Module":
-        """Move every parameter to ``device`` (in place: the same Module, new Parameters;
-        create the optimizer after moving)."""
+        """Move every parameter and buffer to ``device`` (in place: the same Module, new
+        Parameters; create the optimizer after moving)."""
         if not isinstance(device, str):
             raise TypeError(f"[fastmetal.nn.{type(self).__name__}.to] expected a device name "
                             f"(str), got {type(device).__name__}")
@@ -196,24 +264,46 @@ class Module:
                         moved = Parameter(p.to(device), requires_grad=p.requires_grad)
                     params[name] = moved
                     object.__setattr__(m, name, moved)
+            buffers = m._buffer_registry()
+            for name, b in list(buffers.items()):
+                if b is not None and b.device != device:
+                    with no_grad():
+                        moved = b.to(device)
+                    buffers[name] = moved
+                    object.__setattr__(m, name, moved)
         return self
+
+    def _state_items(self) -> "OrderedDict[str, Array]":
+        """What state_dict saves, in PyTorch's order: each module's parameters, then its
+        persistent buffers, module by module."""
+        items: "OrderedDict[str, Array]" = OrderedDict()
+        for mod_prefix, mod in self.named_modules(remove_duplicate=False):
+            pre = f"{mod_prefix}." if mod_prefix else ""
+            for name, p in mod._registry()[0].items():
+                if p is not None:
+                    items[pre + name] = p
+            non_persistent = mod.__dict__["_non_persistent"]
+            for name, b in mod._buffer_registry().items():
+                if b is not None and name not in non_persistent:
+                    items[pre + name] = b
+        return items
 
     # -- state
     def state_dict(self) -> "OrderedDict[str, np.ndarray]":
-        """Copies of every parameter as NumPy arrays by dotted name (``numpy.savez(f,
-        **sd)`` saves them)."""
-        return OrderedDict((n, _state_value(p)) for n, p in
-                           self.named_parameters(remove_duplicate=False))
+        """Copies of every parameter and persistent buffer as NumPy arrays by dotted name,
+        PyTorch's keys (``numpy.savez(f, **sd)`` saves them)."""
+        return OrderedDict((n, _state_value(p)) for n, p in self._state_items().items())
 
     def load_state_dict(self, state_dict: Any, strict: bool = True) -> tuple:
-        """Copy values into the parameters in place (optimizers keep working), by name.
+        """Copy values into the parameters and persistent buffers in place (optimizers keep
+        working), by name (float buffers in place; integer ones, num_batches_tracked, anew).
         strict: the keys must be exactly this model's. Shapes must match. Everything is
         checked before anything is written. Returns (missing_keys, unexpected_keys)."""
         cls = type(self).__name__
         if not hasattr(state_dict, "keys"):
             raise TypeError(f"[fastmetal.nn.{cls}.load_state_dict] expected a mapping of "
                             f"names to arrays, got {type(state_dict).__name__}")
-        own = OrderedDict(self.named_parameters(remove_duplicate=False))
+        own = self._state_items()
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict.keys() if k not in own]
         if strict and (missing or unexpected):
@@ -228,7 +318,7 @@ class Module:
             if host.shape != tuple(p.shape):
                 raise ValueError(f"[fastmetal.nn.{cls}.load_state_dict] expected {name} of "
                                  f"shape {tuple(p.shape)}, got {host.shape}")
-            if host.dtype.kind not in "fiu":
+            if host.dtype.kind not in "fiub":
                 raise TypeError(f"[fastmetal.nn.{cls}.load_state_dict] expected {name} with "
                                 f"a real dtype, got {host.dtype}")
             if p._readonly:  # checked for all before copying any: a failure loads nothing
@@ -239,8 +329,22 @@ class Module:
         with no_grad():
             for name, host in values.items():
                 p = own[name]
-                copy(asarray(np.ascontiguousarray(host).astype(p.dtype), device=p.device), out=p)
+                value = asarray(np.ascontiguousarray(host).astype(p.dtype), dtype=p.dtype,
+                                device=p.device)
+                if p.dtype.kind == "f":
+                    copy(value, out=p)
+                else:  # an integer buffer (num_batches_tracked): replaced
+                    mod_name, _, attr = name.rpartition(".")
+                    mod = self._submodule(mod_name)
+                    mod._buffer_registry()[attr] = value
+                    object.__setattr__(mod, attr, value)
         return missing, unexpected
+
+    def _submodule(self, dotted: str) -> "Module":
+        mod = self
+        for part in dotted.split(".") if dotted else ():
+            mod = mod._registry()[1][part]
+        return mod
 
     # -- calling and printing
     def forward(self, *args: Any, **kwargs: Any) -> Any:

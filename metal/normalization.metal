@@ -1,0 +1,500 @@
+// Normalization and softmax kernels: layer_norm / rms_norm / group_norm (rows normalised by
+// their own statistics), batch_norm (per-channel statistics), softmax / log_softmax /
+// logsumexp along any axis, and their backward passes. T is the storage type of the data
+// (float or half); everything is computed in float, statistics are saved as float.
+//
+// A row (or a channel) is one threadgroup: each thread reduces a strided share, the
+// simdgroups combine theirs with simd_sum / simd_max, and every thread then adds the
+// simdgroups' results from threadgroup memory in slot order, so all threads hold the same
+// bits and the result does not depend on which thread finished first. Correct for any
+// threadgroup size up to 1024 (partial simdgroups included): every barrier and simdgroup
+// function is reached by the whole group. Statistics are two-pass (mean, then the mean
+// of squared deviations), exact enough for large offsets where sum / sum-of-squares is not.
+// The data is re-read from device memory on each pass: a row or channel is small enough
+// to stay in cache.
+//
+// Axes that are not the last (softmax with inner > 1) take one thread per (outer, inner)
+// column instead: neighbouring threads read neighbouring elements.
+#include <metal_stdlib>
+#include "fm_kernel.h"
+#include "normalization_args.h"
+using namespace metal;
+
+enum : uint32_t { kNormSlots = 64 };  // simdgroups per group: 1024 threads, width >= 16
+
+// ------------------------------------------------------------------- layer / rms / group
+// Grid: rows threadgroups. Writes y, and the row's mean (0 for rms) and rstd.
+template <typename T>
+kernel void row_norm_forward(device const T* x [[buffer(0)]],
+                             device const float* weight [[buffer(1)]],
+                             device const float* bias [[buffer(2)]],
+                             device T* y [[buffer(3)]],
+                             device float* mean_out [[buffer(4)]],
+                             device float* rstd_out [[buffer(5)]],
+                             constant RowNormArgs& a [[buffer(6)]],
+                             uint3 tg_pos [[threadgroup_position_in_grid]],
+                             uint32_t tid [[thread_index_in_threadgroup]],
+                             uint3 tg_size [[threads_per_threadgroup]],
+                             uint32_t lane [[thread_index_in_simdgroup]],
+                             uint32_t sg [[simdgroup_index_in_threadgroup]],
+                             uint32_t sg_width [[threads_per_simdgroup]]) {
+  threadgroup float slots[kNormSlots];
+  const uint32_t T_ = tg_size.x;
+  const uint32_t nsg = (T_ + sg_width - 1) / sg_width;
+  const uint32_t r = tg_pos.x;
+  const uint64_t base = uint64_t(r) * uint64_t(a.n);
+  const bool rms = (a.flags & kNormRms) != 0u;
+  const float n = float(a.n);
+  // Pass 1: sum of x (layer/group norm) or of x^2 (rms).
+  float s = 0.0f;
+  for (uint32_t i = tid; i < a.n; i += T_) {
+    const float v = float(x[base + i]);
+    s += rms ? v * v : v;
+  }
+  s = simd_sum(s);
+  if (lane == 0u) slots[sg] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  s = 0.0f;
+  for (uint32_t k = 0; k < nsg; ++k) s += slots[k];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float mean = rms ? 0.0f : s / n;
+  // Pass 2: squared deviations from the mean (rms: the sum of squares is already there).
+  float d = 0.0f;
+  if (!rms) {
+    for (uint32_t i = tid; i < a.n; i += T_) {
+      const float v = float(x[base + i]) - mean;
+      d += v * v;
+    }
+  }
+  d = simd_sum(d);
+  if (lane == 0u) slots[sg] = d;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  d = 0.0f;
+  for (uint32_t k = 0; k < nsg; ++k) d += slots[k];
+  const float var = (rms ? s : d) / n;
+  const float rstd = 1.0f / sqrt(var + a.eps);
+  if (tid == 0u) {
+    mean_out[r] = mean;
+    rstd_out[r] = rstd;
+  }
+  const uint32_t c0 = (r % a.groups) * a.group_ch;
+  const bool has_w = (a.flags & kNormWeight) != 0u, has_b = (a.flags & kNormBias) != 0u;
+  for (uint32_t i = tid; i < a.n; i += T_) {
+    const uint32_t c = c0 + (a.spatial == 1u ? i : i / a.spatial);
+    float v = (float(x[base + i]) - mean) * rstd;
+    if (has_w) v = v * weight[c];
+    if (has_b) v = v + bias[c];
+    y[base + i] = static_cast<T>(v);
+  }
+}
+
+FM_INSTANTIATE("row_norm_forward_float32", row_norm_forward, float);
+FM_INSTANTIATE("row_norm_forward_float16", row_norm_forward, half);
+
+// dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat)), wg = g * weight, xhat = (x - mean) *
+// rstd (rms: without the mean(wg) term). Grid: rows threadgroups.
+template <typename T>
+kernel void row_norm_backward(device const T* g [[buffer(0)]],
+                              device const T* x [[buffer(1)]],
+                              device const float* weight [[buffer(2)]],
+                              device const float* mean_in [[buffer(3)]],
+                              device const float* rstd_in [[buffer(4)]],
+                              device T* dx [[buffer(5)]],
+                              constant RowNormArgs& a [[buffer(6)]],
+                              uint3 tg_pos [[threadgroup_position_in_grid]],
+                              uint32_t tid [[thread_index_in_threadgroup]],
+                              uint3 tg_size [[threads_per_threadgroup]],
+                              uint32_t lane [[thread_index_in_simdgroup]],
+                              uint32_t sg [[simdgroup_index_in_threadgroup]],
+                              uint32_t sg_width [[threads_per_simdgroup]]) {
+  threadgroup float slots_g[kNormSlots];
+  threadgroup float slots_gx[kNormSlots];
+  const uint32_t T_ = tg_size.x;
+  const uint32_t nsg = (T_ + sg_width - 1) / sg_width;
+  const uint32_t r = tg_pos.x;
+  const uint64_t base = uint64_t(r) * uint64_t(a.n);
+  const float mean = mean_in[r], rstd = rstd_in[r];
+  const uint32_t c0 = (r % a.groups) * a.group_ch;
+  const bool has_w = (a.flags & kNormWeight) != 0u;
+  float sg_ = 0.0f, sgx = 0.0f;
+  for (uint32_t i = tid; i < a.n; i += T_) {
+    const uint32_t c = c0 + (a.spatial == 1u ? i : i / a.spatial);
+    const float wg = has_w ? float(g[base + i]) * weight[c] : float(g[base + i]);
+    sg_ += wg;
+    sgx += wg * ((float(x[base + i]) - mean) * rstd);
+  }
+  sg_ = simd_sum(sg_);
+  sgx = simd_sum(sgx);
+  if (lane == 0u) {
+    slots_g[sg] = sg_;
+    slots_gx[sg] = sgx;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  sg_ = 0.0f;
+  sgx = 0.0f;
+  for (uint32_t k = 0; k < nsg; ++k) {
+    sg_ += slots_g[k];
+    sgx += slots_gx[k];
+  }
+  const float n = float(a.n);
+  const float mg = (a.flags & kNormRms) != 0u ? 0.0f : sg_ / n;
+  const float mgx = sgx / n;
+  for (uint32_t i = tid; i < a.n; i += T_) {
+    const uint32_t c = c0 + (a.spatial == 1u ? i : i / a.spatial);
+    const float wg = has_w ? float(g[base + i]) * weight[c] : float(g[base + i]);
+    const float xhat = (float(x[base + i]) - mean) * rstd;
+    dx[base + i] = static_cast<T>(rstd * ((wg - mg) - xhat * mgx));
+  }
+}
+
+FM_INSTANTIATE("row_norm_backward_float32", row_norm_backward, float);
+FM_INSTANTIATE("row_norm_backward_float16", row_norm_backward, half);
+
+// The weight and bias gradients, first launch: thread (c, chunk) sums its chunk of outer
+// rows (normalization_args.h, AffineGradArgs). Grid: (C, chunks).
+template <typename T>
+kernel void norm_affine_partial(device const T* g [[buffer(0)]],
+                                device const T* x [[buffer(1)]],
+                                device const float* mean_in [[buffer(2)]],
+                                device const float* rstd_in [[buffer(3)]],
+                                device float* part_w [[buffer(4)]],
+                                device float* part_b [[buffer(5)]],
+                                constant AffineGradArgs& a [[buffer(6)]],
+                                uint2 gid [[thread_position_in_grid]]) {
+  const uint32_t c = gid.x, k = gid.y;
+  if (c >= a.C || k >= a.chunks) return;
+  const uint32_t a0 = k * a.chunk_rows, a1 = min(a.outer, a0 + a.chunk_rows);
+  const bool rms = (a.flags & kNormRms) != 0u;
+  float sw = 0.0f, sb = 0.0f;
+  for (uint32_t o = a0; o < a1; ++o) {
+    const uint32_t st = o * a.groups + c / a.group_ch;
+    const float m = rms ? 0.0f : mean_in[st];
+    const uint64_t base = (uint64_t(o) * uint64_t(a.C) + uint64_t(c)) * uint64_t(a.S);
+    float rw = 0.0f;
+    for (uint32_t s = 0; s < a.S; ++s) {
+      const float gv = float(g[base + s]);
+      rw += gv * (float(x[base + s]) - m);
+      sb += gv;
+    }
+    sw += rw * rstd_in[st];
+  }
+  part_w[uint64_t(k) * a.C + c] = sw;
+  part_b[uint64_t(k) * a.C + c] = sb;
+}
+
+FM_INSTANTIATE("norm_affine_partial_float32", norm_affine_partial, float);
+FM_INSTANTIATE("norm_affine_partial_float16", norm_affine_partial, half);
+
+// Second launch: the chunks' partials added in chunk order. Grid: C.
+kernel void norm_affine_finish(device const float* part_w [[buffer(0)]],
+                               device const float* part_b [[buffer(1)]],
+                               device float* dweight [[buffer(2)]],
+                               device float* dbias [[buffer(3)]],
+                               constant AffineGradArgs& a [[buffer(4)]],
+                               uint gid [[thread_position_in_grid]]) {
+  if (gid >= a.C) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (uint32_t k = 0; k < a.chunks; ++k) {
+    sw += part_w[uint64_t(k) * a.C + gid];
+    sb += part_b[uint64_t(k) * a.C + gid];
+  }
+  dweight[gid] = sw;
+  dbias[gid] = sb;
+}
+
+// ------------------------------------------------------------------- batch norm
+// Element j of channel c's N * S: x[(n * C + c) * S + s], n = j / S, s = j % S.
+FM_FUNC uint64_t bn_index(constant BatchNormArgs& a, uint32_t c, uint32_t j) {
+  const uint32_t n = j / a.S, s = j - n * a.S;
+  return (uint64_t(n) * uint64_t(a.C) + uint64_t(c)) * uint64_t(a.S) + uint64_t(s);
+}
+
+// One threadgroup per channel: the statistics (batch or running), the running update, and
+// y = x * scale + shift with scale = weight * rstd, shift = bias - mean * scale (PyTorch's
+// form). Grid: C threadgroups.
+template <typename T>
+kernel void batch_norm_forward(device const T* x [[buffer(0)]],
+                               device const float* weight [[buffer(1)]],
+                               device const float* bias [[buffer(2)]],
+                               device const float* running_mean [[buffer(3)]],
+                               device const float* running_var [[buffer(4)]],
+                               device T* y [[buffer(5)]],
+                               device float* save_mean [[buffer(6)]],
+                               device float* save_rstd [[buffer(7)]],
+                               device float* new_mean [[buffer(8)]],
+                               device float* new_var [[buffer(9)]],
+                               constant BatchNormArgs& a [[buffer(10)]],
+                               uint3 tg_pos [[threadgroup_position_in_grid]],
+                               uint32_t tid [[thread_index_in_threadgroup]],
+                               uint3 tg_size [[threads_per_threadgroup]],
+                               uint32_t lane [[thread_index_in_simdgroup]],
+                               uint32_t sg [[simdgroup_index_in_threadgroup]],
+                               uint32_t sg_width [[threads_per_simdgroup]]) {
+  threadgroup float slots[kNormSlots];
+  const uint32_t T_ = tg_size.x;
+  const uint32_t nsg = (T_ + sg_width - 1) / sg_width;
+  const uint32_t c = tg_pos.x;
+  const uint32_t count = a.N * a.S;
+  const bool training = (a.flags & kNormTraining) != 0u;
+  float mean = 0.0f, d = 0.0f;
+  if (training) {
+    for (uint32_t j = tid; j < count; j += T_) mean += float(x[bn_index(a, c, j)]);
+  }
+  mean = simd_sum(mean);
+  if (lane == 0u) slots[sg] = mean;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  mean = 0.0f;
+  for (uint32_t k = 0; k < nsg; ++k) mean += slots[k];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  mean = mean / float(count);
+  if (training) {
+    for (uint32_t j = tid; j < count; j += T_) {
+      const float v = float(x[bn_index(a, c, j)]) - mean;
+      d += v * v;
+    }
+  }
+  d = simd_sum(d);
+  if (lane == 0u) slots[sg] = d;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  d = 0.0f;
+  for (uint32_t k = 0; k < nsg; ++k) d += slots[k];
+  float rstd;
+  if (training) {
+    rstd = 1.0f / sqrt(d / float(count) + a.eps);
+  } else {
+    mean = running_mean[c];
+    rstd = 1.0f / sqrt(running_var[c] + a.eps);
+  }
+  if (tid == 0u) {
+    save_mean[c] = mean;
+    save_rstd[c] = rstd;
+    if ((a.flags & kNormRunning) != 0u) {
+      const float unbiased = d / (float(count) - 1.0f);
+      new_mean[c] = a.momentum * mean + (1.0f - a.momentum) * running_mean[c];
+      new_var[c] = a.momentum * unbiased + (1.0f - a.momentum) * running_var[c];
+    }
+  }
+  const float scale = (a.flags & kNormWeight) != 0u ? weight[c] * rstd : rstd;
+  const float shift = ((a.flags & kNormBias) != 0u ? bias[c] : 0.0f) - mean * scale;
+  for (uint32_t j = tid; j < count; j += T_) {
+    const uint64_t i = bn_index(a, c, j);
+    y[i] = static_cast<T>(float(x[i]) * scale + shift);
+  }
+}
+
+FM_INSTANTIATE("batch_norm_forward_float32", batch_norm_forward, float);
+FM_INSTANTIATE("batch_norm_forward_float16", batch_norm_forward, half);
+
+// One threadgroup per channel, from the forward's saved mean and rstd: dbias = sum(g),
+// dweight = sum(g * xhat); training: dx = weight * rstd * (g - mean(g) - xhat *
+// mean(g * xhat)); eval (running statistics, y affine in x): dx = g * weight * rstd.
+template <typename T>
+kernel void batch_norm_backward(device const T* g [[buffer(0)]],
+                                device const T* x [[buffer(1)]],
+                                device const float* weight [[buffer(2)]],
+                                device const float* mean_in [[buffer(3)]],
+                                device const float* rstd_in [[buffer(4)]],
+                                device T* dx [[buffer(5)]],
+                                device float* dweight [[buffer(6)]],
+                                device float* dbias [[buffer(7)]],
+                                constant BatchNormArgs& a [[buffer(8)]],
+                                uint3 tg_pos [[threadgroup_position_in_grid]],
+                                uint32_t tid [[thread_index_in_threadgroup]],
+                                uint3 tg_size [[threads_per_threadgroup]],
+                                uint32_t lane [[thread_index_in_simdgroup]],
+                                uint32_t sg [[simdgroup_index_in_threadgroup]],
+                                uint32_t sg_width [[threads_per_simdgroup]]) {
+  threadgroup float slots_g[kNormSlots];
+  threadgroup float slots_gx[kNormSlots];
+  const uint32_t T_ = tg_size.x;
+  const uint32_t nsg = (T_ + sg_width - 1) / sg_width;
+  const uint32_t c = tg_pos.x;
+  const uint32_t count = a.N * a.S;
+  const float mean = mean_in[c], rstd = rstd_in[c];
+  float sg_ = 0.0f, sgx = 0.0f;
+  for (uint32_t j = tid; j < count; j += T_) {
+    const uint64_t i = bn_index(a, c, j);
+    const float gv = float(g[i]);
+    sg_ += gv;
+    sgx += gv * (float(x[i]) - mean);
+  }
+  sg_ = simd_sum(sg_);
+  sgx = simd_sum(sgx);
+  if (lane == 0u) {
+    slots_g[sg] = sg_;
+    slots_gx[sg] = sgx;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  sg_ = 0.0f;
+  sgx = 0.0f;
+  for (uint32_t k = 0; k < nsg; ++k) {
+    sg_ += slots_g[k];
+    sgx += slots_gx[k];
+  }
+  sgx = sgx * rstd;  // sum(g * xhat)
+  if (tid == 0u) {
+    dweight[c] = sgx;
+    dbias[c] = sg_;
+  }
+  const float w = (a.flags & kNormWeight) != 0u ? weight[c] : 1.0f;
+  const float wr = w * rstd;
+  const bool training = (a.flags & kNormTraining) != 0u;
+  const float mg = training ? sg_ / float(count) : 0.0f;
+  const float mgx = training ? sgx / float(count) : 0.0f;
+  for (uint32_t j = tid; j < count; j += T_) {
+    const uint64_t i = bn_index(a, c, j);
+    const float xhat = (float(x[i]) - mean) * rstd;
+    dx[i] = static_cast<T>(wr * ((float(g[i]) - mg) - xhat * mgx));
+  }
+}
+
+FM_INSTANTIATE("batch_norm_backward_float32", batch_norm_backward, float);
+FM_INSTANTIATE("batch_norm_backward_float16", batch_norm_backward, half);
+
+// ------------------------------------------------------------------- softmax family
+// With m the row's max: softmax = exp(x - m) / sum, log_softmax = (x - m) - log(sum),
+// logsumexp = m + log(sum) where an infinite m is replaced by 0 first (PyTorch's rule: a row
+// with +inf gives inf, a row of -inf gives -inf). A NaN makes the row NaN; softmax and
+// log_softmax of a row holding +inf, or of a row of -inf, are NaN, as PyTorch. The max skips
+// NaN (fmax; MSL's max is undefined for it); the sum still sees it.
+
+// Rows (inner == 1): one threadgroup per row. Grid: outer threadgroups.
+template <typename T>
+kernel void softmax_rows(device const T* x [[buffer(0)]],
+                         device T* out [[buffer(1)]],
+                         constant SoftmaxArgs& a [[buffer(2)]],
+                         uint3 tg_pos [[threadgroup_position_in_grid]],
+                         uint32_t tid [[thread_index_in_threadgroup]],
+                         uint3 tg_size [[threads_per_threadgroup]],
+                         uint32_t lane [[thread_index_in_simdgroup]],
+                         uint32_t sg [[simdgroup_index_in_threadgroup]],
+                         uint32_t sg_width [[threads_per_simdgroup]]) {
+  threadgroup float slots[kNormSlots];
+  const uint32_t T_ = tg_size.x;
+  const uint32_t nsg = (T_ + sg_width - 1) / sg_width;
+  const uint32_t r = tg_pos.x;
+  const uint64_t base = uint64_t(r) * uint64_t(a.n);
+  float m = -INFINITY;
+  for (uint32_t i = tid; i < a.n; i += T_) m = fmax(m, float(x[base + i]));
+  m = simd_max(m);
+  if (lane == 0u) slots[sg] = m;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  m = -INFINITY;
+  for (uint32_t k = 0; k < nsg; ++k) m = fmax(m, slots[k]);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (a.mode == kLogSumExp && isinf(m)) m = 0.0f;
+  float s = 0.0f;
+  for (uint32_t i = tid; i < a.n; i += T_) s += exp(float(x[base + i]) - m);
+  s = simd_sum(s);
+  if (lane == 0u) slots[sg] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  s = 0.0f;
+  for (uint32_t k = 0; k < nsg; ++k) s += slots[k];
+  if (a.mode == kSoftmax) {
+    const float inv = 1.0f / s;
+    for (uint32_t i = tid; i < a.n; i += T_)
+      out[base + i] = static_cast<T>(exp(float(x[base + i]) - m) * inv);
+  } else if (a.mode == kLogSumExp) {
+    if (tid == 0u) out[r] = static_cast<T>(m + log(s));
+  } else {
+    const float ls = log(s);
+    for (uint32_t i = tid; i < a.n; i += T_)
+      out[base + i] = static_cast<T>((float(x[base + i]) - m) - ls);
+  }
+}
+
+FM_INSTANTIATE("softmax_rows_float32", softmax_rows, float);
+FM_INSTANTIATE("softmax_rows_float16", softmax_rows, half);
+
+// Columns (inner > 1): thread (i, o) owns the n elements o * n * inner + k * inner + i.
+// Grid: (inner, outer).
+template <typename T>
+kernel void softmax_cols(device const T* x [[buffer(0)]],
+                         device T* out [[buffer(1)]],
+                         constant SoftmaxArgs& a [[buffer(2)]],
+                         uint2 gid [[thread_position_in_grid]]) {
+  if (gid.x >= a.inner || gid.y >= a.outer) return;
+  const uint64_t base = uint64_t(gid.y) * uint64_t(a.n) * uint64_t(a.inner) + gid.x;
+  const uint64_t st = a.inner;
+  float m = -INFINITY;
+  for (uint32_t k = 0; k < a.n; ++k) m = fmax(m, float(x[base + k * st]));
+  if (a.mode == kLogSumExp && isinf(m)) m = 0.0f;
+  float s = 0.0f;
+  for (uint32_t k = 0; k < a.n; ++k) s += exp(float(x[base + k * st]) - m);
+  if (a.mode == kSoftmax) {
+    const float inv = 1.0f / s;
+    for (uint32_t k = 0; k < a.n; ++k)
+      out[base + k * st] = static_cast<T>(exp(float(x[base + k * st]) - m) * inv);
+  } else if (a.mode == kLogSumExp) {
+    out[uint64_t(gid.y) * uint64_t(a.inner) + gid.x] = static_cast<T>(m + log(s));
+  } else {
+    const float ls = log(s);
+    for (uint32_t k = 0; k < a.n; ++k)
+      out[base + k * st] = static_cast<T>((float(x[base + k * st]) - m) - ls);
+  }
+}
+
+FM_INSTANTIATE("softmax_cols_float32", softmax_cols, float);
+FM_INSTANTIATE("softmax_cols_float16", softmax_cols, half);
+
+// Backward from the forward's output y: softmax dx = y * (g - sum(g * y)); log_softmax
+// dx = g - exp(y) * sum(g) (mode as the forward's). Rows: one threadgroup per row.
+template <typename T>
+kernel void softmax_backward_rows(device const T* g [[buffer(0)]],
+                                  device const T* y [[buffer(1)]],
+                                  device T* dx [[buffer(2)]],
+                                  constant SoftmaxArgs& a [[buffer(3)]],
+                                  uint3 tg_pos [[threadgroup_position_in_grid]],
+                                  uint32_t tid [[thread_index_in_threadgroup]],
+                                  uint3 tg_size [[threads_per_threadgroup]],
+                                  uint32_t lane [[thread_index_in_simdgroup]],
+                                  uint32_t sg [[simdgroup_index_in_threadgroup]],
+                                  uint32_t sg_width [[threads_per_simdgroup]]) {
+  threadgroup float slots[kNormSlots];
+  const uint32_t T_ = tg_size.x;
+  const uint32_t nsg = (T_ + sg_width - 1) / sg_width;
+  const uint64_t base = uint64_t(tg_pos.x) * uint64_t(a.n);
+  const bool log_mode = a.mode == kLogSoftmax;
+  float s = 0.0f;
+  for (uint32_t i = tid; i < a.n; i += T_) {
+    const float gv = float(g[base + i]);
+    s += log_mode ? gv : gv * float(y[base + i]);
+  }
+  s = simd_sum(s);
+  if (lane == 0u) slots[sg] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  s = 0.0f;
+  for (uint32_t k = 0; k < nsg; ++k) s += slots[k];
+  for (uint32_t i = tid; i < a.n; i += T_) {
+    const float gv = float(g[base + i]), yv = float(y[base + i]);
+    dx[base + i] = static_cast<T>(log_mode ? gv - exp(yv) * s : yv * (gv - s));
+  }
+}
+
+FM_INSTANTIATE("softmax_backward_rows_float32", softmax_backward_rows, float);
+FM_INSTANTIATE("softmax_backward_rows_float16", softmax_backward_rows, half);
+
+// Columns (inner > 1). Grid: (inner, outer).
+template <typename T>
+kernel void softmax_backward_cols(device const T* g [[buffer(0)]],
+                                  device const T* y [[buffer(1)]],
+                                  device T* dx [[buffer(2)]],
+                                  constant SoftmaxArgs& a [[buffer(3)]],
+                                  uint2 gid [[thread_position_in_grid]]) {
+  if (gid.x >= a.inner || gid.y >= a.outer) return;
+  const uint64_t base = uint64_t(gid.y) * uint64_t(a.n) * uint64_t(a.inner) + gid.x;
+  const uint64_t st = a.inner;
+  const bool log_mode = a.mode == kLogSoftmax;
+  float s = 0.0f;
+  for (uint32_t k = 0; k < a.n; ++k) {
+    const float gv = float(g[base + k * st]);
+    s += log_mode ? gv : gv * float(y[base + k * st]);
+  }
+  for (uint32_t k = 0; k < a.n; ++k) {
+    const float gv = float(g[base + k * st]), yv = float(y[base + k * st]);
+    dx[base + k * st] = static_cast<T>(log_mode ? gv - exp(yv) * s : yv * (gv - s));
+  }
+}
+
+FM_INSTANTIATE("softmax_backward_cols_float32", softmax_backward_cols, float);
+FM_INSTANTIATE("softmax_backward_cols_float16", softmax_backward_cols, half);
