@@ -1,4 +1,4 @@
-// The embedding's gradient as a deterministic device-side scatter-add, and one_hot.
+// The embedding lookup, its gradient as a deterministic device-side scatter-add, and one_hot.
 //
 // grad_weight[v, :] = sum of grad_output[p, :] over the positions p with ids[p] == v, in
 // increasing p: the same additions in the same order on every device and at every thread or
@@ -15,6 +15,24 @@
 #include "embedding_args.h"
 #include "fm_kernel.h"
 using namespace metal;
+
+// Grid: (dim, n). out[p, j] = weight[ids[p], j] for a contiguous weight, moved as bits of
+// the element's width (one instance per width serves every dtype of it).
+template <typename T>
+kernel void embedding_forward(device const int64_t* ids [[buffer(0)]],
+                              device const T* weight [[buffer(1)]],
+                              device T* out [[buffer(2)]],
+                              constant EmbeddingArgs& a [[buffer(3)]],
+                              uint3 gid [[thread_position_in_grid]]) {
+  const int32_t j = int32_t(gid.x), p = int32_t(gid.y);
+  if (j >= a.dim || p >= a.n) return;
+  out[uint64_t(p) * uint64_t(a.dim) + uint64_t(j)] =
+      weight[uint64_t(ids[p]) * uint64_t(a.dim) + uint64_t(j)];
+}
+
+FM_INSTANTIATE("embedding_forward_b2", embedding_forward, ushort);
+FM_INSTANTIATE("embedding_forward_b4", embedding_forward, uint32_t);
+FM_INSTANTIATE("embedding_forward_b8", embedding_forward, uint64_t);
 
 // Grid: (n). Pass 0's input: the ids as keys, the positions in order.
 kernel void embedding_sort_init(device const int64_t* ids [[buffer(0)]],

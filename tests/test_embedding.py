@@ -172,6 +172,21 @@ def test_msl_kernels_under_the_emulator(kernels, case, threads):
     np.testing.assert_array_equal(got, host(_core._embedding_backward(g, ids, rows, pad)))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
+@pytest.mark.cpu_only
+def test_forward_msl_kernel(kernels, dtype):
+    """The lookup's MSL kernel (the CPU otherwise copies rows), for each element width."""
+    r = np.random.default_rng(2)
+    w = (r.standard_normal((33, 7)) * 100).astype(dtype)
+    ids = r.integers(0, 33, (5, 9))
+    out = _core._embedding(fm.asarray(ids, dtype="int64"), fm.asarray(w, dtype=dtype))
+    assert out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out.numpy(), w[ids])
+    # a non-contiguous weight is gathered first
+    wide = fm.asarray(np.repeat(w, 2, axis=1), dtype=dtype)[:, ::2]
+    np.testing.assert_array_equal(_core._embedding(ids, wide).numpy(), w[ids])
+
+
 DIGEST = (
     "import hashlib, numpy as np, fastmetal as fm\n"
     "from fastmetal import _core\n"

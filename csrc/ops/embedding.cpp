@@ -9,7 +9,6 @@
 #include "core/errors.h"
 #include "ops/array_arg.h"
 #include "ops/convert.h"
-#include "ops/indexing.h"
 #include "ops/kernel_group.h"
 
 namespace fm {
@@ -59,7 +58,9 @@ std::uint32_t sort_threads(Backend& be, const std::string& kernel, std::uint32_t
   return std::max<std::uint32_t>(1, std::min(t, be.max_group_size(kernel)));
 }
 
-// A backend's own gradient (the CPU's counting sort), asked for by name.
+// A backend's own lookup and gradient (the CPU's row copies and counting sort), by name.
+using NativeForward = void(const EmbeddingArgs&, const Array& ids, const Array& weight,
+                           const Array& out);
 using NativeBackward = void(const EmbeddingArgs&, const Array& ids, const Array& grad_output,
                             const Array& grad_weight);
 
@@ -72,7 +73,28 @@ Array embedding(const Array& ids_in, const Array& weight) {
     throw ValueError(message(op, "expected a 2-D weight (num_embeddings, embedding_dim), got shape ",
                              shape_str(weight.shape)));
   check_ids(ids, weight.shape[0], op);
-  return take(weight, 0, ids);
+  const Array w = weight.contiguous() ? weight : convert(weight, weight.dtype);
+  Shape shape = ids.shape;
+  shape.push_back(w.shape[1]);
+  Backend& be = w.backend();
+  Array out = Array::empty(be, shape, w.dtype, op);
+  if (out.size() == 0) return out;
+  if (ids.size() > kMaxI32 || w.shape[1] > kMaxI32)
+    throw ValueError(message(op, "expected fewer than 2**31 ids and columns, got ", ids.size(),
+                             " ids of ", w.shape[1]));
+  EmbeddingArgs a{};
+  a.n = std::int32_t(ids.size());
+  a.rows = std::int32_t(std::min<std::int64_t>(w.shape[0], kMaxI32));
+  a.dim = std::int32_t(w.shape[1]);
+  if (auto* fast = native<NativeForward>(be, "embedding_forward")) {
+    fast(a, ids, w, out);
+    return out;
+  }
+  const std::string k = std::string("embedding_forward_") +
+                        (w.dtype == DType::float16 ? "b2" : w.dtype == DType::float32 ? "b4" : "b8");
+  Dispatch d = grid2(be, k, std::uint32_t(a.dim), std::uint32_t(a.n));
+  be.launch(k, d, {buf(ids), buf(w), buf(out), KernelArg::inline_bytes(&a, sizeof a)});
+  return out;
 }
 
 Array embedding_backward(const Array& grad_output, const Array& ids_in,
