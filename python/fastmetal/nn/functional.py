@@ -2,12 +2,16 @@
 ``torch.nn.functional``: the differentiable functions that layers are made of. Each is
 defined in its family's module under fastmetal/ops and is the same object as the
 top-level ``fastmetal.<name>`` where one exists."""
-from ..ops.conv import conv2d
+from ..ops.conv import conv1d, conv2d, conv_transpose2d
+from ..ops.embedding import embedding, one_hot
 from ..ops.elementwise import gelu, relu, sigmoid, softplus, tanh
 from ..ops.linalg import linear
 from ..ops import losses
 from ..ops.losses import *  # noqa: F401,F403  (every loss function)
+from ..ops import pooling
+from ..ops.pooling import *  # noqa: F401,F403  (avg_pool2d, adaptive_avg_pool2d, interpolate)
 from ..ops.training import cross_entropy, dropout, log_softmax, max_pool2d
 
 __all__ = ["conv2d", "linear", "relu", "sigmoid", "tanh", "gelu", "softplus", "max_pool2d",
-           "dropout", "log_softmax", "cross_entropy", *losses.__all__]
+           "dropout", "log_softmax", "cross_entropy", *losses.__all__, "conv1d",
+           "conv_transpose2d", *pooling.__all__, "embedding", "one_hot"]
