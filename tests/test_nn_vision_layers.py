@@ -159,6 +159,11 @@ def test_conv1d_bad_input(device):
     with pytest.raises(ValueError, match=r"\[fastmetal.conv1d\] expected stride to be an int or "
                                          r"a 1-tuple"):
         F.conv1d(np.zeros((1, 2, 3), np.float32), np.zeros((1, 2, 1), np.float32), stride=(1, 1))
+    with pytest.raises(ValueError, match=r"\[fastmetal.conv1d\] expected an input with "
+                                         r"weight.shape\[1\] \* groups"):
+        F.conv1d(np.zeros((1, 2, 3), np.float32), np.zeros((1, 3, 1), np.float32))
+    with pytest.raises(ValueError, match=r"\[fastmetal.conv1d\] expected the padded input"):
+        F.conv1d(np.zeros((1, 2, 3), np.float32), np.zeros((1, 2, 5), np.float32))
 
 
 @needs_torch

@@ -1,5 +1,6 @@
 // Python entry points of advanced indexing (private: python/fastmetal/_indexing.py parses
-// the keys, checks the bounds and calls these): gather, scatter, mask positions.
+// the keys, checks the bounds and calls these): gather, scatter, mask positions; and of the
+// integer-id ops (ops/embedding.py): embedding, its gradient, one_hot.
 #include "ops/embedding.h"
 #include "ops/indexing.h"
 #include "python/bindings.h"

@@ -166,7 +166,11 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if w_ndim != 3:
         raise ValueError(f"[fastmetal.{where}] expected a 3-D weight (C_out, C_in/groups, k), "
                          f"got shape {tuple(np.shape(weight))}")
-    y = conv2d(_with_unit_height(input, x_ndim - 1), _with_unit_height(weight, 2), bias,
-               stride=(1, s), padding=p if isinstance(p, str) else (0, p), dilation=(1, d),
-               groups=groups)
+    try:
+        y = conv2d(_with_unit_height(input, x_ndim - 1), _with_unit_height(weight, 2), bias,
+                   stride=(1, s), padding=p if isinstance(p, str) else (0, p), dilation=(1, d),
+                   groups=groups)
+    except (ValueError, TypeError) as e:  # conv2d's check, named as the caller's
+        message = str(e).replace("[fastmetal.conv2d]", f"[fastmetal.{where}]", 1)
+        raise type(e)(f"{message} (conv1d runs as conv2d over a unit height)") from None
     return y.reshape(*y.shape[:-2], y.shape[-1])
