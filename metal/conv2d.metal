@@ -490,3 +490,17 @@ kernel void conv2d_reduce(device const float* gy [[buffer(0)]],
 
 FM_INSTANTIATE("conv2d_backward_bias", conv2d_reduce, BiasSum);
 FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
+
+// ---------------------------------------------------------------- conv_transpose2d
+// conv_transpose2d's forward is conv2d's input gradient (csrc/ops/conv2d.cpp); its bias is
+// then added here: y[n, c, p] += bias[c], y being that conv2d's input (N, C_in, H, W).
+// Grid: (H * W, C_in, N).
+kernel void conv_transpose2d_add_bias(device const float* bias [[buffer(0)]],
+                                      device float* y [[buffer(1)]],
+                                      constant Conv2dArgs& a [[buffer(2)]],
+                                      uint3 gid [[thread_position_in_grid]]) {
+  const int32_t hw = a.H * a.W;
+  const int32_t p = int32_t(gid.x), c = int32_t(gid.y), n = int32_t(gid.z);
+  if (p >= hw || c >= a.C_in || n >= a.N) return;
+  y[(n * a.C_in + c) * hw + p] += bias[c];
+}

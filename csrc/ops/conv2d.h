@@ -53,6 +53,36 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
                             const Array& gw);
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb);
 
+// conv_transpose2d (torch.nn.functional.conv_transpose2d): input (N, C_in, H, W) or
+// unbatched (C_in, H, W), weight (C_in, C_out/groups, kH, kW), optional bias (C_out,),
+// output H_out = (H - 1) * stride - 2 * padding + dilation * (kH - 1) + output_padding + 1.
+// It is the input gradient of the conv2d whose input is the transposed output and whose
+// output is the transposed input (same weight, stride, padding, dilation, groups), so it
+// runs on conv2d's engine: its forward is that conv2d's input gradient, its input gradient
+// that conv2d's forward, its weight gradient that conv2d's weight gradient with the roles of
+// input and output gradient swapped.
+//
+// Checks the hyper-parameters (conv2d_check_spec, padding explicit only) and output_padding:
+// non-negative and, per axis, smaller than the stride or the dilation (as PyTorch).
+void conv_transpose2d_check_spec(const std::string& op, const Conv2dSpec& spec,
+                                 const std::int64_t output_padding[2]);
+// Validates the shapes and returns the argument block of that conv2d: its (C_in, H, W) are
+// the transposed output's, its (C_out, H_out, W_out) the transposed input's.
+Conv2dArgs conv_transpose2d_resolve(const std::string& op, const Shape& input,
+                                    const Shape& weight, const Shape* bias,
+                                    const Conv2dSpec& spec,
+                                    const std::int64_t output_padding[2]);
+// (N, C_out, H_out, W_out) of the transposed convolution (= the conv2d view's input).
+Shape conv_transpose2d_output_shape(const Conv2dArgs& a, bool batched);
+// x: the transposed input (N, C_in, H, W) = the conv2d view's output; y, gy: its output.
+void conv_transpose2d_forward(const Conv2dArgs& a, const Array& x, const Array& w,
+                              const Array* bias, const Array& y);
+void conv_transpose2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
+                                     const Array& gx);
+void conv_transpose2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
+                                      const Array& gw);
+void conv_transpose2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb);
+
 // Private switch for tests and benchmarks: threads per group for the kernels that use
 // barriers; 0 = the backend's choice.
 void set_conv_group_size(std::uint32_t threads);

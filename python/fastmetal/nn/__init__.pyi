@@ -103,6 +103,40 @@ class Conv2d(Module):
                  rng: np.random.Generator | None = ..., device: str | None = ...) -> None: ...
     def forward(self, x: Any) -> Any: ...
 
+class Conv1d(Module):
+    in_channels: int
+    out_channels: int
+    kernel_size: tuple[int]
+    stride: tuple[int]
+    padding: Any
+    dilation: tuple[int]
+    groups: int
+    weight: Array
+    bias: Array | None
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int],
+                 stride: Any = ..., padding: Any = ..., dilation: Any = ..., groups: int = ...,
+                 bias: bool = ..., *, seed: int | None = ...,
+                 rng: np.random.Generator | None = ..., device: str | None = ...) -> None: ...
+    def forward(self, x: Any) -> Any: ...
+
+class ConvTranspose2d(Module):
+    in_channels: int
+    out_channels: int
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    output_padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    weight: Array
+    bias: Array | None
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
+                 stride: Any = ..., padding: Any = ..., output_padding: Any = ...,
+                 groups: int = ..., bias: bool = ..., dilation: Any = ..., *,
+                 seed: int | None = ..., rng: np.random.Generator | None = ...,
+                 device: str | None = ...) -> None: ...
+    def forward(self, x: Any, output_size: Any = ...) -> Any: ...
+
 class _Activation(Module):
     def forward(self, x: Any) -> Any: ...
 class ReLU(_Activation): ...
@@ -133,6 +167,28 @@ class Identity(Module):
 class MaxPool2d(Module):
     def __init__(self, kernel_size: Any, stride: Any = ..., padding: Any = ...) -> None: ...
     def forward(self, x: Any) -> Any: ...
+class AvgPool2d(Module):
+    def __init__(self, kernel_size: Any, stride: Any = ..., padding: Any = ...) -> None: ...
+    def forward(self, x: Any) -> Any: ...
+class AdaptiveAvgPool2d(Module):
+    output_size: Any
+    def __init__(self, output_size: Any) -> None: ...
+    def forward(self, x: Any) -> Any: ...
+class Upsample(Module):
+    size: Any
+    scale_factor: Any
+    mode: str
+    def __init__(self, size: Any = ..., scale_factor: Any = ..., mode: str = ...) -> None: ...
+    def forward(self, x: Any) -> Any: ...
+class Embedding(Module):
+    num_embeddings: int
+    embedding_dim: int
+    padding_idx: int | None
+    weight: Array
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = ...,
+                 *, seed: int | None = ..., rng: np.random.Generator | None = ...,
+                 device: str | None = ...) -> None: ...
+    def forward(self, input: Any) -> Any: ...
 class Dropout(Module):
     p: float
     def __init__(self, p: float = ..., *, seed: int | None = ...,
