@@ -13,7 +13,8 @@ import warnings as _warnings
 
 from ._core import Array
 # The layers, bottom up: autograd (the tape and @op), ops (every function, by family; the
-# only Python that calls _core), array (the Array's Python surface), optim, nn, data.
+# only Python that calls _core), array (the Array's Python surface), optim, distributed, nn,
+# data.
 from .autograd.functional import grad, value_and_grad
 from .autograd.tape import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.devices import (configuration_problems as _configuration_problems, default_device,
@@ -37,7 +38,7 @@ from .ops.training import (cross_entropy, dropout, dropout_backward, log_softmax
 from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss,
                          nll_loss)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
-from . import autograd, data, nn, optim, random
+from . import autograd, data, distributed, nn, optim, random
 
 try:
     __version__ = _metadata.version("fastmetal")
@@ -89,7 +90,7 @@ __all__ = [
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
-    "manual_seed", "autograd", "data", "nn", "optim", "random",
+    "manual_seed", "autograd", "data", "distributed", "nn", "optim", "random",
 ]
 
 
