@@ -11,6 +11,7 @@ instead of hanging or exchanging garbage.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Optional
 
 import numpy as np
@@ -91,6 +92,12 @@ def init_process_group(backend: Optional[str] = None) -> None:
         store = _connect_store(rank, where)  # type: ignore[arg-type]
     _state.generation += 1
     key = f"{backend}/{_state.generation}"
+    if store is not None:
+        try:
+            _arrive(store, key, rank, size, where)  # type: ignore[arg-type]
+        except BaseException:
+            store.close()
+            raise
     try:
         if backend == "mpi":
             _state.backend = _mpi.MpiBackend(rank, size, store, key, JOIN_TIMEOUT_S)
@@ -114,6 +121,23 @@ def _connect_store(rank: int, where: str) -> StoreClient:
     if rank == 0 and os.environ.get("FASTMETAL_STORE_HOSTED") != "1":
         _state.store_server = StoreServer(addr, port)
     return StoreClient(addr, port, JOIN_TIMEOUT_S)
+
+
+def _arrive(store: StoreClient, key: str, rank: int, size: int, where: str) -> None:
+    """Every rank says it is here and waits for the others (up to JOIN_TIMEOUT_S): a rank
+    that never comes, or one started with another WORLD_SIZE, is an error, not a hang in
+    the engine's own join."""
+    store.set(f"{key}/arrived/{rank}", str(size))
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    for other in range(size):
+        got = store.get(f"{key}/arrived/{other}", max(0.0, deadline - time.monotonic()))
+        if got is None:
+            raise RuntimeError(f"[{where}] expected all {size} ranks to join within "
+                               f"{JOIN_TIMEOUT_S:.0f} s (FASTMETAL_DIST_TIMEOUT), got no rank "
+                               f"{other}")
+        if got != str(size):
+            raise RuntimeError(f"[{where}] expected every rank to have WORLD_SIZE={size}, got "
+                               f"WORLD_SIZE={got} on rank {other}")
 
 
 def is_initialized() -> bool:

@@ -7,13 +7,15 @@ fastmetal's launcher (one ``mpiexec -n 1`` per rank, so that launchers started s
 on several machines can join) each rank is its own MPI world; rank 0 opens an MPI port
 (MPI_Open_port) and publishes its name in the rendezvous store, and the world grows one
 rank at a time by MPI_Comm_accept (collective over the ranks joined so far) /
-MPI_Comm_connect (the newcomer) and MPI_Intercomm_merge, then is ordered by RANK
+MPI_Comm_connect (the newcomer, when rank 0 gives it its turn through the store: one
+connect pending at a time) and MPI_Intercomm_merge, then is ordered by RANK
 (MPI_Comm_split). The data then moves on MPI's own transports.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -155,10 +157,19 @@ def _join(MPI: Any, rank: int, size: int, store: Any, key: str, timeout: float) 
             raise RuntimeError(f"[{where}] expected rank 0 to publish its MPI port within "
                                f"{timeout:.0f} s, got nothing (did rank 0 start, with the "
                                "same MASTER_ADDR:MASTER_PORT?)")
+        # One newcomer at a time, in RANK order: MPICH can crash in MPI_Comm_accept when
+        # several connects to one port are pending at once (seen with 3 ranks).
+        if store.get(f"{key}/turn/{rank}", timeout) is None:
+            raise RuntimeError(f"[{where}] expected the ranks before {rank} to join within "
+                               f"{timeout:.0f} s, got no turn")
+        _debug(f"rank {rank}: connecting to {port[:40]}")
         inter = MPI.COMM_SELF.Connect(port)
         comm = inter.Merge(high=True)
         inter.Disconnect()
     while comm.Get_size() < size:  # the ranks joined so far accept the next one together
+        _debug(f"rank {rank}: {comm.Get_size()} joined, accepting on {port[:40]}")
+        if rank == 0:
+            store.set(f"{key}/turn/{comm.Get_size()}", "1")
         inter = comm.Accept(port, root=0)
         merged = inter.Merge(high=False)
         inter.Disconnect()
@@ -170,6 +181,10 @@ def _join(MPI: Any, rank: int, size: int, store: Any, key: str, timeout: float) 
     ordered = comm.Split(0, rank)
     if comm is not MPI.COMM_SELF:
         comm.Free()
-    if os.environ.get("FASTMETAL_DIST_DEBUG"):
-        print(f"[fastmetal.distributed] rank {rank}: joined MPI world of {ordered.Get_size()}")
+    _debug(f"rank {rank}: joined MPI world of {ordered.Get_size()}")
     return ordered
+
+
+def _debug(msg: str) -> None:
+    if os.environ.get("FASTMETAL_DIST_DEBUG"):
+        print(f"[fastmetal.distributed] {msg}", file=sys.stderr, flush=True)

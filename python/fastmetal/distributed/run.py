@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import shutil
 import signal
@@ -191,6 +192,12 @@ def main(argv: Optional[list] = None) -> int:
     else:
         main_client = StoreClient(ns.master_addr, ns.master_port, timeout=300)
         watch_client = StoreClient(ns.master_addr, ns.master_port, timeout=30)
+    problem = _check_nodes(ns, server, main_client)
+    if problem:
+        print(f"[{PROG}] {problem}", file=sys.stderr)
+        _tell(server, main_client, "abort", problem)
+        _close(server, main_client, watch_client)
+        return 1
     exe = None if ns.no_mpiexec else hydra_mpiexec()
     target = ["-m", ns.script] if ns.module else [ns.script]
     cmd = [sys.executable, "-u", *target, *ns.script_args]
@@ -212,6 +219,7 @@ def main(argv: Optional[list] = None) -> int:
         threading.Thread(target=watch, args=(watch_client,), daemon=True).start()
 
     def on_signal(signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: we are stopping already
         raise KeyboardInterrupt(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -269,6 +277,26 @@ def main(argv: Optional[list] = None) -> int:
                     return 1
     _close(server, main_client, watch_client)
     return 0
+
+
+def _check_nodes(ns: argparse.Namespace, server: Optional[StoreServer],
+                 client: Optional[StoreClient]) -> Optional[str]:
+    """Every launcher of the job was started with the same --nnodes and --nproc-per-node
+    (else the ranks would wait for ranks that never come); what differs, else None."""
+    mine = json.dumps([ns.nnodes, ns.nproc_per_node])
+    store: Any = server if server is not None else client
+    store.set(f"launcher/{ns.node_rank}", mine)
+    deadline = time.monotonic() + float(os.environ.get("FASTMETAL_DIST_TIMEOUT", "300"))
+    for node in range(ns.nnodes):
+        got = store.get(f"launcher/{node}", max(0.0, deadline - time.monotonic()))
+        if got is None:
+            return f"expected node {node}'s launcher within the timeout, got none"
+        if got != mine:
+            theirs = json.loads(got)
+            return (f"expected every node started with --nnodes {ns.nnodes} --nproc-per-node "
+                    f"{ns.nproc_per_node}, got --nnodes {theirs[0]} --nproc-per-node "
+                    f"{theirs[1]} on node {node}")
+    return None
 
 
 def _tell(server: Optional[StoreServer], client: Optional[StoreClient], key: str,
