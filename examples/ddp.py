@@ -41,7 +41,7 @@ def load(synthetic: bool, seed: int) -> tuple[npt.NDArray[np.float32], npt.NDArr
     if synthetic:
         rng = np.random.default_rng(seed)
         images = rng.integers(0, 256, (512, 28, 28)).astype(np.uint8)
-        labels = rng.integers(0, 10, 512)
+        labels = rng.integers(0, 10, 512).astype(np.uint8)
     else:
         images, labels = load_mnist_5k()
     x = (images.astype(np.float32) / 255.0 - MEAN) / STD
