@@ -503,3 +503,67 @@ def test_example_and_benchmark_run_on_two_ranks(tmp_path):
         timeout=LAUNCH_TIMEOUT)
     check(result)
     assert "samples/s" in result.stdout and "| 2 " in result.stdout
+
+
+@pytest.mark.parametrize("through_numpy", [True, False])
+def test_ddp_buckets_carry_every_gradient_to_its_place(monkeypatch, through_numpy):
+    # In process, with the group faked: "the other rank" contributes zeros, so averaging
+    # halves each gradient; a gradient put at the wrong offset of its bucket would show.
+    # through_numpy=False takes the device path (fastmetal ops, for memory NumPy can't view).
+    from fastmetal.distributed import group
+    from fastmetal.nn import parallel
+    reduced = []
+
+    def fake_mean(flat, op):
+        assert op == "mean"
+        reduced.append(int(flat.size))
+        view = np.asarray(flat)
+        view *= 0.5
+
+    monkeypatch.setattr(group, "is_initialized", lambda: True)
+    monkeypatch.setattr(group, "agree", lambda fn, desc: None)
+    monkeypatch.setattr(group, "broadcast", lambda a, src: None)
+    monkeypatch.setattr(group, "all_reduce_unchecked", fake_mean)
+    if not through_numpy:
+        monkeypatch.setattr(parallel, "host_visible", lambda a: False)
+    rng = np.random.default_rng(0)
+    net = nn.Sequential(nn.Linear(5, 7, rng=rng), nn.Tanh(), nn.Linear(7, 3, rng=rng))
+    frozen = nn.Linear(3, 3, rng=rng).requires_grad_(False)
+    model = nn.Sequential(net, frozen)
+    ddp = parallel.DistributedDataParallel(model, bucket_cap_mb=100 / 2**20)  # 100 bytes
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    fm.sum(model(x) ** 2).backward()
+    local = [p.grad.numpy().copy() for p in net.parameters()]
+    model.zero_grad()
+    fm.sum(ddp(x) ** 2).backward()
+    # reverse parameter order, a bucket closed at 100 bytes: [b2 w2 b1] [w1]
+    assert sorted(reduced) == [3 + 21 + 7, 35]
+    for p, g in zip(net.parameters(), local):
+        np.testing.assert_array_equal(p.grad.numpy(), g * 0.5)
+    assert all(p.grad is None for p in frozen.parameters())
+    # a plain backward (not of ddp's forward) and one under no_sync() average nothing
+    reduced.clear()
+    fm.sum(model(x)).backward()
+    with ddp.no_sync():
+        out = ddp(x)
+    fm.sum(out).backward()
+    assert reduced == []
+
+    # a parameter left without a gradient: an error at the next forward, naming it
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.use_b = nn.Linear(5, 3, rng=rng), nn.Linear(5, 3, rng=rng), True
+
+        def forward(self, x):
+            return self.a(x) + self.b(x) if self.use_b else self.a(x)
+
+    branchy = Branchy()
+    ddp = parallel.DistributedDataParallel(branchy)
+    branchy.use_b = False
+    fm.sum(ddp(x)).backward()
+    with pytest.raises(RuntimeError, match=r"got none for \['b.bias', 'b.weight'\]"):
+        ddp(x)
+    branchy.use_b = True
+    fm.sum(ddp(x)).backward()  # the state was reset: this one averages
+    assert reduced[-1] == 2 * (15 + 3)

@@ -86,10 +86,10 @@ class NcclBackend:
         text = json.dumps(desc).encode()
         if len(text) > _DESC_BYTES:
             text = json.dumps([desc[0], [-1], desc[2], str(hash(desc))]).encode()
-        send = _cupy.zeros(_DESC_BYTES, _cupy.uint8)
-        send[:len(text)] = _cupy.asarray(np.frombuffer(text, np.uint8))
-        recv = _cupy.empty((self.size, _DESC_BYTES), _cupy.uint8)
-        with self.stream:
+        with self.stream:  # everything on our stream (it does not wait for the null one)
+            send = _cupy.zeros(_DESC_BYTES, _cupy.uint8)
+            send[:len(text)] = _cupy.asarray(np.frombuffer(text, np.uint8))
+            recv = _cupy.empty((self.size, _DESC_BYTES), _cupy.uint8)
             self.comm.allGather(send.data.ptr, recv.data.ptr, _DESC_BYTES, _nccl.NCCL_UINT8,
                                 self.stream.ptr)
         self.stream.synchronize()
@@ -137,8 +137,8 @@ class NcclBackend:
         self.stream.synchronize()
 
     def barrier(self) -> None:
-        one = _cupy.ones(1, _cupy.float32)
         with self.stream:
+            one = _cupy.ones(1, _cupy.float32)
             self.comm.allReduce(one.data.ptr, one.data.ptr, 1, _nccl.NCCL_FLOAT32,
                                 _nccl.NCCL_SUM, self.stream.ptr)
         self.stream.synchronize()

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from .._core import Array
-from ..autograd.tape import no_grad, register_post_accumulate_grad_hook
+from ..autograd.tape import is_grad_enabled, no_grad, register_post_accumulate_grad_hook
 from ..distributed import group as _group
 from ..ops.creation import zeros
 from ..ops.devices import host_visible
@@ -95,6 +95,7 @@ class DistributedDataParallel(Module):
                 _group.broadcast(p, 0)
         self._buckets = self._make_buckets([p for _, p in named])
         self._reduced = 0
+        self._expect_hooks = False  # set by forward(): its backward averages, as PyTorch
         self._handles = [register_post_accumulate_grad_hook(p, _Hook(self, i))
                          for i, b in enumerate(self._buckets) for p in b.params]
 
@@ -126,7 +127,7 @@ class DistributedDataParallel(Module):
 
     # -- the reduction, from the tape's hooks
     def _grad_ready(self, index: int, param: Array) -> None:
-        if not self.require_backward_grad_sync:
+        if not self._expect_hooks:  # backward of a graph not made by forward(), or no_sync()
             return
         bucket = self._buckets[index]
         bucket.ready.add(id(param))
@@ -138,6 +139,7 @@ class DistributedDataParallel(Module):
 
     def _reset(self) -> None:
         self._reduced = 0
+        self._expect_hooks = False
         for b in self._buckets:
             b.ready.clear()
 
@@ -174,12 +176,15 @@ class DistributedDataParallel(Module):
                 "(so that every bucket was averaged over the ranks), got none for "
                 f"{missing[:8]}{' ...' if len(missing) > 8 else ''}; freeze unused parameters "
                 "(requires_grad_(False)) before wrapping")
+        # As PyTorch: whether this forward's backward averages is decided here.
+        self._expect_hooks = self.require_backward_grad_sync and is_grad_enabled()
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Inside, backward() accumulates gradients locally without averaging them (gradient
-        accumulation); the first backward() after the block averages the sum."""
+        """The backward() of a forward() run inside accumulates gradients locally without
+        averaging them (gradient accumulation); the first one after the block averages the
+        sum."""
         old = self.require_backward_grad_sync
         self.require_backward_grad_sync = False
         try:
