@@ -567,3 +567,34 @@ def test_ddp_buckets_carry_every_gradient_to_its_place(monkeypatch, through_nump
     branchy.use_b = True
     fm.sum(ddp(x)).backward()  # the state was reset: this one averages
     assert reduced[-1] == 2 * (15 + 3)
+
+
+MPIEXEC_SCRIPT = """
+import sys
+import numpy as np
+import fastmetal as fm
+import fastmetal.distributed as dist
+dist.init_process_group()
+a = fm.asarray(np.full(2, dist.get_rank() + 1.0, np.float32))
+dist.all_reduce(a)
+print("rank", dist.get_rank(), "of", dist.get_world_size(), "sum", a.numpy().tolist())
+dist.destroy_process_group()
+"""
+
+
+@needs_mpi
+def test_mpiexec_and_a_plain_python_need_no_launcher(tmp_path):
+    # Under `mpiexec -n 2` MPI_COMM_WORLD is the world; a plain `python script.py` is one.
+    script = tmp_path / "script.py"
+    script.write_text(MPIEXEC_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    env["FASTMETAL_DEVICE"] = "cpu"
+    result = subprocess.run([HYDRA, "-n", "2", sys.executable, str(script)], env=env,
+                            capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
+    check(result)
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("rank")) == \
+        ["rank 0 of 2 sum [3.0, 3.0]", "rank 1 of 2 sum [3.0, 3.0]"]
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                            text=True, timeout=LAUNCH_TIMEOUT)
+    check(result)
+    assert "rank 0 of 1 sum [1.0, 1.0]" in result.stdout
