@@ -180,6 +180,9 @@ cases = {
     "src": lambda: dist.broadcast(fm.zeros((3,)), RANK),
     "gather": lambda: dist.all_gather([fm.zeros((2 + RANK,)) for _ in range(WORLD)],
                                       fm.zeros((2 + RANK,))),
+    # a mistake on one rank only: that rank's error, raised on the others too
+    "bad_op": lambda: dist.all_reduce(fm.zeros((3,)), "prod" if RANK else "sum"),
+    "bad_src": lambda: dist.broadcast(fm.zeros((3,)), 5 if RANK else 0),
 }
 messages = {}
 for name, call in cases.items():
@@ -205,6 +208,10 @@ def test_mismatched_calls_raise_on_every_rank(tmp_path):
         assert "float16" in messages["dtype"] and "all_reduce(max)" in messages["op"]
         assert "from 0" in messages["src"] and "from 1" in messages["src"]
         assert "shape (3,)" in messages["gather"]
+        assert "expected op 'sum', 'mean', 'max' or 'min', got 'prod'" in messages["bad_op"]
+        assert "expected src to be a rank, 0 .. 1, got 5" in messages["bad_src"]
+        if r == 0:
+            assert "rank 1's error" in messages["bad_op"]
         assert all(m.startswith("[fastmetal.distributed.") for k, m in messages.items()
                    if k != "after"), messages
         assert messages["after"] == "[2.0, 2.0]"
@@ -577,7 +584,9 @@ import fastmetal.distributed as dist
 dist.init_process_group()
 a = fm.asarray(np.full(2, dist.get_rank() + 1.0, np.float32))
 dist.all_reduce(a)
-print("rank", dist.get_rank(), "of", dist.get_world_size(), "sum", a.numpy().tolist())
+line = f"rank {dist.get_rank()} of {dist.get_world_size()} sum {a.numpy().tolist()}"
+with open(sys.argv[1] + f"_{dist.get_rank()}", "w") as f:  # stdout lines could interleave
+    f.write(line)
 dist.destroy_process_group()
 """
 
@@ -589,12 +598,14 @@ def test_mpiexec_and_a_plain_python_need_no_launcher(tmp_path):
     script.write_text(MPIEXEC_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     env["FASTMETAL_DEVICE"] = "cpu"
-    result = subprocess.run([HYDRA, "-n", "2", sys.executable, str(script)], env=env,
+    out = str(tmp_path / "two")
+    result = subprocess.run([HYDRA, "-n", "2", sys.executable, str(script), out], env=env,
                             capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
     check(result)
-    assert sorted(line for line in result.stdout.splitlines() if line.startswith("rank")) == \
+    assert [Path(f"{out}_{r}").read_text() for r in range(2)] == \
         ["rank 0 of 2 sum [3.0, 3.0]", "rank 1 of 2 sum [3.0, 3.0]"]
-    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+    out = str(tmp_path / "one")
+    result = subprocess.run([sys.executable, str(script), out], env=env, capture_output=True,
                             text=True, timeout=LAUNCH_TIMEOUT)
     check(result)
-    assert "rank 0 of 1 sum [1.0, 1.0]" in result.stdout
+    assert Path(f"{out}_0").read_text() == "rank 0 of 1 sum [1.0, 1.0]"

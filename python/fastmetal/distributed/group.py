@@ -188,18 +188,29 @@ def _check_array(a: Any, where: str, name: str = "array", writes: bool = True) -
 
 
 def _describe(d: tuple) -> str:
-    op, shape, dtype, extra = d
+    op, shape, dtype, extra = d[:4]
     return f"{op} of shape {tuple(shape)} {dtype}" + (f" {extra}" if extra != "" else "")
 
 
-def _agree(backend: Any, fn: str, desc: tuple) -> None:
-    """All-gather every rank's (op, shape, dtype, extra) and raise on every rank if any
-    differ: a mismatch is an error everywhere, never a hang."""
-    seen = backend.agree(desc)
-    if any(d != seen[0] for d in seen):
+def _agree(backend: Any, fn: str, desc: tuple, problem: Optional[Exception] = None) -> None:
+    """All-gather every rank's (op, shape, dtype, extra) and this rank's argument problem,
+    if any; raise on every rank if any rank had a problem or the descriptors differ. A
+    mistake on one rank is an error everywhere, never the others waiting in a collective."""
+    seen = backend.agree((*desc, None if problem is None else str(problem)))
+    if problem is not None:
+        raise problem
+    bad = [(r, d[4]) for r, d in enumerate(seen) if d[4] is not None]
+    if bad:
+        raise ValueError(f"[{_where(fn)}] expected valid arguments on every rank, got rank "
+                         f"{bad[0][0]}'s error: {bad[0][1]}")
+    if any(d[:4] != seen[0][:4] for d in seen):
         listing = ", ".join(f"rank {r}: {_describe(d)}" for r, d in enumerate(seen))
         raise ValueError(f"[{_where(fn)}] expected the same call on every rank (operation, "
                          f"shape and dtype), got {listing}")
+
+
+def _shape_dtype(a: Any) -> tuple:
+    return (tuple(a.shape), str(a.dtype)) if isinstance(a, Array) else ((), "?")
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -210,14 +221,19 @@ def all_reduce(array: Array, op: str = "sum") -> None:
     fn = "all_reduce"
     where = _where(fn)
     backend = _group(fn)
-    _check_array(array, where)
-    if not isinstance(op, str) or op.lower() not in REDUCE_OPS:
-        raise ValueError(f"[{where}] expected op 'sum', 'mean', 'max' or 'min', got {op!r}")
-    op = op.lower()
-    if array.dtype.kind != "f" and op == "mean":
-        raise TypeError(f"[{where}] expected a float Array for op 'mean', got dtype "
-                        f"{array.dtype} (use 'sum' and divide)")
-    _agree(backend, fn, (f"all_reduce({op})", tuple(array.shape), str(array.dtype), ""))
+    problem: Optional[Exception] = None
+    try:
+        _check_array(array, where)
+        if not isinstance(op, str) or op.lower() not in REDUCE_OPS:
+            raise ValueError(f"[{where}] expected op 'sum', 'mean', 'max' or 'min', got "
+                             f"{op!r}")
+        op = op.lower()
+        if array.dtype.kind != "f" and op == "mean":
+            raise TypeError(f"[{where}] expected a float Array for op 'mean', got dtype "
+                            f"{array.dtype} (use 'sum' and divide)")
+    except (TypeError, ValueError) as e:
+        problem = e
+    _agree(backend, fn, (f"all_reduce({op})", *_shape_dtype(array), ""), problem)
     backend.all_reduce(array, op)
 
 
@@ -226,12 +242,16 @@ def broadcast(array: Array, src: int) -> None:
     fn = "broadcast"
     where = _where(fn)
     backend = _group(fn)
-    _check_array(array, where, writes=backend.rank != src)
-    if isinstance(src, bool) or not isinstance(src, (int, np.integer)) or \
-            not 0 <= int(src) < backend.size:
-        raise ValueError(f"[{where}] expected src to be a rank, 0 .. {backend.size - 1}, got "
-                         f"{src!r}")
-    _agree(backend, fn, ("broadcast", tuple(array.shape), str(array.dtype), f"from {int(src)}"))
+    problem: Optional[Exception] = None
+    try:
+        if isinstance(src, bool) or not isinstance(src, (int, np.integer)) or \
+                not 0 <= int(src) < backend.size:
+            raise ValueError(f"[{where}] expected src to be a rank, 0 .. {backend.size - 1}, "
+                             f"got {src!r}")
+        _check_array(array, where, writes=backend.rank != src)
+    except (TypeError, ValueError) as e:
+        problem = e
+    _agree(backend, fn, ("broadcast", *_shape_dtype(array), f"from {src!r}"), problem)
     backend.broadcast(array, int(src))
 
 
@@ -241,19 +261,23 @@ def all_gather(tensor_list: list, tensor: Array) -> None:
     fn = "all_gather"
     where = _where(fn)
     backend = _group(fn)
-    _check_array(tensor, where, "tensor", writes=False)
-    if not isinstance(tensor_list, list) or len(tensor_list) != backend.size:
-        got = (f"a list of {len(tensor_list)}" if isinstance(tensor_list, list)
-               else type(tensor_list).__name__)
-        raise ValueError(f"[{where}] expected tensor_list to be a list of {backend.size} "
-                         f"Arrays (one per rank), got {got}")
-    for i, out in enumerate(tensor_list):
-        _check_array(out, where, f"tensor_list[{i}]")
-        if tuple(out.shape) != tuple(tensor.shape) or out.dtype != tensor.dtype:
-            raise ValueError(f"[{where}] expected tensor_list[{i}] of shape "
-                             f"{tuple(tensor.shape)} {tensor.dtype} (as tensor), got "
-                             f"{tuple(out.shape)} {out.dtype}")
-    _agree(backend, fn, ("all_gather", tuple(tensor.shape), str(tensor.dtype), ""))
+    problem: Optional[Exception] = None
+    try:
+        _check_array(tensor, where, "tensor", writes=False)
+        if not isinstance(tensor_list, list) or len(tensor_list) != backend.size:
+            got = (f"a list of {len(tensor_list)}" if isinstance(tensor_list, list)
+                   else type(tensor_list).__name__)
+            raise ValueError(f"[{where}] expected tensor_list to be a list of {backend.size} "
+                             f"Arrays (one per rank), got {got}")
+        for i, out in enumerate(tensor_list):
+            _check_array(out, where, f"tensor_list[{i}]")
+            if tuple(out.shape) != tuple(tensor.shape) or out.dtype != tensor.dtype:
+                raise ValueError(f"[{where}] expected tensor_list[{i}] of shape "
+                                 f"{tuple(tensor.shape)} {tensor.dtype} (as tensor), got "
+                                 f"{tuple(out.shape)} {out.dtype}")
+    except (TypeError, ValueError) as e:
+        problem = e
+    _agree(backend, fn, ("all_gather", *_shape_dtype(tensor), ""), problem)
     backend.all_gather(tensor_list, tensor)
 
 
@@ -273,4 +297,4 @@ def agree(fn: str, desc: tuple) -> None:
     """Raise ValueError on every rank unless every rank passes the same ``desc``, a tuple
     (operation, shape, dtype, detail): a check for the layers above (DistributedDataParallel
     checks that every rank wraps the same parameters)."""
-    _agree(_group(fn), fn, desc)
+    _agree(_group(fn), fn, tuple(desc))
