@@ -24,7 +24,9 @@ import pytest
 import fastmetal as fm
 from fastmetal import nn
 from fastmetal.autograd import tape
+from fastmetal.data import sampler
 from fastmetal.distributed import run as launcher
+from helpers import torch
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCH_TIMEOUT = 240  # a loaded 2-core CI machine starts several Pythons per launch
@@ -471,9 +473,26 @@ def test_distributed_sampler_splits_as_pytorch(n, replicas, drop_last):
     shuffled = [DistributedSampler(n, replicas, r, seed=3) for r in range(replicas)]
     for s in shuffled:
         s.set_epoch(2)
-    perm = list(np.random.default_rng(3 + 2).permutation(n))
+    perm = list(sampler.randperm(n, 3 + 2))
+    assert sorted(perm) == list(range(n))
     for r, s in enumerate(shuffled):
         assert list(s) == _torch_rules(n, replicas, r, False, perm)
+
+
+def test_distributed_sampler_shuffles_as_pytorch():
+    # torch.randperm(n, generator=torch.Generator().manual_seed(seed)), printed by torch 2.13
+    assert sampler.randperm(10, 0).tolist() == [4, 1, 7, 5, 3, 9, 0, 8, 6, 2]
+    assert sampler.randperm(17, 5).tolist() == [13, 15, 9, 6, 3, 1, 4, 10, 14, 0, 7, 11, 2,
+                                                12, 8, 5, 16]
+    # torch's DistributedSampler(range(11), num_replicas=3, rank=1, seed=4), epoch 2
+    s = sampler.DistributedSampler(list(range(11)), num_replicas=3, rank=1, seed=4)
+    s.set_epoch(2)
+    assert list(s) == [0, 1, 9, 10]
+    if torch is not None:
+        for n, seed in ((1000, 123), (5, 2**33 + 1), (1, 0), (0, 0)):
+            g = torch.Generator()
+            g.manual_seed(seed)
+            assert sampler.randperm(n, seed).tolist() == torch.randperm(n, generator=g).tolist()
 
 
 def test_distributed_sampler_epochs_and_errors():
