@@ -69,7 +69,15 @@ class MpiBackend:
                                    f"RANK={rank}")
             self.comm = world.Dup()
         elif world.Get_size() == 1:
-            self.comm = _join(MPI, rank, size, store, key, timeout)  # type: ignore[arg-type]
+            try:
+                self.comm = _join(MPI, rank, size, store, key, timeout)  # type: ignore[arg-type]
+            except MPI.Exception as e:
+                raise RuntimeError(
+                    "[fastmetal.distributed.init_process_group] expected MPI to connect the "
+                    f"ranks, got {str(e).splitlines()[0]} ... (MPICH connects only processes "
+                    "started by mpiexec: python -m fastmetal.distributed.run runs each rank "
+                    "under mpiexec -n 1 unless --no-mpiexec or FASTMETAL_LAUNCH_MPIEXEC=0; "
+                    "or start the job with mpiexec -n N)") from e
         else:
             raise RuntimeError(f"[fastmetal.distributed.init_process_group] expected MPI's "
                                f"world to be of size 1 or WORLD_SIZE={size}, got "
