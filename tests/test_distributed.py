@@ -175,6 +175,8 @@ def test_collectives_match_numpy(device, tmp_path, nproc):
 
 
 MISMATCH = """
+from fastmetal import nn
+from fastmetal.nn.parallel import DistributedDataParallel as DDP
 cases = {
     "shape": lambda: dist.all_reduce(fm.zeros((3 + RANK,))),
     "dtype": lambda: dist.all_reduce(fm.zeros((3,), dtype="float16" if RANK else "float32")),
@@ -185,6 +187,7 @@ cases = {
     # a mistake on one rank only: that rank's error, raised on the others too
     "bad_op": lambda: dist.all_reduce(fm.zeros((3,)), "prod" if RANK else "sum"),
     "bad_src": lambda: dist.broadcast(fm.zeros((3,)), 5 if RANK else 0),
+    "ddp": lambda: DDP(nn.Linear(3, 2 + RANK, seed=0)),
 }
 messages = {}
 for name, call in cases.items():
@@ -214,8 +217,12 @@ def test_mismatched_calls_raise_on_every_rank(tmp_path):
         assert "expected src to be a rank, 0 .. 1, got 5" in messages["bad_src"]
         if r == 0:
             assert "rank 1's error" in messages["bad_op"]
+        assert messages["ddp"].startswith("[fastmetal.nn.parallel.DistributedDataParallel] "
+                                          "expected the same call on every rank")
+        assert "rank 0: wrap of shape (2, 8)" in messages["ddp"]
+        assert "rank 1: wrap of shape (2, 12)" in messages["ddp"]
         assert all(m.startswith("[fastmetal.distributed.") for k, m in messages.items()
-                   if k != "after"), messages
+                   if k not in ("after", "ddp")), messages
         assert messages["after"] == "[2.0, 2.0]"
 
 

@@ -196,16 +196,17 @@ def _agree(backend: Any, fn: str, desc: tuple, problem: Optional[Exception] = No
     """All-gather every rank's (op, shape, dtype, extra) and this rank's argument problem,
     if any; raise on every rank if any rank had a problem or the descriptors differ. A
     mistake on one rank is an error everywhere, never the others waiting in a collective."""
+    where = fn if "." in fn else _where(fn)  # a caller above names itself in full
     seen = backend.agree((*desc, None if problem is None else str(problem)))
     if problem is not None:
         raise problem
     bad = [(r, d[4]) for r, d in enumerate(seen) if d[4] is not None]
     if bad:
-        raise ValueError(f"[{_where(fn)}] expected valid arguments on every rank, got rank "
+        raise ValueError(f"[{where}] expected valid arguments on every rank, got rank "
                          f"{bad[0][0]}'s error: {bad[0][1]}")
     if any(d[:4] != seen[0][:4] for d in seen):
         listing = ", ".join(f"rank {r}: {_describe(d)}" for r, d in enumerate(seen))
-        raise ValueError(f"[{_where(fn)}] expected the same call on every rank (operation, "
+        raise ValueError(f"[{where}] expected the same call on every rank (operation, "
                          f"shape and dtype), got {listing}")
 
 
@@ -293,8 +294,8 @@ def all_reduce_unchecked(array: Array, op: str) -> None:
     _group("all_reduce").all_reduce(array, op)
 
 
-def agree(fn: str, desc: tuple) -> None:
+def agree(where: str, desc: tuple) -> None:
     """Raise ValueError on every rank unless every rank passes the same ``desc``, a tuple
     (operation, shape, dtype, detail): a check for the layers above (DistributedDataParallel
-    checks that every rank wraps the same parameters)."""
-    _agree(_group(fn), fn, tuple(desc))
+    checks that every rank wraps the same parameters); ``where`` names the caller in full."""
+    _agree(_group(where), where, tuple(desc))

@@ -105,9 +105,9 @@ class DistributedDataParallel(Module):
         """Every rank wraps the same parameters (names, shapes, dtypes), or all raise."""
         listing = repr([(n, tuple(p.shape), str(p.dtype)) for n, p in named]).encode()
         numel = int(sum(int(p.size) for _, p in named))
-        desc = ("DistributedDataParallel", (len(named), numel), "parameters",
-                f"crc32 {zlib.crc32(listing):08x} of names, shapes and dtypes")
-        _group.agree(where.rsplit(".", 1)[-1], desc)
+        desc = ("wrap", (len(named), numel), "parameters and elements",
+                f"(crc32 {zlib.crc32(listing):08x} of names, shapes and dtypes)")
+        _group.agree(where, desc)
 
     def _make_buckets(self, params: list) -> list:
         cap = self.bucket_cap_mb * 2**20
