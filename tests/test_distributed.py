@@ -396,10 +396,12 @@ def test_a_failure_on_one_node_stops_the_other(tmp_path):
 
 
 def test_launcher_refuses_bad_arguments():
-    for args in (["--nproc-per-node", "0", "x.py"], ["--nnodes", "2", "--node-rank", "2", "x.py"]):
+    for args, says in ((["--nproc-per-node", "0", "x.py"], "--nproc-per-node must be >= 1"),
+                       (["--nnodes", "2", "--node-rank", "2", "x.py"], "--node-rank must be"),
+                       (["--device", "abacus", "x.py"], "expected --device (or FASTMETAL_DEVICE)")):
         result = subprocess.run([sys.executable, "-m", "fastmetal.distributed.run", *args],
                                 capture_output=True, text=True, timeout=120)
-        assert result.returncode == 2 and "must be" in result.stderr
+        assert result.returncode == 2 and says in result.stderr, result.stderr
 
 
 def test_launcher_sets_each_ranks_environment():

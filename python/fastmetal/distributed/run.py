@@ -177,7 +177,12 @@ def _exit_code(code: int) -> int:
 def main(argv: Optional[list] = None) -> int:
     ns = parse_args(argv)
     device = ns.device or os.environ.get("FASTMETAL_DEVICE") or default_device()
-    caps = device_capabilities(device)
+    try:
+        caps = device_capabilities(device)
+    except ValueError as e:
+        print(f"[{PROG}] expected --device (or FASTMETAL_DEVICE) to name a device of this "
+              f"machine, got {device!r}: {e}", file=sys.stderr)
+        return 2
     envs = rank_environments(ns, device, caps)
     server: Optional[StoreServer] = None
     main_client: Optional[StoreClient] = None  # a later node's line to node 0's store
