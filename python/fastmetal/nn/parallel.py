@@ -65,7 +65,9 @@ class DistributedDataParallel(Module):
     this process's one device: each rank drives one device (FASTMETAL_DEVICE, which the
     launcher sets). fastmetal's Modules have no buffers, so ``broadcast_buffers`` has nothing
     to do. Every parameter that requires grad must get a gradient in each backward (an
-    unused one is an error at the next forward, as PyTorch's default)."""
+    unused one is an error at the next forward, as PyTorch's default). Move the model to
+    its device before wrapping (``Module.to`` makes new Parameters, which DDP would not
+    know)."""
 
     def __init__(self, module: Module, device_ids: Any = None, output_device: Any = None,
                  broadcast_buffers: bool = True, bucket_cap_mb: float = 25.0) -> None:
