@@ -133,6 +133,8 @@ def test_every_public_name_has_a_stub(tmp_path):
     for module, stub in (("nn", "nn/__init__.pyi"), ("optim", "optim/__init__.pyi"),
                          ("random", "random.pyi"), ("autograd", "autograd/__init__.pyi"),
                          ("data", "data/__init__.pyi"), ("nn.functional", "nn/functional.pyi"),
+                         ("distributed", "distributed/__init__.pyi"),
+                         ("nn.parallel", "nn/parallel.pyi"),
                          ("nn.init", "nn/init.pyi"), ("nn.utils", "nn/utils.pyi"),
                          ("optim.lr_scheduler", "optim/lr_scheduler.pyi")):
         runtime = importlib.import_module(f"fastmetal.{module}")

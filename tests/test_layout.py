@@ -93,7 +93,7 @@ def test_the_layout_check_sees_a_backend_name():
 # _core is below them all; benchmarks, the CLI, the reference models and the package's face
 # (fastmetal/__init__.py, fastmetal/random.py) stand on top.
 PACKAGE = REPO / "python" / "fastmetal"
-LAYERS = ["autograd", "ops", "array", "optim", "nn", "data", "top"]
+LAYERS = ["autograd", "ops", "array", "optim", "distributed", "nn", "data", "top"]
 # Where the compiled _core may be called (its Array class may be named anywhere): the ops, and
 # the tape's own unrecorded accumulation. The CLI and the benchmarks read backend hooks
 # (thread count, instruction set) that no op needs.

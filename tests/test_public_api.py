@@ -92,8 +92,9 @@ def test_every_public_name_is_a_real_definition():
 
 
 @pytest.mark.parametrize("module", ["fastmetal.optim", "fastmetal.optim.lr_scheduler",
-                                    "fastmetal.nn.functional",
-                                    "fastmetal.autograd", "fastmetal.data"])
+                                    "fastmetal.nn.functional", "fastmetal.autograd",
+                                    "fastmetal.data", "fastmetal.distributed",
+                                    "fastmetal.nn.parallel"])
 def test_the_subpackages_export_exactly_the_documented_api(module):
     mod = importlib.import_module(module)
     assert set(mod.__all__) == documented_names(module)

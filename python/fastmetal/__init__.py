@@ -13,7 +13,8 @@ import warnings as _warnings
 
 from ._core import Array
 # The layers, bottom up: autograd (the tape and @op), ops (every function, by family; the
-# only Python that calls _core), array (the Array's Python surface), optim, nn, data.
+# only Python that calls _core), array (the Array's Python surface), optim, distributed, nn,
+# data.
 from .autograd.functional import grad, value_and_grad
 from .autograd.tape import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.devices import (configuration_problems as _configuration_problems, default_device,
@@ -38,7 +39,7 @@ from .ops.normalization import logsumexp, softmax
 from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss,
                          nll_loss)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
-from . import autograd, data, nn, optim, random
+from . import autograd, data, distributed, nn, optim, random
 from .serialization import load, save
 
 try:
@@ -91,7 +92,8 @@ __all__ = [
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward", "softmax", "logsumexp",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
-    "manual_seed", "save", "load", "autograd", "data", "nn", "optim", "random",
+    "manual_seed", "save", "load", "autograd", "data", "distributed", "nn", "optim",
+    "random",
 ]
 
 

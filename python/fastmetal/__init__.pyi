@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from . import autograd as autograd
 from . import data as data
+from . import distributed as distributed
 from . import nn as nn
 from . import optim as optim
 from . import random as random

@@ -349,6 +349,74 @@ def _add(a: Array, b: Array) -> Array:
     return _core.binary("add", a, b)
 
 
+# ----------------------------------------------------------------------------- leaf hooks
+# Post-accumulate-grad hooks, as PyTorch's ``Tensor.register_post_accumulate_grad_hook``:
+# ``hook(leaf)`` runs once per backward() after the leaf's .grad holds everything that
+# backward() adds to it (DistributedDataParallel starts averaging a bucket of gradients from
+# it). Keyed by id(leaf), the leaf held by a weak reference; while none is registered,
+# backward() pays one dict truthiness check.
+_post_hooks: dict = {}
+
+
+class HookHandle:
+    """What :func:`register_post_accumulate_grad_hook` returns; ``remove()`` unregisters."""
+
+    __slots__ = ("_key", "_hook")
+
+    def __init__(self, key: int, hook: Callable) -> None:
+        self._key, self._hook = key, hook
+
+    def remove(self) -> None:
+        entry = _post_hooks.get(self._key)
+        if entry is not None and self._hook in entry[1]:
+            entry[1].remove(self._hook)
+            if not entry[1]:
+                del _post_hooks[self._key]
+
+
+def register_post_accumulate_grad_hook(leaf: Array, hook: Callable) -> HookHandle:
+    """Run ``hook(leaf)`` after each backward() has finished accumulating into ``leaf.grad``
+    (once per backward, however many ops used the leaf). ``leaf``: an Array that requires
+    grad and was computed by nothing."""
+    where = "fastmetal.autograd.register_post_accumulate_grad_hook"
+    if type(leaf) is not Array or not leaf._requires_grad or leaf._node is not None:
+        got = type(leaf).__name__ if type(leaf) is not Array else \
+            "a computed Array" if leaf._node is not None else "an Array that does not"
+        raise RuntimeError(f"[{where}] expected a leaf Array that requires grad, got {got}")
+    if not callable(hook):
+        raise TypeError(f"[{where}] expected a callable hook, got {type(hook).__name__}")
+    key = id(leaf)
+    entry = _post_hooks.get(key)
+    if entry is None or entry[0]() is not leaf:  # new, or an id reused after a leaf died
+        entry = _post_hooks[key] = (weakref.ref(leaf, lambda _r, k=key: _drop_hooks(k, _r)), [])
+    entry[1].append(hook)
+    return HookHandle(key, hook)
+
+
+def _drop_hooks(key: int, ref: weakref.ref) -> None:
+    entry = _post_hooks.get(key)
+    if entry is not None and entry[0] is ref:
+        del _post_hooks[key]
+
+
+def _hooked_leaves(order: list, only: Optional[frozenset]) -> dict:
+    """id(leaf) -> how many edges of the graph reach it, for the leaves with hooks."""
+    counts: dict = {}
+    for node in order:
+        for edge in node.edges:
+            if type(edge) is Array and id(edge) in _post_hooks and \
+                    (only is None or id(edge) in only):
+                counts[id(edge)] = counts.get(id(edge), 0) + 1
+    return counts
+
+
+def _run_hooks(leaf: Array) -> None:
+    entry = _post_hooks.get(id(leaf))
+    if entry is not None and entry[0]() is leaf:
+        for hook in list(entry[1]):
+            hook(leaf)
+
+
 def _accumulate(leaf: Array, g: Array, borrowed: bool) -> None:
     if g._requires_grad or (leaf.grad is not None and leaf.grad._requires_grad):
         # create_graph: .grad is itself in the graph (a copy where it is borrowed).
@@ -399,16 +467,22 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
             return
         _accumulate(tensor, sum_to(gradient, tuple(tensor.shape), tensor.dtype,
                                    tensor.device), borrowed)
+        if _post_hooks:
+            _run_hooks(tensor)
         return
     profile = PROFILE
     started = time.perf_counter() if profile is not None else 0.0
     order = _topological(root)
     pending: dict = {root: (gradient, borrowed)}
+    # Leaves with hooks: edges still to come (a hook runs after the last), and which got any.
+    hooked = _hooked_leaves(order, only) if _post_hooks else None
     with (enable_grad() if create_graph else no_grad()):
         try:
             for node in order:
                 entry = pending.pop(node, None)
                 if entry is None:
+                    if hooked:
+                        _count_down(node, (None,) * len(node.edges), hooked)
                     continue  # no gradient reached it (its consumers' vjps returned None)
                 g, g_borrowed = entry
                 if node.retained is not None:
@@ -436,6 +510,8 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
                             (_add(prev[0], fresh), False)
                     elif only is None or id(edge) in only:
                         _accumulate(edge, fresh, borrowed_i)
+                if hooked:
+                    _count_down(node, grads, hooked)
         finally:
             if not retain_graph:
                 for node in order:
@@ -445,6 +521,25 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
                     time.perf_counter() - started
 
 
+
+def _count_down(node: Node, grads: tuple, hooked: dict) -> None:
+    """After `node`'s gradients went to its inputs: run the hooks of leaves it was the last
+    edge of (a leaf that no gradient reached has no hook run, as PyTorch)."""
+    for edge, gi in zip(node.edges, grads):
+        if type(edge) is not Array:
+            continue
+        key = id(edge)
+        left = hooked.get(key)
+        if left is None:
+            continue
+        if gi is not None:
+            hooked[("got", key)] = True
+        if left == 1:
+            del hooked[key]
+            if hooked.pop(("got", key), False):
+                _run_hooks(edge)
+        else:
+            hooked[key] = left - 1
 
 
 def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,

@@ -7,10 +7,10 @@ as ``fastmetal.nn.optim``) updates them in place. ``nn.init`` draws initial para
 ``nn.utils`` clips gradients.
 """
 from .. import optim
-from . import functional, init, modules, utils
+from . import functional, init, modules, parallel, utils
 from .modules import *  # noqa: F401,F403
 
-__all__ = [*modules.__all__, "functional", "init", "optim", "utils"]
+__all__ = [*modules.__all__, "functional", "init", "optim", "parallel", "utils"]
 
 
 def __dir__():

@@ -8,6 +8,7 @@ import numpy.typing as npt
 from .. import optim as optim
 from . import functional as functional
 from . import init as init
+from . import parallel as parallel
 from . import utils as utils
 from .._core import Array
 

@@ -19,3 +19,9 @@ def configuration_problems() -> list:
     """FASTMETAL_* environment variables that were not understood, each said in a sentence
     naming the variable and the accepted values (the default was used instead)."""
     return list(_core._config_problems())
+
+
+def device_capabilities(device: str) -> dict:
+    """What the backend of `device` says it can do: host_visible, discrete_gpu,
+    dlpack_device, cuda_array_interface (read by fastmetal.distributed to pick an engine)."""
+    return dict(_core._device_capabilities(device))
