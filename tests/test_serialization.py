@@ -79,3 +79,13 @@ def test_bad_input_says_what_is_wrong(tmp_path):
     save_file({"d": np.zeros(2, np.float64)}, str(tmp_path / "d.safetensors"))
     with pytest.raises(TypeError, match=r"'d' of dtype float64"):
         fm.load(tmp_path / "d.safetensors")
+
+
+def test_truncated_or_foreign_files_are_a_value_error(tmp_path):
+    fm.save({"w": np.ones((64, 64), np.float32)}, tmp_path / "ok.safetensors")
+    data = (tmp_path / "ok.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
+    (tmp_path / "foreign.npz").write_bytes(b"PK\x03\x04 not a safetensors file at all")
+    for name in ("cut.safetensors", "foreign.npz"):
+        with pytest.raises(ValueError, match=r"\[fastmetal.load\] expected a safetensors file"):
+            fm.load(tmp_path / name)

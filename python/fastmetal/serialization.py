@@ -80,7 +80,14 @@ def load(path: str | os.PathLike, device: str | None = None) -> Any:
     tensors as a flat dict; arrays come back as Arrays on ``device`` (default device)."""
     where = "fastmetal.load"
     arrays: dict = {}
-    with safe_open(os.fspath(path), framework="numpy") as f:
+    try:
+        handle = safe_open(os.fspath(path), framework="numpy")
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # safetensors' own error type: a truncated or foreign file
+        raise ValueError(f"[{where}] expected a safetensors file, got {os.fspath(path)!r}, "
+                         f"which is not one or is truncated ({e})") from None
+    with handle as f:
         metadata = f.metadata() or {}
         for key in f.keys():
             host = f.get_tensor(key)
