@@ -1,0 +1,38 @@
+// Fused scaled-dot-product attention (metal/attention.metal; attention_args.h): the forward
+// saves the per-row logsumexp, the backward recomputes the scores tile by tile. No L x S
+// matrix is ever allocated. The CPU runs its own tiled path (backend/cpu/attention_cpu.cpp)
+// unless the native CPU ops are switched off (then the MSL kernels, under the emulator).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "attention_args.h"
+#include "core/array.h"
+
+namespace fm {
+
+struct SdpaOptions {
+  int mask_kind = FM_SDPA_MASK_NONE;  // FM_SDPA_MASK_*; the mask is a float32 Array
+  bool causal = false;
+  double scale = -1.0;                // < 0: 1 / sqrt(E)
+  std::uint32_t threshold = 0;        // dropout (as fastmetal.dropout's key): 0 = none
+  float drop_scale = 1.0f;
+  std::uint32_t key0 = 0, key1 = 0;
+};
+
+// q (..., L, E), k (..., S, E), v (..., S, Ev): contiguous, all float32 or all float16, batch
+// dims broadcast against each other and the mask's (..., Lm, Sm) with Lm in {1, L}, Sm in
+// {1, S}. Returns {out (batch..., L, Ev) of q's dtype, lse (batch..., L) float32} over the
+// broadcast batch shape.
+std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
+                                const Array* mask, const SdpaOptions& o);
+
+// The gradients of out with respect to q, k and v given grad_out (out's shape and dtype) and
+// the forward's out and lse: {dq, dk, dv}, each over the full broadcast batch shape
+// (batch..., L | S, E | Ev) in q's dtype; a caller whose k or v was broadcast sums dk or dv
+// over the broadcast dims.
+std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Array& k,
+                                 const Array& v, const Array* mask, const Array& out,
+                                 const Array& lse, const SdpaOptions& o);
+
+}  // namespace fm
