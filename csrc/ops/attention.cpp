@@ -59,7 +59,7 @@ Plan make_plan(const Array& q, const Array& k, const Array& v, const Array* mask
     if (x->dtype != q.dtype)
       throw TypeError(message(kOp, "expected query, key and value of one dtype, got query ",
                               dtype_name(q.dtype), ", ", name, " ", dtype_name(x->dtype)));
-    if (!x->contiguous()) throw ValueError(message(kOp, "internal: ", name, " is not contiguous"));
+    if (!x->contiguous() && x->size() != 0) throw ValueError(message(kOp, "internal: ", name, " is not contiguous"));
   }
   const i64 L = q.shape[q.ndim() - 2], E = q.shape[q.ndim() - 1];
   const i64 S = k.shape[k.ndim() - 2], Ek = k.shape[k.ndim() - 1];
@@ -81,7 +81,7 @@ Plan make_plan(const Array& q, const Array& k, const Array& v, const Array* mask
   // The mask as (..., Lm, Sm): fewer than 2 dims are padded with leading 1s.
   Shape ms;
   if (mask) {
-    if (mask->dtype != DType::float32 || !mask->contiguous())
+    if (mask->dtype != DType::float32 || (!mask->contiguous() && mask->size() != 0))
       throw ValueError(message(kOp, "internal: the mask must be contiguous float32"));
     ms = mask->shape;
     while (ms.size() < 2) ms.insert(ms.begin(), 1);
@@ -234,9 +234,9 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
       throw ValueError(message(kOp, "expected ", name, " of shape ", shape_str(oshape), " and dtype ",
                                dtype_name(q.dtype), " (the forward's output), got ",
                                shape_str(x->shape), " ", dtype_name(x->dtype)));
-    if (!x->contiguous()) throw ValueError(message(kOp, "internal: ", name, " is not contiguous"));
+    if (!x->contiguous() && x->size() != 0) throw ValueError(message(kOp, "internal: ", name, " is not contiguous"));
   }
-  if (lse.shape != lshape || lse.dtype != DType::float32 || !lse.contiguous())
+  if (lse.shape != lshape || lse.dtype != DType::float32 || (!lse.contiguous() && lse.size() != 0))
     throw ValueError(message(kOp, "expected the forward's logsumexp of shape ", shape_str(lshape),
                              " (float32), got ", shape_str(lse.shape), " ", dtype_name(lse.dtype)));
   Backend& be = q.backend();
