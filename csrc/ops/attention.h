@@ -1,7 +1,7 @@
 // Fused scaled-dot-product attention (metal/attention.metal; attention_args.h): the forward
 // saves the per-row logsumexp, the backward recomputes the scores tile by tile. No L x S
-// matrix is ever allocated. The CPU runs its own tiled path (backend/cpu/attention_cpu.cpp)
-// unless the native CPU ops are switched off (then the MSL kernels, under the emulator).
+// matrix is ever allocated. A backend may serve both through its native ops "sdpa_forward"
+// and "sdpa_backward" (same arguments, same results).
 #pragma once
 #include <cstdint>
 #include <vector>
