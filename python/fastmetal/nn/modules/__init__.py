@@ -1,7 +1,8 @@
 """The Modules of ``fastmetal.nn``, one file per family as ``torch.nn.modules``: ``module``
 (Module, Parameter), ``container``, ``linear``, ``conv``, ``activation``, ``pooling``,
-``dropout``, ``flatten``, ``loss``."""
+``dropout``, ``flatten``, ``loss``, ``attention``."""
 from .activation import *  # noqa: F401,F403
+from .attention import *  # noqa: F401,F403
 from .container import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
@@ -10,9 +11,10 @@ from .linear import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .module import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
-from . import activation, container, conv, dropout, flatten, linear, loss, module, pooling
+from . import (activation, attention, container, conv, dropout, flatten, linear, loss, module,
+               pooling)
 
 # Every Module class, in the order docs/API.md lists them.
 __all__ = [*module.__all__, *container.__all__, *linear.__all__, *conv.__all__,
            *activation.__all__, *pooling.__all__, *dropout.__all__, *flatten.__all__,
-           *loss.__all__]
+           *loss.__all__, *attention.__all__]
