@@ -58,6 +58,7 @@ CALLS = {
     "smooth_l1_loss": lambda x, y, d: F.smooth_l1_loss(x, y, beta=0.5),
     "huber_loss": lambda x, y, d: F.huber_loss(x, y),
     "kl_div": lambda x, y, d: F.kl_div(fm.log(x), y),
+    "scaled_dot_product_attention": lambda x, y, d: F.scaled_dot_product_attention(x, y, y),
     "fourier_series": lambda x, y, d: fm.fourier_series(x, y[0], y[1]),
     "gradient": lambda x, y, d: fm.gradient(x, axis=1),
     "derivative": lambda x, y, d: fm.derivative(x),
