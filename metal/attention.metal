@@ -60,23 +60,33 @@
 #include "attention_args.h"
 using namespace metal;
 
-// Element offsets of batch index b's Q, K, V and mask.
-FM_FUNC void sdpa_offsets(constant SdpaArgs& a, int32_t b, thread uint64_t& qo,
-                          thread uint64_t& ko, thread uint64_t& vo, thread uint64_t& mo) {
-  int64_t q = 0, k = 0, v = 0, m = 0;
+// Element offset of batch index b in operand `which` (FM_SDPA_Q ...; attention_args.h).
+FM_FUNC uint64_t sdpa_offset(constant SdpaArgs& a, int32_t b, int32_t which) {
+  int64_t off = 0;
   int32_t rest = b;
   for (int32_t d = a.batch_dims - 1; d >= 0; --d) {
     const int32_t i = rest % a.batch_shape[d];
     rest /= a.batch_shape[d];
-    q += int64_t(i) * a.q_bs[d];
-    k += int64_t(i) * a.k_bs[d];
-    v += int64_t(i) * a.v_bs[d];
-    m += int64_t(i) * a.m_bs[d];
+    off += int64_t(i) * a.bs[which][d];
   }
-  qo = uint64_t(q);
-  ko = uint64_t(k);
-  vo = uint64_t(v);
-  mo = uint64_t(m);
+  return uint64_t(off);
+}
+
+// Element offset of batch index b in the mask.
+FM_FUNC uint64_t sdpa_mask_offset(constant SdpaArgs& a, int32_t b) {
+  int64_t off = 0;
+  int32_t rest = b;
+  for (int32_t d = a.batch_dims - 1; d >= 0; --d) {
+    const int32_t i = rest % a.batch_shape[d];
+    rest /= a.batch_shape[d];
+    off += int64_t(i) * a.m_bs[d];
+  }
+  return uint64_t(off);
+}
+
+// Element offset of row i of operand `which` in batch index b (its columns follow).
+FM_FUNC uint64_t sdpa_row(constant SdpaArgs& a, uint64_t batch_off, int32_t which, int32_t i) {
+  return batch_off + uint64_t(i) * uint64_t(a.rs[which]);
 }
 
 // The scaled score s of (row i, key j) with the masks applied: -inf where the key is out of
@@ -164,13 +174,14 @@ kernel void sdpa_forward(device const T* q [[buffer(0)]],
   const int32_t q0 = int32_t(tg_pos.x) * BQ;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
   const int32_t D4 = (D + 3) / 4;
-  uint64_t qo, ko, vo, mo;
-  sdpa_offsets(a, b, qo, ko, vo, mo);
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), oo = sdpa_offset(a, b, FM_SDPA_O);
+  const uint64_t mo = sdpa_mask_offset(a, b);
 
   // Q tile, scaled, zero past D and L.
   for (int32_t e = int32_t(tid); e < BQ * D4; e += NT) {
     const int32_t r = e / D4, c = (e - r * D4) * 4, i = q0 + r;
-    Qs[r * DQ + c / 4] = i < L ? sdpa_load4(q, qo + uint64_t(i) * uint64_t(D), c, D, a.scale)
+    Qs[r * DQ + c / 4] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale)
                                : float4(0.0f);
   }
 
@@ -189,13 +200,13 @@ kernel void sdpa_forward(device const T* q [[buffer(0)]],
     for (int32_t e = int32_t(tid); e < BK * D4 * 4; e += NT) {
       const int32_t j = e / (D4 * 4), d = e - j * (D4 * 4);
       KV[d * KT + j] = k0 + j < S && d < D
-                           ? float(k[ko + uint64_t(k0 + j) * uint64_t(D) + uint64_t(d)]) : 0.0f;
+                           ? float(k[sdpa_row(a, ko, FM_SDPA_K, k0 + j) + uint64_t(d)]) : 0.0f;
     }
     if (!SHARED_KV) {
       for (int32_t e = int32_t(tid); e < BK * DMAX; e += NT) {
         const int32_t j = e / DMAX, c = e - j * DMAX;
         KV[VOFF + e] = k0 + j < S && c < Dv
-                           ? float(v[vo + uint64_t(k0 + j) * uint64_t(Dv) + uint64_t(c)]) : 0.0f;
+                           ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + j) + uint64_t(c)]) : 0.0f;
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -230,7 +241,7 @@ kernel void sdpa_forward(device const T* q [[buffer(0)]],
       for (int32_t e = int32_t(tid); e < BK * DMAX; e += NT) {
         const int32_t jj = e / DMAX, c = e - jj * DMAX;
         KV[e] = k0 + jj < S && c < Dv
-                    ? float(v[vo + uint64_t(k0 + jj) * uint64_t(Dv) + uint64_t(c)]) : 0.0f;
+                    ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
     } else {
@@ -254,7 +265,7 @@ kernel void sdpa_forward(device const T* q [[buffer(0)]],
       const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];  // no key takes part: 0, as PyTorch
       for (int c = 0; c < CV; ++c) {
         const int32_t col = int32_t(lane) + 32 * c;
-        if (col < Dv) out[row * uint64_t(Dv) + uint64_t(col)] = T(o[r * CV + c] * inv);
+        if (col < Dv) out[sdpa_row(a, oo, FM_SDPA_O, i) + uint64_t(col)] = T(o[r * CV + c] * inv);
       }
       if (lane == 0u) lse[row] = m[r] + log(l[r]);
     }
@@ -274,11 +285,12 @@ kernel void sdpa_backward_prep(device const T* dout [[buffer(0)]],
                                device float* delta [[buffer(2)]],
                                constant SdpaArgs& a [[buffer(3)]],
                                uint2 gid [[thread_position_in_grid]]) {
-  const uint64_t row = uint64_t(gid.y) * uint64_t(a.L) + uint64_t(gid.x);
-  const uint64_t base = row * uint64_t(a.Ev);
+  const int32_t b = int32_t(gid.y), i = int32_t(gid.x);
+  const uint64_t g = sdpa_row(a, sdpa_offset(a, b, FM_SDPA_G), FM_SDPA_G, i);
+  const uint64_t o = sdpa_row(a, sdpa_offset(a, b, FM_SDPA_O), FM_SDPA_O, i);
   float s = 0.0f;
-  for (int32_t c = 0; c < a.Ev; ++c) s = fma(float(dout[base + uint64_t(c)]), float(out[base + uint64_t(c)]), s);
-  delta[row] = s;
+  for (int32_t c = 0; c < a.Ev; ++c) s = fma(float(dout[g + uint64_t(c)]), float(out[o + uint64_t(c)]), s);
+  delta[uint64_t(b) * uint64_t(a.L) + uint64_t(i)] = s;
 }
 
 FM_INSTANTIATE("sdpa_backward_prep_float32", sdpa_backward_prep, float);
@@ -319,19 +331,20 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
   const int32_t k0 = int32_t(tg_pos.x) * BK;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
   const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
-  uint64_t qo, ko, vo, mo;
-  sdpa_offsets(a, b, qo, ko, vo, mo);
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
+  const uint64_t mo = sdpa_mask_offset(a, b);
   const int32_t j = int32_t(tid) % BK, rg = int32_t(tid) / BK;
 
   for (int32_t e = int32_t(tid); e < BK * D4 * 4; e += NT) {
     const int32_t jj = e / (D4 * 4), d = e - jj * (D4 * 4);
     Kt[d * KT + jj] = k0 + jj < S && d < D
-                          ? float(k[ko + uint64_t(k0 + jj) * uint64_t(D) + uint64_t(d)]) : 0.0f;
+                          ? float(k[sdpa_row(a, ko, FM_SDPA_K, k0 + jj) + uint64_t(d)]) : 0.0f;
   }
   for (int32_t e = int32_t(tid); e < BK * V4 * 4; e += NT) {
     const int32_t jj = e / (V4 * 4), c = e - jj * (V4 * 4);
     Vt[c * KT + jj] = k0 + jj < S && c < Dv
-                          ? float(v[vo + uint64_t(k0 + jj) * uint64_t(Dv) + uint64_t(c)]) : 0.0f;
+                          ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
   }
   float4 dka[CG], dva[CG];
   for (int g = 0; g < CG; ++g) {
@@ -345,9 +358,8 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
     for (int32_t e = int32_t(tid); e < BQ * DQ; e += NT) {
       const int32_t r = e / DQ, c = (e - r * DQ) * 4, i = q0 + r;
-      Qs[e] = i < L ? sdpa_load4(q, qo + uint64_t(i) * uint64_t(D), c, D, a.scale) : float4(0.0f);
-      Gs[e] = i < L ? sdpa_load4(dout, (row0 + uint64_t(i)) * uint64_t(Dv), c, Dv, 1.0f)
-                    : float4(0.0f);
+      Qs[e] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
+      Gs[e] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), c, Dv, 1.0f) : float4(0.0f);
     }
     if (int32_t(tid) < BQ) {
       const int32_t i = q0 + int32_t(tid);
@@ -383,12 +395,13 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
     }
   }
   if (k0 + j < S) {
-    const uint64_t krow = uint64_t(b) * uint64_t(S) + uint64_t(k0 + j);
+    const uint64_t krow = sdpa_row(a, sdpa_offset(a, b, FM_SDPA_DK), FM_SDPA_DK, k0 + j);
+    const uint64_t vrow = sdpa_row(a, sdpa_offset(a, b, FM_SDPA_DV), FM_SDPA_DV, k0 + j);
     for (int g = 0; g < CG; ++g) {
       for (int32_t u = 0; u < 4; ++u) {
         const int32_t col = 4 * (rg + g * RG) + u;
-        if (col < D) dk[krow * uint64_t(D) + uint64_t(col)] = T(sdpa_comp(dka[g], u));
-        if (col < Dv) dv[krow * uint64_t(Dv) + uint64_t(col)] = T(sdpa_comp(dva[g], u));
+        if (col < D) dk[krow + uint64_t(col)] = T(sdpa_comp(dka[g], u));
+        if (col < Dv) dv[vrow + uint64_t(col)] = T(sdpa_comp(dva[g], u));
       }
     }
   }
@@ -433,17 +446,17 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
   const int32_t q0 = int32_t(tg_pos.x) * BQ;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
   const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
-  uint64_t qo, ko, vo, mo;
-  sdpa_offsets(a, b, qo, ko, vo, mo);
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
+  const uint64_t mo = sdpa_mask_offset(a, b);
   const uint64_t row0 = uint64_t(b) * uint64_t(L);
   const int32_t j = int32_t(tid) % BK, rg = int32_t(tid) / BK;
   const int32_t cq = int32_t(tid) % DQ, qr = int32_t(tid) / DQ;
 
   for (int32_t e = int32_t(tid); e < BQ * DQ; e += NT) {
     const int32_t r = e / DQ, c = (e - r * DQ) * 4, i = q0 + r;
-    Qs[e] = i < L ? sdpa_load4(q, qo + uint64_t(i) * uint64_t(D), c, D, a.scale) : float4(0.0f);
-    Gs[e] = i < L ? sdpa_load4(dout, (row0 + uint64_t(i)) * uint64_t(Dv), c, Dv, 1.0f)
-                  : float4(0.0f);
+    Qs[e] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
+    Gs[e] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), c, Dv, 1.0f) : float4(0.0f);
   }
   if (int32_t(tid) < BQ) {
     const int32_t i = q0 + int32_t(tid);
@@ -458,12 +471,12 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
     for (int32_t e = int32_t(tid); e < BK * D4 * 4; e += NT) {
       const int32_t jj = e / (D4 * 4), d = e - jj * (D4 * 4);
       Kt[d * KT + jj] = k0 + jj < S && d < D
-                            ? float(k[ko + uint64_t(k0 + jj) * uint64_t(D) + uint64_t(d)]) : 0.0f;
+                            ? float(k[sdpa_row(a, ko, FM_SDPA_K, k0 + jj) + uint64_t(d)]) : 0.0f;
     }
     for (int32_t e = int32_t(tid); e < BK * V4 * 4; e += NT) {
       const int32_t jj = e / (V4 * 4), c = e - jj * (V4 * 4);
       Vt[c * KT + jj] = k0 + jj < S && c < Dv
-                            ? float(v[vo + uint64_t(k0 + jj) * uint64_t(Dv) + uint64_t(c)]) : 0.0f;
+                            ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int sr = 0; sr < SR; ++sr) {
@@ -491,12 +504,13 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
       }
     }
   }
+  const uint64_t dqo = sdpa_offset(a, b, FM_SDPA_DQ);
   for (int r = 0; r < AR; ++r) {
     const int32_t i = q0 + qr + r * QR;
     if (i < L) {
       for (int32_t u = 0; u < 4; ++u) {
         const int32_t col = 4 * cq + u;
-        if (col < D) dq[(row0 + uint64_t(i)) * uint64_t(D) + uint64_t(col)] = T(sdpa_comp(acc[r], u) * a.scale);
+        if (col < D) dq[sdpa_row(a, dqo, FM_SDPA_DQ, i) + uint64_t(col)] = T(sdpa_comp(acc[r], u) * a.scale);
       }
     }
   }

@@ -2,10 +2,12 @@
 // (csrc/ops/attention.cpp) and the CPU fast path (csrc/backend/cpu/isa/attention.cpp).
 //
 // softmax(Q K^T * scale + mask) V per batch index b of the broadcast batch shape: Q (L, E),
-// K (S, E), V (S, Ev), each contiguous within a batch, starting at its batch offset
-// sum_d idx_d * x_bs[d] (element strides; 0 where the operand is broadcast along d). b
-// decomposes over batch_shape, last dimension fastest. Outputs are contiguous over the full
-// batch: O (nbatch, L, Ev), lse (nbatch, L), and the backward's dQ/dK/dV (nbatch, L|S, E|Ev).
+// K (S, E), V (S, Ev). Every operand X (the inputs, the output O, the backward's dO, dQ, dK,
+// dV) is addressed by element strides: row i of batch index b starts at
+// sum_d idx_d * x_bs[d] + i * x_rs (x_bs[d] = 0 where X is broadcast along d), its columns
+// are contiguous. So head-split views such as (N, T, H, D) seen as (N, H, T, D) need no copy,
+// and the outputs can be laid out as the inputs are. b decomposes over batch_shape, last
+// dimension fastest. lse and the backward's delta are contiguous (nbatch, L).
 //
 // The mask is float32; element (b, i, j) at its batch offset + i * m_rs + j * m_cs (0 where
 // broadcast). mask_kind: none, boolean (0 masks the score out, anything else keeps it, as
@@ -25,10 +27,20 @@
 #define FM_SDPA_MASK_BOOL 1
 #define FM_SDPA_MASK_ADD 2
 
+// The operands' strides, indexed by these.
+#define FM_SDPA_Q 0
+#define FM_SDPA_K 1
+#define FM_SDPA_V 2
+#define FM_SDPA_O 3   // the output (written by the forward)
+#define FM_SDPA_G 4   // dO (read by the backward)
+#define FM_SDPA_DQ 5
+#define FM_SDPA_DK 6
+#define FM_SDPA_DV 7
+#define FM_SDPA_OPERANDS 8
+
 struct SdpaArgs {
-  int64_t q_bs[FM_SDPA_MAX_BATCH_DIMS];
-  int64_t k_bs[FM_SDPA_MAX_BATCH_DIMS];
-  int64_t v_bs[FM_SDPA_MAX_BATCH_DIMS];
+  int64_t bs[FM_SDPA_OPERANDS][FM_SDPA_MAX_BATCH_DIMS];  // batch strides per operand
+  int64_t rs[FM_SDPA_OPERANDS];                          // row strides per operand
   int64_t m_bs[FM_SDPA_MAX_BATCH_DIMS];
   int64_t m_rs, m_cs;                       // mask row / column strides (0 or its own)
   int32_t batch_shape[FM_SDPA_MAX_BATCH_DIMS];

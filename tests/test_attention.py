@@ -334,6 +334,38 @@ def test_backward_is_deterministic_and_independent_of_the_task_split(device, rng
             np.testing.assert_array_equal(host(a), b[i:i + 1])
 
 
+def check_head_split_views(r, dtype=np.float32):
+    """(N, T, H, D) memory seen as (N, H, T, D) (as attention layers split heads): read in
+    place, and the output and gradients laid out the same way (their (N, T, H, D) permute is
+    contiguous); a negative-stride NumPy view is copied first."""
+    N, H, L, S, D, Dv = 2, 3, 21, 34, 16, 8
+    bq, bk, bv, bg = (rand(r, N, t, H, d).astype(dtype) for t, d in ((L, D), (S, D), (S, Dv), (L, Dv)))
+    q, k, v, g = (fm.asarray(x).permute(0, 2, 1, 3) for x in (bq, bk, bv, bg))
+    nq, nk, nv, ng = (np.transpose(x, (0, 2, 1, 3)) for x in (bq, bk, bv, bg))
+    mask = r.random((L, S)) < 0.8
+    out, lse = sdpa(q, k, v, mask, causal=True)
+    ref = reference(nq, nk, nv, mask, causal=True, g=ng)
+    rel = 2e-5 if dtype == np.float32 else 4 * float(np.finfo(np.float16).eps)
+    close(out, ref["out"], ref["out_scale"], "strided out", rel)
+    def contiguous_as_nthd(x):  # noqa: E306
+        return host(x.permute(0, 2, 1, 3)).flags.c_contiguous
+    assert contiguous_as_nthd(out)
+    grads = sdpa_grads(g, q, k, v, out, lse, mask, causal=True)
+    for name, got in zip(("dq", "dk", "dv"), grads):
+        close(got, ref[name], ref[name + "_scale"], "strided " + name, 2 * rel)
+        assert contiguous_as_nthd(got), name
+    # Negative strides (a reversed NumPy view) take the copying road.
+    rq = np.ascontiguousarray(nq)[:, :, ::-1]
+    out2, _ = sdpa(rq, nk, nv)
+    ref2 = reference(rq, nk, nv)
+    close(out2, ref2["out"], ref2["out_scale"], "reversed out", rel)
+
+
+def test_head_split_views(device, rng):
+    check_head_split_views(rng)
+    check_head_split_views(rng, np.float16)
+
+
 # ----------------------------------------------------------------------------- MSL kernels
 EMULATED = [
     ((2, 40, 16), (2, 50, 16), (2, 50, 24), (40, 50), "bool", False),
@@ -352,6 +384,7 @@ def test_msl_kernels_under_the_emulator(kernels, seed):
     for case in EMULATED:
         q, k, v, mask, causal = make_case(r, case)
         check(r, q, k, v, mask, causal, p=0.2 if seed == 2 else 0.0, seed=seed)
+    check_head_split_views(r)
     q, k, v = (rand(r, 1, 19, 40).astype(np.float16) for _ in range(3))
     out, lse = sdpa(q, k, v, causal=True)
     g = rand(r, 1, 19, 40).astype(np.float16)

@@ -27,24 +27,38 @@ Shape with_tail(const Shape& batch, std::initializer_list<i64> tail) {
   return s;
 }
 
-// Batch strides (elements) of a contiguous operand whose batch dims are `b` (right-aligned
-// against `nd` broadcast dims) and whose trailing block has `block` elements; 0 where the
-// operand has size 1 (broadcast) or lacks the dim.
-void batch_strides(const Shape& b, i64 block, std::size_t nd, i64* out) {
-  i64 stride = block;
-  for (std::size_t d = 0; d < nd; ++d) out[d] = 0;
-  for (std::size_t t = 0; t < b.size(); ++t) {
-    const std::size_t src = b.size() - 1 - t, dst = nd - 1 - t;
-    out[dst] = b[src] == 1 ? 0 : stride;
-    stride *= b[src];
+// Strides of an operand along the nd broadcast batch dims (its own dims right-aligned), 0
+// where it has size 1 or lacks the dim.
+std::vector<i64> batch_strides(const Array& x, std::size_t nd, std::size_t tail) {
+  std::vector<i64> out(nd, 0);
+  const std::size_t own = x.shape.size() - tail;
+  for (std::size_t t = 0; t < own; ++t) {
+    const std::size_t src = own - 1 - t, dst = nd - 1 - t;
+    out[dst] = x.shape[src] == 1 ? 0 : x.strides[src];
   }
+  return out;
+}
+
+// The mask's batch strides (contiguous, its shape padded to (..., Lm, Sm)).
+std::vector<i64> mask_strides(const Shape& ms, std::size_t nd) {
+  std::vector<i64> out(nd, 0);
+  i64 stride = ms[ms.size() - 2] * ms[ms.size() - 1];
+  for (std::size_t t = 0; t + 2 < ms.size(); ++t) {
+    const std::size_t src = ms.size() - 3 - t, dst = nd - 1 - t;
+    out[dst] = ms[src] == 1 ? 0 : stride;
+    stride *= ms[src];
+  }
+  return out;
 }
 
 struct Plan {
   SdpaArgs a{};
   Shape batch;  // the broadcast batch shape (as the outputs have it)
+  Shape mask_shape;
 };
 
+// Checks the operands and works out the broadcast batch shape and the scalar arguments; the
+// strides are filled by set_strides once the outputs exist.
 Plan make_plan(const Array& q, const Array& k, const Array& v, const Array* mask,
                const SdpaOptions& o) {
   for (const auto& [name, x] : {std::pair<const char*, const Array*>{"query", &q}, {"key", &k},
@@ -59,7 +73,7 @@ Plan make_plan(const Array& q, const Array& k, const Array& v, const Array* mask
     if (x->dtype != q.dtype)
       throw TypeError(message(kOp, "expected query, key and value of one dtype, got query ",
                               dtype_name(q.dtype), ", ", name, " ", dtype_name(x->dtype)));
-    if (!x->contiguous() && x->size() != 0) throw ValueError(message(kOp, "internal: ", name, " is not contiguous"));
+    if (!sdpa_layout_ok(*x)) throw ValueError(message(kOp, "internal: ", name, "'s layout"));
   }
   const i64 L = q.shape[q.ndim() - 2], E = q.shape[q.ndim() - 1];
   const i64 S = k.shape[k.ndim() - 2], Ek = k.shape[k.ndim() - 1];
@@ -125,46 +139,10 @@ Plan make_plan(const Array& q, const Array& k, const Array& v, const Array* mask
     throw ValueError(message(kOp, "expected fewer than 2**31 batch entries, got batch shape ",
                              shape_str(batch)));
 
-  // Strides per batch dim, then the dims of size 1 dropped and mergeable neighbours merged
-  // (so any number of batch dims fits FM_SDPA_MAX_BATCH_DIMS as long as they merge).
-  std::vector<i64> st[4];
-  for (auto& s : st) s.assign(nd, 0);
-  batch_strides(qb, L * E, nd, st[0].data());
-  batch_strides(kb, S * E, nd, st[1].data());
-  batch_strides(vb, S * Ev, nd, st[2].data());
-  if (mask) batch_strides(mb, ms[ms.size() - 2] * ms[ms.size() - 1], nd, st[3].data());
-  std::vector<i64> dims;
-  std::vector<std::size_t> src;
-  for (std::size_t d = 0; d < nd; ++d)
-    if (batch[d] != 1) {
-      if (!dims.empty()) {
-        const std::size_t p = src.back();
-        bool merge = true;
-        for (auto& s : st) merge = merge && s[p] == s[d] * batch[d];
-        if (merge) {
-          dims.back() *= batch[d];
-          for (auto& s : st) s[p] = s[d];
-          continue;
-        }
-      }
-      dims.push_back(batch[d]);
-      src.push_back(d);
-    }
-  if (dims.size() > FM_SDPA_MAX_BATCH_DIMS)
-    throw ValueError(message(kOp, "expected at most ", FM_SDPA_MAX_BATCH_DIMS,
-                             " independent batch dims, got batch shape ", shape_str(batch)));
-
   Plan p;
   p.batch = batch;
+  p.mask_shape = ms;
   SdpaArgs& a = p.a;
-  a.batch_dims = std::int32_t(dims.size());
-  for (std::size_t d = 0; d < dims.size(); ++d) {
-    a.batch_shape[d] = std::int32_t(dims[d]);
-    a.q_bs[d] = st[0][src[d]];
-    a.k_bs[d] = st[1][src[d]];
-    a.v_bs[d] = st[2][src[d]];
-    a.m_bs[d] = st[3][src[d]];
-  }
   a.nbatch = std::int32_t(nbatch);
   a.L = std::int32_t(L);
   a.S = std::int32_t(S);
@@ -186,6 +164,76 @@ Plan make_plan(const Array& q, const Array& k, const Array& v, const Array* mask
   return p;
 }
 
+// The batch and row strides of every operand present (operands[FM_SDPA_Q ..], nullptr where
+// absent), with the batch dims of size 1 dropped and neighbours that every operand walks as
+// one merged (so any number of batch dims fits FM_SDPA_MAX_BATCH_DIMS as long as they merge).
+void set_strides(Plan& p, const Array* const* operands, const Array* mask) {
+  const std::size_t nd = p.batch.size();
+  std::vector<std::vector<i64>> st;
+  for (int w = 0; w < FM_SDPA_OPERANDS; ++w)
+    st.push_back(operands[w] ? batch_strides(*operands[w], nd, 2) : std::vector<i64>(nd, 0));
+  st.push_back(mask ? mask_strides(p.mask_shape, nd) : std::vector<i64>(nd, 0));
+  std::vector<i64> dims;
+  std::vector<std::size_t> src;
+  for (std::size_t d = 0; d < nd; ++d)
+    if (p.batch[d] != 1) {
+      if (!dims.empty()) {
+        const std::size_t prev = src.back();
+        bool merge = true;
+        for (auto& s : st) merge = merge && s[prev] == s[d] * p.batch[d];
+        if (merge) {
+          dims.back() *= p.batch[d];
+          for (auto& s : st) s[prev] = s[d];
+          continue;
+        }
+      }
+      dims.push_back(p.batch[d]);
+      src.push_back(d);
+    }
+  if (dims.size() > FM_SDPA_MAX_BATCH_DIMS)
+    throw ValueError(message(kOp, "expected at most ", FM_SDPA_MAX_BATCH_DIMS,
+                             " independent batch dims, got batch shape ", shape_str(p.batch)));
+  SdpaArgs& a = p.a;
+  a.batch_dims = std::int32_t(dims.size());
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    a.batch_shape[d] = std::int32_t(dims[d]);
+    for (int w = 0; w < FM_SDPA_OPERANDS; ++w) a.bs[w][d] = st[std::size_t(w)][src[d]];
+    a.m_bs[d] = st[FM_SDPA_OPERANDS][src[d]];
+  }
+  for (int w = 0; w < FM_SDPA_OPERANDS; ++w) {
+    const Array* x = operands[w];
+    a.rs[w] = x ? x->strides[x->ndim() - 2] : 0;
+  }
+}
+
+// A new Array of shape batch + (rows, cols) whose memory follows `like`'s layout: its batch
+// dims and rows ordered by like's strides (dims it broadcasts outermost), each row
+// contiguous. Head-split inputs ((N, T, H, D) seen as (N, H, T, D)) so get outputs and
+// gradients that a permute makes contiguous again, with no copy on either side.
+Array empty_like_layout(Backend& be, const Shape& batch, i64 rows, i64 cols, const Array& like,
+                        DType dtype) {
+  const std::size_t nd = batch.size() + 1;  // batch dims and the rows
+  std::vector<i64> key(nd, std::numeric_limits<i64>::max());
+  const std::vector<i64> bst = batch_strides(like, batch.size(), 2);
+  for (std::size_t d = 0; d < batch.size(); ++d)
+    if (bst[d] != 0) key[d] = bst[d];
+  key[nd - 1] = like.shape[like.ndim() - 2] == 1 ? 0 : like.strides[like.ndim() - 2];
+  std::vector<std::size_t> order(nd);
+  for (std::size_t d = 0; d < nd; ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return key[x] > key[y]; });
+  Shape full = with_tail(batch, {rows, cols});
+  Shape mem(nd + 1, cols);
+  for (std::size_t d = 0; d < nd; ++d) mem[d] = full[order[d]];
+  Array out = Array::empty(be, mem, dtype, kOp);
+  Strides logical(nd + 1, 1);
+  for (std::size_t d = 0; d < nd; ++d) logical[order[d]] = out.strides[d];
+  logical[nd] = 1;
+  out.shape = full;
+  out.strides = logical;
+  return out;
+}
+
 std::uint32_t ceil_div(i64 a, i64 b) { return std::uint32_t((a + b - 1) / b); }
 
 const char* dtype_suffix(DType t) { return t == DType::float16 ? "_float16" : "_float32"; }
@@ -195,13 +243,22 @@ bool wide_heads(const SdpaArgs& a) { return std::max(a.E, a.Ev) > 64; }
 
 }  // namespace
 
+bool sdpa_layout_ok(const Array& x) {
+  if (x.size() == 0) return true;
+  for (std::size_t d = 0; d < x.shape.size(); ++d)
+    if (x.strides[d] < 0 && x.shape[d] != 1) return false;
+  return x.ndim() < 1 || x.shape[x.ndim() - 1] == 1 || x.strides[x.ndim() - 1] == 1;
+}
+
 std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
                                 const Array* mask, const SdpaOptions& o) {
-  const Plan p = make_plan(q, k, v, mask, o);
-  const SdpaArgs& a = p.a;
+  Plan p = make_plan(q, k, v, mask, o);
   Backend& be = q.backend();
-  Array out = Array::empty(be, with_tail(p.batch, {a.L, a.Ev}), q.dtype, kOp);
-  Array lse = Array::empty(be, with_tail(p.batch, {a.L}), DType::float32, kOp);
+  Array out = empty_like_layout(be, p.batch, p.a.L, p.a.Ev, q, q.dtype);
+  Array lse = Array::empty(be, with_tail(p.batch, {p.a.L}), DType::float32, kOp);
+  const Array* ops[FM_SDPA_OPERANDS] = {&q, &k, &v, &out, nullptr, nullptr, nullptr, nullptr};
+  set_strides(p, ops, mask);
+  const SdpaArgs& a = p.a;
   if (lse.size() == 0) return {out, lse};
   using NativeForward = void(const SdpaArgs&, const Array&, const Array&, const Array&,
                              const Array*, const Array&, const Array&);
@@ -225,24 +282,26 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
 std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Array& k,
                                  const Array& v, const Array* mask, const Array& out,
                                  const Array& lse, const SdpaOptions& o) {
-  const Plan p = make_plan(q, k, v, mask, o);
-  const SdpaArgs& a = p.a;
-  const Shape oshape = with_tail(p.batch, {a.L, a.Ev}), lshape = with_tail(p.batch, {a.L});
+  Plan p = make_plan(q, k, v, mask, o);
+  const Shape oshape = with_tail(p.batch, {p.a.L, p.a.Ev}), lshape = with_tail(p.batch, {p.a.L});
   for (const auto& [name, x] : {std::pair<const char*, const Array*>{"grad_output", &grad_out},
                                 {"output", &out}}) {
     if (x->shape != oshape || x->dtype != q.dtype)
       throw ValueError(message(kOp, "expected ", name, " of shape ", shape_str(oshape), " and dtype ",
                                dtype_name(q.dtype), " (the forward's output), got ",
                                shape_str(x->shape), " ", dtype_name(x->dtype)));
-    if (!x->contiguous() && x->size() != 0) throw ValueError(message(kOp, "internal: ", name, " is not contiguous"));
+    if (!sdpa_layout_ok(*x)) throw ValueError(message(kOp, "internal: ", name, "'s layout"));
   }
   if (lse.shape != lshape || lse.dtype != DType::float32 || (!lse.contiguous() && lse.size() != 0))
     throw ValueError(message(kOp, "expected the forward's logsumexp of shape ", shape_str(lshape),
                              " (float32), got ", shape_str(lse.shape), " ", dtype_name(lse.dtype)));
   Backend& be = q.backend();
-  Array dq = Array::empty(be, with_tail(p.batch, {a.L, a.E}), q.dtype, kOp);
-  Array dk = Array::empty(be, with_tail(p.batch, {a.S, a.E}), q.dtype, kOp);
-  Array dv = Array::empty(be, with_tail(p.batch, {a.S, a.Ev}), q.dtype, kOp);
+  Array dq = empty_like_layout(be, p.batch, p.a.L, p.a.E, q, q.dtype);
+  Array dk = empty_like_layout(be, p.batch, p.a.S, p.a.E, k, q.dtype);
+  Array dv = empty_like_layout(be, p.batch, p.a.S, p.a.Ev, v, q.dtype);
+  const Array* ops[FM_SDPA_OPERANDS] = {&q, &k, &v, &out, &grad_out, &dq, &dk, &dv};
+  set_strides(p, ops, mask);
+  const SdpaArgs& a = p.a;
   if (a.nbatch == 0) return {dq, dk, dv};
   using NativeBackward = void(const SdpaArgs&, const Array&, const Array&, const Array&,
                               const Array&, const Array*, const Array&, const Array&,

@@ -174,18 +174,18 @@ void keep_row(const SdpaArgs& a, i64 b, i64 i, i64 j0, int n, float* out) {
   }
 }
 
+// Element offsets of batch index b in every operand (FM_SDPA_Q ..) and in the mask.
 struct Offsets {
-  i64 q, k, v, m;
+  i64 x[FM_SDPA_OPERANDS];
+  i64 m;
 };
 
 Offsets offsets(const SdpaArgs& a, i64 b) {
-  Offsets o{0, 0, 0, 0};
+  Offsets o{};
   for (int d = a.batch_dims - 1; d >= 0; --d) {
     const i64 i = b % a.batch_shape[d];
     b /= a.batch_shape[d];
-    o.q += i * a.q_bs[d];
-    o.k += i * a.k_bs[d];
-    o.v += i * a.v_bs[d];
+    for (int w = 0; w < FM_SDPA_OPERANDS; ++w) o.x[w] += i * a.bs[w][d];
     o.m += i * a.m_bs[d];
   }
   return o;
@@ -219,35 +219,41 @@ std::vector<float>& scratch(std::size_t n) {
   return buf;
 }
 
-// Rows i0 .. i0 + rows - 1 of batch entry b: dst[r * D + d] = src row (i0 + r) * scale.
+// Rows i0 .. i0 + rows - 1 (row stride rs): dst[r * D + d] = src row (i0 + r) * scale.
 template <typename T>
-void load_rows(const T* src, i64 i0, int rows, int D, float scale, float* dst) {
+void load_rows(const T* src, i64 rs, i64 i0, int rows, int D, float scale, float* dst) {
   for (int r = 0; r < rows; ++r) {
-    const T* s = src + (i0 + r) * D;
+    const T* s = src + (i0 + r) * rs;
     for (int d = 0; d < D; ++d) dst[r * D + d] = to_float(s[d]) * scale;
   }
 }
 
 // Keys k0 .. k0 + kn - 1 transposed: dst[d * KB + j] = src row (k0 + j), column d.
 template <typename T>
-void load_transposed(const T* src, i64 k0, int kn, int D, float* dst) {
+void load_transposed(const T* src, i64 rs, i64 k0, int kn, int D, float* dst) {
   for (int j = 0; j < kn; ++j) {
-    const T* s = src + (k0 + j) * D;
+    const T* s = src + (k0 + j) * rs;
     for (int d = 0; d < D; ++d) dst[d * KB + j] = to_float(s[d]);
   }
 }
 
-// Rows of a key block as float rows of width D: the input itself for float32, else widened
-// into dst.
+// Rows of a key block as float rows (first element, row stride): the input itself for
+// float32, else widened into dst (row stride D).
+struct Rows {
+  const float* p;
+  i64 ld;
+};
+
 template <typename T>
-const float* key_rows(const T* src, i64 k0, int kn, int D, float* dst) {
+Rows key_rows(const T* src, i64 rs, i64 k0, int kn, int D, float* dst) {
   if constexpr (std::is_same_v<T, float>) {
     (void)kn;
     (void)dst;
-    return src + k0 * D;
+    (void)D;
+    return {src + k0 * rs, rs};
   } else {
-    load_rows(src, k0, kn, D, 1.0f, dst);
-    return dst;
+    load_rows(src, rs, k0, kn, D, 1.0f, dst);
+    return {dst, D};
   }
 }
 
@@ -267,7 +273,7 @@ void forward_block(const SdpaArgs& a, const T* q, const T* k, const T* v, const 
   float* m = Ob + QB * Dv;
   float* l = m + QB;
   float* keep = l + QB;
-  load_rows(q + o.q, i0, rows, D, a.scale, Qs);
+  load_rows(q + o.x[FM_SDPA_Q], a.rs[FM_SDPA_Q], i0, rows, D, a.scale, Qs);
   std::fill(Ob, Ob + rows * Dv, 0.0f);
   for (int r = 0; r < rows; ++r) {
     m[r] = -INFINITY;
@@ -276,8 +282,8 @@ void forward_block(const SdpaArgs& a, const T* q, const T* k, const T* v, const 
   const i64 k_end = a.causal != 0 ? std::min<i64>(a.S, i0 + rows) : a.S;
   for (i64 k0 = 0; k0 < k_end; k0 += KB) {
     const int kn = int(std::min<i64>(KB, k_end - k0));
-    load_transposed(k + o.k, k0, kn, D, Kt);
-    const float* V = key_rows(v + o.v, k0, kn, Dv, Vb);
+    load_transposed(k + o.x[FM_SDPA_K], a.rs[FM_SDPA_K], k0, kn, D, Kt);
+    const Rows V = key_rows(v + o.x[FM_SDPA_V], a.rs[FM_SDPA_V], k0, kn, Dv, Vb);
     std::fill(Sb, Sb + rows * KB, 0.0f);
     gemm_acc(rows, kn, D, Qs, D, 1, Kt, KB, Sb, KB);
     apply_masks(a, mask, o.m, i0, rows, k0, kn, Sb);
@@ -297,13 +303,13 @@ void forward_block(const SdpaArgs& a, const T* q, const T* k, const T* v, const 
         for (int j = 0; j < kn; ++j) row[j] *= keep[j];
       }
     }
-    gemm_acc(rows, Dv, kn, Sb, KB, 1, V, Dv, Ob, Dv);
+    gemm_acc(rows, Dv, kn, Sb, KB, 1, V.p, V.ld, Ob, Dv);
   }
   for (int r = 0; r < rows; ++r) {
-    const i64 row = b * a.L + i0 + r;
     const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];  // no key takes part: 0, as the kernel
-    for (int c = 0; c < Dv; ++c) out[row * Dv + c] = from_float<T>(Ob[r * Dv + c] * inv);
-    lse[row] = m[r] + std::log(l[r]);
+    T* orow = out + o.x[FM_SDPA_O] + (i0 + r) * a.rs[FM_SDPA_O];
+    for (int c = 0; c < Dv; ++c) orow[c] = from_float<T>(Ob[r * Dv + c] * inv);
+    lse[b * a.L + i0 + r] = m[r] + std::log(l[r]);
   }
 }
 
@@ -375,25 +381,26 @@ void backward_keys(const SdpaArgs& a, const T* go, const T* q, const T* k, const
   const Offsets o = offsets(a, b);
   BackwardScratch w(scratch(BackwardScratch::floats(D, Dv)).data(), D, Dv);
   const BackwardTile t{&a, mask, o.m, b, lse + b * a.L, delta + b * a.L};
-  load_transposed(k + o.k, k0, kn, D, w.Kt);
-  load_transposed(v + o.v, k0, kn, Dv, w.Vt);
-  const float* Kr = key_rows(k + o.k, k0, kn, D, w.Kr);
+  const i64 krs = a.rs[FM_SDPA_K], vrs = a.rs[FM_SDPA_V];
+  load_transposed(k + o.x[FM_SDPA_K], krs, k0, kn, D, w.Kt);
+  load_transposed(v + o.x[FM_SDPA_V], vrs, k0, kn, Dv, w.Vt);
+  const Rows Kr = key_rows(k + o.x[FM_SDPA_K], krs, k0, kn, D, w.Kr);
   std::fill(w.dK, w.dK + kn * D, 0.0f);
   std::fill(w.dV, w.dV + kn * Dv, 0.0f);
-  const T* gob = go + b * a.L * Dv;
   for (i64 i0 = a.causal != 0 ? k0 : 0; i0 < a.L; i0 += QB) {
     const int rows = int(std::min<i64>(QB, a.L - i0));
-    load_rows(q + o.q, i0, rows, D, a.scale, w.Qs);
-    load_rows(gob, i0, rows, Dv, 1.0f, w.G);
+    load_rows(q + o.x[FM_SDPA_Q], a.rs[FM_SDPA_Q], i0, rows, D, a.scale, w.Qs);
+    load_rows(go + o.x[FM_SDPA_G], a.rs[FM_SDPA_G], i0, rows, Dv, 1.0f, w.G);
     tile_ds(t, w.Qs, w.G, w.Kt, w.Vt, i0, rows, k0, kn, w.Pd, w.dS, w.keep);
     gemm_acc(kn, Dv, rows, w.Pd, 1, KB, w.G, Dv, w.dV, Dv);
     gemm_acc(kn, D, rows, w.dS, 1, KB, w.Qs, D, w.dK, D);
-    if (dq_acc) gemm_acc(rows, D, kn, w.dS, KB, 1, Kr, D, dq_acc + i0 * D, D);
+    if (dq_acc) gemm_acc(rows, D, kn, w.dS, KB, 1, Kr.p, Kr.ld, dq_acc + i0 * D, D);
   }
   for (int j = 0; j < kn; ++j) {
-    const i64 row = b * a.S + k0 + j;
-    for (int d = 0; d < D; ++d) dk[row * D + d] = from_float<T>(w.dK[j * D + d]);
-    for (int c = 0; c < Dv; ++c) dv[row * Dv + c] = from_float<T>(w.dV[j * Dv + c]);
+    T* kr = dk + o.x[FM_SDPA_DK] + (k0 + j) * a.rs[FM_SDPA_DK];
+    T* vr = dv + o.x[FM_SDPA_DV] + (k0 + j) * a.rs[FM_SDPA_DV];
+    for (int d = 0; d < D; ++d) kr[d] = from_float<T>(w.dK[j * D + d]);
+    for (int c = 0; c < Dv; ++c) vr[c] = from_float<T>(w.dV[j * Dv + c]);
   }
 }
 
@@ -406,16 +413,17 @@ void backward_queries(const SdpaArgs& a, const T* go, const T* q, const T* k, co
   const Offsets o = offsets(a, b);
   BackwardScratch w(scratch(BackwardScratch::floats(D, Dv)).data(), D, Dv);
   const BackwardTile t{&a, mask, o.m, b, lse + b * a.L, delta + b * a.L};
-  load_rows(q + o.q, i0, rows, D, a.scale, w.Qs);
-  load_rows(go + b * a.L * Dv, i0, rows, Dv, 1.0f, w.G);
+  load_rows(q + o.x[FM_SDPA_Q], a.rs[FM_SDPA_Q], i0, rows, D, a.scale, w.Qs);
+  load_rows(go + o.x[FM_SDPA_G], a.rs[FM_SDPA_G], i0, rows, Dv, 1.0f, w.G);
   const i64 k_end = a.causal != 0 ? std::min<i64>(a.S, i0 + rows) : a.S;
+  const i64 krs = a.rs[FM_SDPA_K], vrs = a.rs[FM_SDPA_V];
   for (i64 k0 = 0; k0 < k_end; k0 += KB) {
     const int kn = int(std::min<i64>(KB, k_end - k0));
-    load_transposed(k + o.k, k0, kn, D, w.Kt);
-    load_transposed(v + o.v, k0, kn, Dv, w.Vt);
-    const float* Kr = key_rows(k + o.k, k0, kn, D, w.Kr);
+    load_transposed(k + o.x[FM_SDPA_K], krs, k0, kn, D, w.Kt);
+    load_transposed(v + o.x[FM_SDPA_V], vrs, k0, kn, Dv, w.Vt);
+    const Rows Kr = key_rows(k + o.x[FM_SDPA_K], krs, k0, kn, D, w.Kr);
     tile_ds(t, w.Qs, w.G, w.Kt, w.Vt, i0, rows, k0, kn, w.Pd, w.dS, w.keep);
-    gemm_acc(rows, D, kn, w.dS, KB, 1, Kr, D, dq_acc, D);
+    gemm_acc(rows, D, kn, w.dS, KB, 1, Kr.p, Kr.ld, dq_acc, D);
   }
 }
 
@@ -436,9 +444,10 @@ void backward_impl(const SdpaArgs& a, const T* go, const T* q, const T* k, const
   ThreadPool& pool = ThreadPool::instance();
   std::vector<float> delta(std::size_t(std::max<i64>(1, nb * L)));
   pool.parallel_for(nb, [&](i64 b) {
+    const Offsets o = offsets(a, b);
     for (i64 i = 0; i < L; ++i) {
-      const T* g = go + (b * L + i) * Dv;
-      const T* y = out + (b * L + i) * Dv;
+      const T* g = go + o.x[FM_SDPA_G] + i * a.rs[FM_SDPA_G];
+      const T* y = out + o.x[FM_SDPA_O] + i * a.rs[FM_SDPA_O];
       float s = 0.0f;
       for (i64 c = 0; c < Dv; ++c) s += to_float(g[c]) * to_float(y[c]);
       delta[std::size_t(b * L + i)] = s;
@@ -446,9 +455,11 @@ void backward_impl(const SdpaArgs& a, const T* go, const T* q, const T* k, const
   });
   const i64 kblocks = (S + KB - 1) / KB, qblocks = (L + QB - 1) / QB;
   auto finish_dq = [&](const float* acc, i64 b, i64 i0, i64 rows) {
-    for (i64 r = 0; r < rows; ++r)
-      for (i64 d = 0; d < D; ++d)
-        dq[(b * L + i0 + r) * D + d] = from_float<T>(acc[r * D + d] * a.scale);
+    T* base = dq + offsets(a, b).x[FM_SDPA_DQ];
+    for (i64 r = 0; r < rows; ++r) {
+      T* row = base + (i0 + r) * a.rs[FM_SDPA_DQ];
+      for (i64 d = 0; d < D; ++d) row[d] = from_float<T>(acc[r * D + d] * a.scale);
+    }
   };
   if (nb >= 2 * pool.num_threads()) {
     // One pass per batch entry: dQ accumulated in the task's own rows.

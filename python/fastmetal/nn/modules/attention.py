@@ -92,10 +92,12 @@ class MultiheadAttention(Module):
         b = None if self.in_proj_bias is None else self.in_proj_bias[part * E:(part + 1) * E]
         return _linear(x, w, b)
 
-    def _heads(self, x):
-        """(N, T, E) -> (N, H, T, head_dim)."""
-        n, t = x.shape[0], x.shape[1]
-        return x.reshape((n, t, self.num_heads, self.head_dim)).permute(0, 2, 1, 3)
+    def _heads(self, x, seq_first):
+        """(T, N, E) (seq_first) or (N, T, E) -> a (N, H, T, head_dim) view, no copy: the fused
+        op reads head-split views in place (and lays its output out the same way)."""
+        a, b = x.shape[0], x.shape[1]
+        x = x.reshape((a, b, self.num_heads, self.head_dim))
+        return x.permute(1, 2, 0, 3) if seq_first else x.permute(0, 2, 1, 3)
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
@@ -110,18 +112,20 @@ class MultiheadAttention(Module):
                 raise ValueError(f"[fastmetal.nn.{_CLS}] expected {name}'s last dim to be "
                                  f"embed_dim={E}, got shape {tuple(x.shape)}")
         batched = nd == 3
-        if not batched:  # (T, E) -> (1, T, E)
-            query, key, value = (x.reshape((1,) + tuple(x.shape)) for x in (query, key, value))
-        elif not self.batch_first:  # (T, N, E) -> (N, T, E)
-            query, key, value = (x.swapaxes(0, 1) for x in (query, key, value))
-        N, L, S = query.shape[0], query.shape[1], key.shape[1]
-        if key.shape[:2] != value.shape[:2] or key.shape[0] != N:
+        # Projections in the inputs' own layout (contiguous as given: a transposed copy costs
+        # more than the projection), heads split as views.
+        seq_first = not (batched and self.batch_first)
+        if not batched:  # (T, E) -> (T, 1, E)
+            query, key, value = (x.reshape((x.shape[0], 1, E)) for x in (query, key, value))
+        (L, N), S = ((query.shape[0], query.shape[1]) if seq_first
+                     else (query.shape[1], query.shape[0])), key.shape[0 if seq_first else 1]
+        if tuple(key.shape) != tuple(value.shape) or key.shape[1 if seq_first else 0] != N:
             raise ValueError(f"[fastmetal.nn.{_CLS}] expected key and value of one batch and "
                              f"length, the batch of query, got {tuple(key.shape)}, "
                              f"{tuple(value.shape)}")
-        q = self._heads(self._project(query, 0))
-        k = self._heads(self._project(key, 1))
-        v = self._heads(self._project(value, 2))
+        q = self._heads(self._project(query, 0), seq_first)
+        k = self._heads(self._project(key, 1), seq_first)
+        v = self._heads(self._project(value, 2), seq_first)
 
         mask = _additive(attn_mask, "attn_mask")
         if mask is not None:
@@ -149,12 +153,12 @@ class MultiheadAttention(Module):
             seed = self._next_seed
             self._next_seed = (seed + 1) % 2**64
         o = _sdpa(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, seed=seed)
-        o = o.permute(0, 2, 1, 3).reshape((N, L, E))
+        # The output is laid out as q: back to (T, N, E) / (N, T, E) without a copy.
+        o = o.permute(2, 0, 1, 3).reshape((L, N, E)) if seq_first \
+            else o.permute(0, 2, 1, 3).reshape((N, L, E))
         out = self.out_proj(o)
         if not batched:
             out = out.reshape((L, E))
-        elif not self.batch_first:
-            out = out.swapaxes(0, 1)
         if not need_weights:
             return out, None
 
