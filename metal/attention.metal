@@ -7,8 +7,13 @@
 // backward recomputes P = exp(s - lse) tile by tile (FlashAttention-2). Memory is O(L + S) per
 // batch index beyond the inputs and outputs.
 //
-// Written for Apple GPUs first: 32-wide simdgroups (NVIDIA's warps are as wide; the CPU
-// emulator runs 32 lanes), at most 32 KiB of threadgroup memory per group, float32
+// Every operand is read or written through its own batch and row strides (attention_args.h),
+// rows contiguous: head-split views and outputs laid out like the inputs cost no copy.
+//
+// Written for Apple GPUs first: 32-wide simdgroups (NVIDIA's warps are as wide, and the CUDA
+// shim maps simd_max / simd_sum to warp shuffles, threadgroup arrays to __shared__ and the
+// barriers to __syncthreads / __syncwarp; the CPU emulator runs 32 lanes), at most 32 KiB of
+// threadgroup memory per group (what the DMAX = 64 tiles nearly fill), float32
 // accumulation (float16 inputs are widened when staged). Head dims up to 128; the instances
 // are sized for DMAX = 64 (every head dim <= 64, the fast case) and DMAX = 128. Loops run to
 // the actual head dims, tiles are zero-padded to a multiple of 4 columns so rows are read as

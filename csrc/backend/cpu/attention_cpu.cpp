@@ -24,7 +24,8 @@ const float* mask_data(const Array* m) {
   return m ? reinterpret_cast<const float*>(m->host_data()) : nullptr;
 }
 
-// Contiguous Arrays in host memory (the CPU backend's launches run synchronously).
+// Arrays in host memory, addressed by the strides in SdpaArgs from element [0, ..., 0] (the
+// CPU backend's launches run synchronously).
 void forward(const SdpaArgs& a, const Array& q, const Array& k, const Array& v,
              const Array* mask, const Array& out, const Array& lse) {
   FM_CPU_DISPATCH(sdpa_forward_native, a, q.dtype == DType::float16, q.host_data(),

@@ -490,7 +490,7 @@ void backward_impl(const SdpaArgs& a, const T* go, const T* q, const T* k, const
 
 }  // namespace
 
-// Arrays are contiguous in host memory; half = true: float16 storage (_Float16).
+// Arrays in host memory, laid out as SdpaArgs says; half = true: float16 storage (_Float16).
 void sdpa_forward_native(const SdpaArgs& a, bool half, const void* q, const void* k,
                          const void* v, const float* mask, void* out, float* lse) {
   if (half)
