@@ -112,8 +112,12 @@ def reference(q, k, v, mask=None, causal=False, scale=None, p=0.0, seed=0, g=Non
     """float64 (out, lse, P, keep) and, with g, the gradients (dq, dk, dv) over the broadcast
     batch shape, plus the same formulas on absolute values (error scales)."""
     s, sc = scores(q, k, mask, causal, scale)
-    P = softmax_rows(s)
     v64 = np.asarray(v, np.float64)
+    # Over the full broadcast batch shape (value's batch dims included), as the kernels index
+    # the attention matrix (dropout) and lay out lse.
+    full = np.broadcast_shapes(s.shape[:-2], v64.shape[:-2]) + s.shape[-2:]
+    s = np.broadcast_to(s, full)
+    P = softmax_rows(s)
     keep = keep_factors(P.shape, p, seed)
     out = (P * keep) @ v64
     with np.errstate(divide="ignore"):
@@ -385,6 +389,9 @@ def test_msl_kernels_under_the_emulator(kernels, seed):
         q, k, v, mask, causal = make_case(r, case)
         check(r, q, k, v, mask, causal, p=0.2 if seed == 2 else 0.0, seed=seed)
     check_head_split_views(r)
+    for _ in range(3):
+        q, k, v, mask, causal, p = random_problem(r, small=True)
+        check(r, q, k, v, mask, causal, p=p, seed=seed, rel=4e-5)
     q, k, v = (rand(r, 1, 19, 40).astype(np.float16) for _ in range(3))
     out, lse = sdpa(q, k, v, causal=True)
     g = rand(r, 1, 19, 40).astype(np.float16)
@@ -533,6 +540,46 @@ def test_functional_gqa_matches_repeated_heads(device, rng):
     close(v.grad, fold(ref["dv"]), fold(ref["dv_scale"]), "gqa dv")
     with pytest.raises(ValueError, match=OP + " with enable_gqa"):
         F.scaled_dot_product_attention(q, k[:, :1].numpy().repeat(4, 1), v, enable_gqa=True)
+
+
+def test_functional_mask_that_requires_grad_is_refused(device, rng):
+    x = rand(rng, 2, 5, 8)
+    mask = fm.asarray(rand(rng, 5, 5)).requires_grad_()
+    with pytest.raises(RuntimeError, match=OP + " an attn_mask that does not require grad"):
+        F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+    with fm.no_grad():
+        F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+    out = F.scaled_dot_product_attention(x, x, x, attn_mask=mask.detach())
+    close(out, reference(x, x, x, mask.detach().numpy())["out"],
+          reference(x, x, x, mask.detach().numpy())["out_scale"], "detached mask")
+
+
+def random_problem(r, small=False):
+    """A random problem: broadcast batch dims, any head dims up to 128 (up to 40 small), L and
+    S from 1, a mask of a random kind and broadcast, causal or not, dropout or not."""
+    nd = int(r.integers(0, 3))
+    batch = [int(r.integers(1, 4)) for _ in range(nd)]
+    def dims():  # noqa: E306  (each operand keeps or broadcasts each batch dim)
+        return [b if r.random() < 0.7 else 1 for b in batch][int(r.integers(0, nd + 1)):]
+    top = 40 if small else 128
+    L, S = int(r.integers(1, 30 if small else 90)), int(r.integers(1, 30 if small else 90))
+    E, Ev = int(r.integers(1, top + 1)), int(r.integers(1, top + 1))
+    q, k, v = rand(r, *dims(), L, E), rand(r, *dims(), S, E), rand(r, *dims(), S, Ev)
+    mask = None
+    kind = r.choice(["none", "bool", "float"])
+    if kind != "none":
+        qkv = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        mshape = tuple(int(x) if r.random() < 0.5 else 1 for x in qkv)[int(r.integers(0, len(qkv) + 1)):]
+        mshape += (L if r.random() < 0.7 else 1, S if r.random() < 0.8 else 1)
+        mask = (r.random(mshape) < 0.75) if kind == "bool" else rand(r, *mshape)
+    return q, k, v, mask, bool(r.random() < 0.4), 0.3 if r.random() < 0.3 else 0.0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_problems(device, seed):
+    r = np.random.default_rng(1000 + seed)
+    q, k, v, mask, causal, p = random_problem(r)
+    check(r, q, k, v, mask, causal, p=p, seed=seed, rel=4e-5)
 
 
 def test_functional_dropout_seeds(device, rng):

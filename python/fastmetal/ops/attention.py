@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from .. import _core
+from ..autograd import tape
 from ..autograd.declare import op
 from .random import fresh_seed
 from .training import _dropout_key
@@ -108,6 +109,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     the mask).
     """
     thr, dscale, k0, k1 = _check(dropout_p, is_causal, scale, enable_gqa, seed)
+    if isinstance(attn_mask, _core.Array) and attn_mask.requires_grad and tape.is_grad_enabled():
+        raise RuntimeError(f"[fastmetal.{_OP}] expected an attn_mask that does not require grad "
+                           "(no gradient reaches the mask; pass attn_mask.detach()), got one "
+                           "that requires grad")
     q, k, v, g = _gqa(query, key, value, enable_gqa)
     mask, is_bool = _mask(attn_mask)
     mask = _gqa_mask(mask, g)
