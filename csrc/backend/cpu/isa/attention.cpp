@@ -228,13 +228,33 @@ void load_rows(const T* src, i64 rs, i64 i0, int rows, int D, float scale, float
   }
 }
 
-// Keys k0 .. k0 + kn - 1 transposed: dst[d * KB + j] = src row (k0 + j), column d.
+// Operand `which` (K or V) of every batch entry transposed once, key block by key block: the
+// D x KB tile of block kb of entry b at kt_block(t, a, b, kb, D), row stride KB, zero past S
+// (O(batch * S * D) floats, as the operand). Transposing each key block for each query block
+// instead took 30% of a long forward; one S-wide transposed row per d (row stride S) cost TLB
+// misses instead.
 template <typename T>
-void load_transposed(const T* src, i64 rs, i64 k0, int kn, int D, float* dst) {
-  for (int j = 0; j < kn; ++j) {
-    const T* s = src + (k0 + j) * rs;
-    for (int d = 0; d < D; ++d) dst[d * KB + j] = to_float(s[d]);
-  }
+std::vector<float> transpose_all(const SdpaArgs& a, const T* src, int which, int D) {
+  const i64 S = a.S, blocks = (S + KB - 1) / KB;
+  std::vector<float> t(std::size_t(std::max<i64>(1, i64(a.nbatch) * blocks * D * KB)), 0.0f);
+  ThreadPool::instance().parallel_for(i64(a.nbatch) * blocks, [&](i64 task) {
+    const i64 b = task / blocks, kb = task % blocks;
+    const T* base = src + offsets(a, b).x[which];
+    const i64 rs = a.rs[which];
+    float* dst = t.data() + task * D * KB;
+    const int kn = int(std::min<i64>(KB, S - kb * KB));
+    for (int j = 0; j < kn; ++j) {
+      const T* row = base + (kb * KB + j) * rs;
+      for (int d = 0; d < D; ++d) dst[d * KB + j] = to_float(row[d]);
+    }
+  });
+  return t;
+}
+
+inline const float* kt_block(const std::vector<float>& t, const SdpaArgs& a, i64 b, i64 k0,
+                             int D) {
+  const i64 blocks = (i64(a.S) + KB - 1) / KB;
+  return t.data() + ((b * blocks + k0 / KB) * D) * KB;
 }
 
 // Rows of a key block as float rows (first element, row stride): the input itself for
@@ -258,16 +278,14 @@ Rows key_rows(const T* src, i64 rs, i64 k0, int kn, int D, float* dst) {
 }
 
 template <typename T>
-void forward_block(const SdpaArgs& a, const T* q, const T* k, const T* v, const float* mask,
-                   T* out, float* lse, i64 b, i64 i0, int rows) {
+void forward_block(const SdpaArgs& a, const T* q, const std::vector<float>& kt, const T* v,
+                   const float* mask, T* out, float* lse, i64 b, i64 i0, int rows) {
   const int D = a.E, Dv = a.Ev;
   const Offsets o = offsets(a, b);
-  std::vector<float>& w = scratch(std::size_t(QB) * D + std::size_t(D) * KB +
-                                  std::size_t(KB) * Dv + std::size_t(QB) * KB +
-                                  std::size_t(QB) * Dv + 3 * QB + KB);
+  std::vector<float>& w = scratch(std::size_t(QB) * D + std::size_t(KB) * Dv +
+                                  std::size_t(QB) * KB + std::size_t(QB) * Dv + 3 * QB + KB);
   float* Qs = w.data();
-  float* Kt = Qs + QB * D;
-  float* Vb = Kt + D * KB;
+  float* Vb = Qs + QB * D;
   float* Sb = Vb + KB * Dv;
   float* Ob = Sb + QB * KB;
   float* m = Ob + QB * Dv;
@@ -282,10 +300,9 @@ void forward_block(const SdpaArgs& a, const T* q, const T* k, const T* v, const 
   const i64 k_end = a.causal != 0 ? std::min<i64>(a.S, i0 + rows) : a.S;
   for (i64 k0 = 0; k0 < k_end; k0 += KB) {
     const int kn = int(std::min<i64>(KB, k_end - k0));
-    load_transposed(k + o.x[FM_SDPA_K], a.rs[FM_SDPA_K], k0, kn, D, Kt);
     const Rows V = key_rows(v + o.x[FM_SDPA_V], a.rs[FM_SDPA_V], k0, kn, Dv, Vb);
     std::fill(Sb, Sb + rows * KB, 0.0f);
-    gemm_acc(rows, kn, D, Qs, D, 1, Kt, KB, Sb, KB);
+    gemm_acc(rows, kn, D, Qs, D, 1, kt_block(kt, a, b, k0, D), KB, Sb, KB);
     apply_masks(a, mask, o.m, i0, rows, k0, kn, Sb);
     for (int r = 0; r < rows; ++r) {
       float* row = Sb + r * KB;
@@ -314,7 +331,8 @@ void forward_block(const SdpaArgs& a, const T* q, const T* k, const T* v, const 
 }
 
 // The backward's per-tile work shared by both forms: for query rows i0 .. i0 + rows - 1 and
-// keys k0 .. k0 + kn - 1 (Kt, Vt packed), fills Pd (dropped P) and dS, row stride KB.
+// keys k0 .. k0 + kn - 1 (Kt, Vt: the transposed key block, row stride ldt), fills Pd
+// (dropped P) and dS, row stride KB.
 struct BackwardTile {
   const SdpaArgs* a;
   const float* mask;
@@ -324,14 +342,14 @@ struct BackwardTile {
 };
 
 void tile_ds(const BackwardTile& t, const float* Qs, const float* G, const float* Kt,
-             const float* Vt, i64 i0, int rows, i64 k0, int kn, float* Pd, float* dS,
+             const float* Vt, i64 ldt, i64 i0, int rows, i64 k0, int kn, float* Pd, float* dS,
              float* keep) {
   const SdpaArgs& a = *t.a;
   const int D = a.E, Dv = a.Ev;
   std::fill(Pd, Pd + rows * KB, 0.0f);
   std::fill(dS, dS + rows * KB, 0.0f);
-  gemm_acc(rows, kn, D, Qs, D, 1, Kt, KB, Pd, KB);
-  gemm_acc(rows, kn, Dv, G, Dv, 1, Vt, KB, dS, KB);
+  gemm_acc(rows, kn, D, Qs, D, 1, Kt, ldt, Pd, KB);
+  gemm_acc(rows, kn, Dv, G, Dv, 1, Vt, ldt, dS, KB);
   apply_masks(a, t.mask, t.mo, i0, rows, k0, kn, Pd);
   for (int r = 0; r < rows; ++r) {
     float* p = Pd + r * KB;
@@ -352,17 +370,15 @@ void tile_ds(const BackwardTile& t, const float* Qs, const float* G, const float
 
 // Layout of one backward task's scratch.
 struct BackwardScratch {
-  float *Qs, *G, *Kt, *Vt, *Kr, *Pd, *dS, *dK, *dV, *keep;
+  float *Qs, *G, *Kr, *Pd, *dS, *dK, *dV, *keep;
   static std::size_t floats(int D, int Dv) {
-    return std::size_t(QB) * (D + Dv) + std::size_t(KB) * (2 * D + 2 * Dv) + 2 * QB * KB +
+    return std::size_t(QB) * (D + Dv) + std::size_t(KB) * (D + Dv) + 2 * QB * KB +
            std::size_t(KB) * D + KB;
   }
   BackwardScratch(float* w, int D, int Dv) {
     Qs = w;
     G = Qs + QB * D;
-    Kt = G + QB * Dv;
-    Vt = Kt + D * KB;
-    Kr = Vt + Dv * KB;
+    Kr = G + QB * Dv;
     Pd = Kr + KB * D;
     dS = Pd + QB * KB;
     dK = dS + QB * KB;
@@ -374,24 +390,24 @@ struct BackwardScratch {
 // dK, dV of keys k0 .. k0 + kn - 1 of batch entry b; with dq_acc (L x E floats of entry b), also
 // its dS K terms.
 template <typename T>
-void backward_keys(const SdpaArgs& a, const T* go, const T* q, const T* k, const T* v,
-                   const float* mask, const float* lse, const float* delta, T* dk, T* dv,
-                   float* dq_acc, i64 b, i64 k0, int kn) {
+void backward_keys(const SdpaArgs& a, const T* go, const T* q, const T* k,
+                   const std::vector<float>& kt, const std::vector<float>& vt, const float* mask,
+                   const float* lse, const float* delta, T* dk, T* dv, float* dq_acc, i64 b,
+                   i64 k0, int kn) {
   const int D = a.E, Dv = a.Ev;
   const Offsets o = offsets(a, b);
   BackwardScratch w(scratch(BackwardScratch::floats(D, Dv)).data(), D, Dv);
   const BackwardTile t{&a, mask, o.m, b, lse + b * a.L, delta + b * a.L};
-  const i64 krs = a.rs[FM_SDPA_K], vrs = a.rs[FM_SDPA_V];
-  load_transposed(k + o.x[FM_SDPA_K], krs, k0, kn, D, w.Kt);
-  load_transposed(v + o.x[FM_SDPA_V], vrs, k0, kn, Dv, w.Vt);
-  const Rows Kr = key_rows(k + o.x[FM_SDPA_K], krs, k0, kn, D, w.Kr);
+  const float* Kt = kt_block(kt, a, b, k0, D);
+  const float* Vt = kt_block(vt, a, b, k0, Dv);
+  const Rows Kr = key_rows(k + o.x[FM_SDPA_K], a.rs[FM_SDPA_K], k0, kn, D, w.Kr);
   std::fill(w.dK, w.dK + kn * D, 0.0f);
   std::fill(w.dV, w.dV + kn * Dv, 0.0f);
   for (i64 i0 = a.causal != 0 ? k0 : 0; i0 < a.L; i0 += QB) {
     const int rows = int(std::min<i64>(QB, a.L - i0));
     load_rows(q + o.x[FM_SDPA_Q], a.rs[FM_SDPA_Q], i0, rows, D, a.scale, w.Qs);
     load_rows(go + o.x[FM_SDPA_G], a.rs[FM_SDPA_G], i0, rows, Dv, 1.0f, w.G);
-    tile_ds(t, w.Qs, w.G, w.Kt, w.Vt, i0, rows, k0, kn, w.Pd, w.dS, w.keep);
+    tile_ds(t, w.Qs, w.G, Kt, Vt, KB, i0, rows, k0, kn, w.Pd, w.dS, w.keep);
     gemm_acc(kn, Dv, rows, w.Pd, 1, KB, w.G, Dv, w.dV, Dv);
     gemm_acc(kn, D, rows, w.dS, 1, KB, w.Qs, D, w.dK, D);
     if (dq_acc) gemm_acc(rows, D, kn, w.dS, KB, 1, Kr.p, Kr.ld, dq_acc + i0 * D, D);
@@ -406,7 +422,8 @@ void backward_keys(const SdpaArgs& a, const T* go, const T* q, const T* k, const
 
 // dQ rows i0 .. i0 + rows - 1 of batch entry b (the two-pass form's second pass).
 template <typename T>
-void backward_queries(const SdpaArgs& a, const T* go, const T* q, const T* k, const T* v,
+void backward_queries(const SdpaArgs& a, const T* go, const T* q, const T* k,
+                      const std::vector<float>& kt, const std::vector<float>& vt,
                       const float* mask, const float* lse, const float* delta, float* dq_acc,
                       i64 b, i64 i0, int rows) {
   const int D = a.E, Dv = a.Ev;
@@ -416,13 +433,11 @@ void backward_queries(const SdpaArgs& a, const T* go, const T* q, const T* k, co
   load_rows(q + o.x[FM_SDPA_Q], a.rs[FM_SDPA_Q], i0, rows, D, a.scale, w.Qs);
   load_rows(go + o.x[FM_SDPA_G], a.rs[FM_SDPA_G], i0, rows, Dv, 1.0f, w.G);
   const i64 k_end = a.causal != 0 ? std::min<i64>(a.S, i0 + rows) : a.S;
-  const i64 krs = a.rs[FM_SDPA_K], vrs = a.rs[FM_SDPA_V];
   for (i64 k0 = 0; k0 < k_end; k0 += KB) {
     const int kn = int(std::min<i64>(KB, k_end - k0));
-    load_transposed(k + o.x[FM_SDPA_K], krs, k0, kn, D, w.Kt);
-    load_transposed(v + o.x[FM_SDPA_V], vrs, k0, kn, Dv, w.Vt);
-    const Rows Kr = key_rows(k + o.x[FM_SDPA_K], krs, k0, kn, D, w.Kr);
-    tile_ds(t, w.Qs, w.G, w.Kt, w.Vt, i0, rows, k0, kn, w.Pd, w.dS, w.keep);
+    const Rows Kr = key_rows(k + o.x[FM_SDPA_K], a.rs[FM_SDPA_K], k0, kn, D, w.Kr);
+    tile_ds(t, w.Qs, w.G, kt_block(kt, a, b, k0, D), kt_block(vt, a, b, k0, Dv), KB, i0, rows,
+            k0, kn, w.Pd, w.dS, w.keep);
     gemm_acc(rows, D, kn, w.dS, KB, 1, Kr.p, Kr.ld, dq_acc, D);
   }
 }
@@ -431,9 +446,10 @@ template <typename T>
 void forward_impl(const SdpaArgs& a, const T* q, const T* k, const T* v, const float* mask,
                   T* out, float* lse) {
   const i64 blocks = (i64(a.L) + QB - 1) / QB;
+  const std::vector<float> kt = transpose_all(a, k, FM_SDPA_K, a.E);
   ThreadPool::instance().parallel_for(i64(a.nbatch) * blocks, [&](i64 task) {
     const i64 b = task / blocks, i0 = (task % blocks) * QB;
-    forward_block(a, q, k, v, mask, out, lse, b, i0, int(std::min<i64>(QB, a.L - i0)));
+    forward_block(a, q, kt, v, mask, out, lse, b, i0, int(std::min<i64>(QB, a.L - i0)));
   });
 }
 
@@ -454,6 +470,8 @@ void backward_impl(const SdpaArgs& a, const T* go, const T* q, const T* k, const
     }
   });
   const i64 kblocks = (S + KB - 1) / KB, qblocks = (L + QB - 1) / QB;
+  const std::vector<float> kt = transpose_all(a, k, FM_SDPA_K, int(D));
+  const std::vector<float> vt = transpose_all(a, v, FM_SDPA_V, int(Dv));
   auto finish_dq = [&](const float* acc, i64 b, i64 i0, i64 rows) {
     T* base = dq + offsets(a, b).x[FM_SDPA_DQ];
     for (i64 r = 0; r < rows; ++r) {
@@ -467,15 +485,15 @@ void backward_impl(const SdpaArgs& a, const T* go, const T* q, const T* k, const
       thread_local std::vector<float> acc;
       acc.assign(std::size_t(std::max<i64>(1, L * D)), 0.0f);
       for (i64 kb = 0; kb < kblocks; ++kb)
-        backward_keys(a, go, q, k, v, mask, lse, delta.data(), dk, dv, acc.data(), b, kb * KB,
-                      int(std::min<i64>(KB, S - kb * KB)));
+        backward_keys(a, go, q, k, kt, vt, mask, lse, delta.data(), dk, dv, acc.data(), b,
+                      kb * KB, int(std::min<i64>(KB, S - kb * KB)));
       finish_dq(acc.data(), b, 0, L);
     });
     return;
   }
   pool.parallel_for(nb * kblocks, [&](i64 task) {
     const i64 b = task / kblocks, k0 = (task % kblocks) * KB;
-    backward_keys<T>(a, go, q, k, v, mask, lse, delta.data(), dk, dv, nullptr, b, k0,
+    backward_keys<T>(a, go, q, k, kt, vt, mask, lse, delta.data(), dk, dv, nullptr, b, k0,
                      int(std::min<i64>(KB, S - k0)));
   });
   pool.parallel_for(nb * qblocks, [&](i64 task) {
@@ -483,7 +501,7 @@ void backward_impl(const SdpaArgs& a, const T* go, const T* q, const T* k, const
     const int rows = int(std::min<i64>(QB, L - i0));
     thread_local std::vector<float> acc;
     acc.assign(std::size_t(QB * D), 0.0f);
-    backward_queries(a, go, q, k, v, mask, lse, delta.data(), acc.data(), b, i0, rows);
+    backward_queries(a, go, q, k, kt, vt, mask, lse, delta.data(), acc.data(), b, i0, rows);
     finish_dq(acc.data(), b, i0, rows);
   });
 }
