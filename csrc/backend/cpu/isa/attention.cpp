@@ -2,19 +2,20 @@
 // ../attention_cpu.cpp), compiled once per ISA. The same algorithm as metal/attention.metal,
 // cut for a CPU core's caches instead of threadgroup memory:
 //
-// Forward: a task is (batch index, block of QB = 32 query rows). It walks key blocks of
-// KB = 64: S = (scale Q) K^T into a 32 x 64 tile (8 KiB), the masks, the online softmax
-// (running max and sum per row, the output rows rescaled when the max grows), O += P V.
-// Scratch per task: Q, K^T and V blocks, the S tile and the O rows, under 100 KiB at head dim
-// 128 (in L2), a few KiB at head dim 16; nothing of size L x S. The forward saves lse.
+// Forward: K is transposed once into D x KB tiles per key block (as large as K). A task is
+// (batch index, block of QB = 32 query rows). It walks key blocks of KB = 64: S = (scale Q)
+// K^T into a 32 x 64 tile (8 KiB), the masks, the online softmax (running max and sum per row,
+// the output rows rescaled when the max grows), O += P V. Scratch per task: the Q block, the
+// S tile, the O rows (and a widened V block for float16), under 70 KiB at head dim 128, a few
+// KiB at head dim 16; nothing of size L x S. The forward saves lse.
 //
-// Backward (FlashAttention-2, deterministic): delta = rowsum(dO * O), then per key block
-// (K^T and V^T packed once) every query block recomputes S and P = exp(S - lse), dP = dO V^T,
+// Backward (FlashAttention-2, deterministic): delta = rowsum(dO * O), K and V transposed as
+// above, then per key block every query block recomputes S and P = exp(S - lse), dP = dO V^T,
 // dS = P * (dP - delta) and adds P^T dO into dV, dS^T (scale Q) into dK and, in the one-pass
-// form, dS K into dQ. With many batch entries a task is one batch entry (one pass, dQ
-// accumulated in its own rows); with few, key blocks are tasks for dK/dV and query blocks are
-// tasks for dQ (two passes, S recomputed twice). Each dQ row gets its key blocks' terms in the
-// same order either way, so both forms give the same bits; no atomics.
+// form, dS K into dQ. With at least as many batch entries as threads a task is one batch entry
+// (one pass, dQ accumulated in its own rows); with fewer, key blocks are tasks for dK/dV and
+// query blocks are tasks for dQ (two passes, S recomputed twice). Each dQ row gets its key
+// blocks' terms in the same order either way, so both forms give the same bits; no atomics.
 //
 // Every product goes through gemm_acc: a tile of C in registers (4 rows x 16 columns on AVX2,
 // 8 x 16 on AVX-512), one broadcast and one vector FMA per (row, k) step. exp is a
@@ -479,8 +480,9 @@ void backward_impl(const SdpaArgs& a, const T* go, const T* q, const T* k, const
       for (i64 d = 0; d < D; ++d) row[d] = from_float<T>(acc[r * D + d] * a.scale);
     }
   };
-  if (nb >= 2 * pool.num_threads()) {
-    // One pass per batch entry: dQ accumulated in the task's own rows.
+  if (nb >= pool.num_threads()) {
+    // One pass per batch entry (5 products per tile instead of 7 over both passes) when the
+    // entries alone keep every thread busy: dQ accumulated in the task's own rows.
     pool.parallel_for(nb, [&](i64 b) {
       thread_local std::vector<float> acc;
       acc.assign(std::size_t(std::max<i64>(1, L * D)), 0.0f);
