@@ -75,6 +75,7 @@ CALLS = {
     "interpolate": lambda x, y, d: F.interpolate(x.reshape(1, 1, 3, 4), scale_factor=2),
     "embedding": lambda x, y, d: F.embedding(np.array([[0, 2], [1, 1]]), x),
     "one_hot": lambda x, y, d: F.one_hot(fm.asarray([0, 2], dtype="int64", device=d)),
+    "scaled_dot_product_attention": lambda x, y, d: F.scaled_dot_product_attention(x, y, y),
     "fourier_series": lambda x, y, d: fm.fourier_series(x, y[0], y[1]),
     "gradient": lambda x, y, d: fm.gradient(x, axis=1),
     "derivative": lambda x, y, d: fm.derivative(x),

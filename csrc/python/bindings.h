@@ -8,4 +8,5 @@ void bind_conv2d(pybind11::module_& m);    // conv2d_bindings.cpp: conv2d forwar
 void bind_reductions(pybind11::module_& m);  // reduce_bindings.cpp: reductions, matmul, linear
 void bind_training(pybind11::module_& m);  // training_py.cpp: pooling, dropout, losses, optimizers
 void bind_indexing(pybind11::module_& m);  // index_bindings.cpp: take, put, mask positions
+void bind_attention(pybind11::module_& m);  // attention_bindings.cpp: fused attention
 }  // namespace fm::python

@@ -301,6 +301,7 @@ PYBIND11_MODULE(_core, m) {
   fm::bind_python_hooks(m);  // each backend's private hooks (backend/<name>/python_hooks.cpp)
   fm::python::bind_reductions(m);
   fm::python::bind_indexing(m);
+  fm::python::bind_attention(m);
 
   // Introspection for tests and `python -m fastmetal`.
   m.def("_config_problems", &fm::env::config_problems,

@@ -195,6 +195,21 @@ class Dropout(Module):
     def __init__(self, p: float = ..., *, seed: int | None = ...,
                  rng: np.random.Generator | None = ...) -> None: ...
     def forward(self, x: Any) -> Any: ...
+class MultiheadAttention(Module):
+    embed_dim: int
+    num_heads: int
+    head_dim: int
+    dropout: float
+    batch_first: bool
+    in_proj_weight: Array
+    in_proj_bias: Array | None
+    out_proj: Linear
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = ..., bias: bool = ...,
+                 batch_first: bool = ..., *, seed: int | None = ...,
+                 rng: np.random.Generator | None = ..., device: str | None = ...) -> None: ...
+    def forward(self, query: Any, key: Any, value: Any, key_padding_mask: Any = ...,
+                need_weights: bool = ..., attn_mask: Any = ...,
+                average_attn_weights: bool = ..., is_causal: bool = ...) -> tuple[Any, Any]: ...
 class Flatten(Module):
     def __init__(self, start_dim: int = ..., end_dim: int = ...) -> None: ...
     def forward(self, x: Any) -> Any: ...

@@ -1,0 +1,527 @@
+// Fused scaled-dot-product attention, forward and backward (attention_args.h):
+//   O = softmax(Q K^T * scale + mask) V   per batch index, with an optional boolean or additive
+// mask, PyTorch's top-left causal mask and dropout on the attention weights. The L x S score
+// matrix never reaches device memory: tiles of it live in registers and threadgroup memory, the
+// softmax is the online one (running max m and sum l per row, the partial output rescaled by
+// exp(m_old - m_new) when the max grows), and the forward saves lse = m + log(l) per row, so the
+// backward recomputes P = exp(s - lse) tile by tile (FlashAttention-2). Memory is O(L + S) per
+// batch index beyond the inputs and outputs.
+//
+// Every operand is read or written through its own batch and row strides (attention_args.h),
+// rows contiguous: head-split views and outputs laid out like the inputs cost no copy.
+//
+// Written for Apple GPUs first: 32-wide simdgroups (NVIDIA's warps are as wide, and the CUDA
+// shim maps simd_max / simd_sum to warp shuffles, threadgroup arrays to __shared__ and the
+// barriers to __syncthreads / __syncwarp; the CPU emulator runs 32 lanes), at most 32 KiB of
+// threadgroup memory per group (what the DMAX = 64 tiles nearly fill), float32
+// accumulation (float16 inputs are widened when staged). Head dims up to 128; the instances
+// are sized for DMAX = 64 (every head dim <= 64, the fast case) and DMAX = 128. Loops run to
+// the actual head dims, tiles are zero-padded to a multiple of 4 columns so rows are read as
+// float4.
+//
+// Forward (sdpa_forward): one threadgroup per (tile of BQ query rows, batch index), NSG
+// simdgroups of 32 lanes, each simdgroup owning R = 8 query rows. Per key tile of BK = 32 keys
+// (one key per lane):
+//   1. the tile is staged: K transposed, Kt[d][j] with rows padded to 33 floats (the
+//      transposing stores and the lane-wise reads both hit 32 distinct banks), V row-major;
+//   2. lane j computes the scores of key j against its simdgroup's 8 rows (Q rows staged once,
+//      pre-scaled, read as float4 at one address per simdgroup: a broadcast);
+//   3. per row, simd_max and simd_sum give the tile's max and the new running sum: the only
+//      cross-lane traffic, 2 reductions per row and tile;
+//   4. the 8 x 32 probabilities go to threadgroup memory (the simdgroup's own rows) and each
+//      lane accumulates output columns lane, lane + 32, .. of its 8 rows: V[j][c] read
+//      lane-contiguous, P[r][j] broadcast.
+//   Threadgroup memory: DMAX = 64: NSG = 4 (BQ = 32, 128 threads): Q 32 x 64 (8 KiB) + Kt
+//   64 x 33 (8.25 KiB) + V 32 x 64 (8 KiB) + P 32 x 32 (4 KiB) = 28,928 bytes. DMAX = 128:
+//   NSG = 2 (BQ = 16, 64 threads) with K and V sharing one buffer (V staged after the scores,
+//   two more barriers per tile): Q 16 x 128 (8 KiB) + Kt 128 x 33 (16.5 KiB) + P 16 x 32 (2 KiB)
+//   = 27,136 bytes. Registers per lane: 8 scores, 8 x DMAX / 32 accumulators, 16 row stats.
+//   A causal group stops at its last row's key (the tiles above the diagonal are skipped).
+//
+// Backward (deterministic: every output element is summed by one thread, no atomics):
+//   sdpa_backward_prep: delta[i] = rowsum(dO[i] * O[i]), one thread per row.
+//   sdpa_backward_dkdv: one threadgroup of 128 threads per (tile of BK keys, batch index) keeps
+//     dK, dV of its keys in registers (thread: key tid % BK, column quads tid / BK + k * 128/BK)
+//     and walks the query tiles of BQ rows: stage Q (pre-scaled), dO, lse, delta; each thread
+//     recomputes BQ * BK / 128 entries of P = exp(s - lse) and dP = dO . V, writes
+//     P_dropped and dS = P * (dP_dropped - delta) to threadgroup memory; then dV += P^T dO,
+//     dK += dS^T (scale Q). A causal group starts at the query tile of its first key.
+//   sdpa_backward_dq: one threadgroup per (tile of BQ queries, batch index) keeps dQ in
+//     registers (thread: column quad tid % (DMAX/4), rows tid / (DMAX/4) + k * ..) and walks
+//     the key tiles: stage Kt and Vt, recompute dS as above, dQ += dS K; times scale at the end.
+//   Tiles: DMAX = 64: BQ = 16, BK = 32 (dK/dV: Kt + Vt 2 x 8.25 KiB + Q + dO 2 x 4 KiB + P + dS
+//   2 x 2.06 KiB = 29,440 bytes; dQ: 27,328 bytes). DMAX = 128: BQ = 8, BK = 16 (26,752 and
+//   26,208 bytes): halving both tiles is what keeps two 128-wide K and V tiles under 32 KiB.
+//
+// Masking: a masked-out score is -inf. A row whose every score is -inf (a boolean mask with no
+// True in the row, -inf additive entries only, or S = 0) has l = 0: its output is 0 and its
+// lse -inf, so its P is 0 in the backward (no gradient), as PyTorch 2.13 answers (its SDPA
+// gives 0 for such rows, not the NaN of a plain softmax; checked on 2.13.0). Dropout:
+// the kept probabilities are scaled by 1 / (1 - p) before they meet V; l sums the undropped
+// ones; the mask is a pure function of the score's flat index (attention_args.h).
+#include <metal_stdlib>
+#include "fm_kernel.h"
+#include "philox.h"
+#include "attention_args.h"
+using namespace metal;
+
+// Element offset of batch index b in operand `which` (FM_SDPA_Q ...; attention_args.h).
+FM_FUNC uint64_t sdpa_offset(constant SdpaArgs& a, int32_t b, int32_t which) {
+  int64_t off = 0;
+  int32_t rest = b;
+  for (int32_t d = a.batch_dims - 1; d >= 0; --d) {
+    const int32_t i = rest % a.batch_shape[d];
+    rest /= a.batch_shape[d];
+    off += int64_t(i) * a.bs[which][d];
+  }
+  return uint64_t(off);
+}
+
+// Element offset of batch index b in the mask.
+FM_FUNC uint64_t sdpa_mask_offset(constant SdpaArgs& a, int32_t b) {
+  int64_t off = 0;
+  int32_t rest = b;
+  for (int32_t d = a.batch_dims - 1; d >= 0; --d) {
+    const int32_t i = rest % a.batch_shape[d];
+    rest /= a.batch_shape[d];
+    off += int64_t(i) * a.m_bs[d];
+  }
+  return uint64_t(off);
+}
+
+// Element offset of row i of operand `which` in batch index b (its columns follow).
+FM_FUNC uint64_t sdpa_row(constant SdpaArgs& a, uint64_t batch_off, int32_t which, int32_t i) {
+  return batch_off + uint64_t(i) * uint64_t(a.rs[which]);
+}
+
+// The scaled score s of (row i, key j) with the masks applied: -inf where the key is out of
+// range, above the diagonal (causal) or masked out; the additive mask added. Rows past L are
+// padding and never read the mask.
+FM_FUNC float sdpa_masked(constant SdpaArgs& a, device const float* mask, uint64_t mo, int32_t i,
+                          int32_t j, float s) {
+  if (j >= a.S || i >= a.L || (a.causal != 0 && j > i)) return -INFINITY;
+  if (a.mask_kind != FM_SDPA_MASK_NONE) {
+    const float mv = mask[mo + uint64_t(int64_t(i) * a.m_rs + int64_t(j) * a.m_cs)];
+    if (a.mask_kind == FM_SDPA_MASK_BOOL) return mv != 0.0f ? s : -INFINITY;
+    return s + mv;
+  }
+  return s;
+}
+
+// The dropout factor of score (b, i, j): 0 (dropped) or drop_scale; 1 without dropout.
+FM_FUNC float sdpa_keep(constant SdpaArgs& a, int32_t b, int32_t i, int32_t j) {
+  if (a.threshold == 0u) return 1.0f;
+  const uint64_t n = (uint64_t(b) * uint64_t(a.L) + uint64_t(i)) * uint64_t(a.S) + uint64_t(j);
+  uint32_t r[4];
+  philox4x32_10(uint32_t(n >> 2), uint32_t(n >> 34), 0u, 0u, a.key0, a.key1, r);
+  return (r[uint32_t(n & 3u)] >> 8) >= a.threshold ? a.drop_scale : 0.0f;
+}
+
+// s + q . k over 4 columns, in one fixed order (the forward and both backward kernels form
+// the same score bit for bit, so P = exp(s - lse) <= 1 in the backward).
+FM_FUNC float sdpa_dot4(float4 q, float k0, float k1, float k2, float k3, float s) {
+  s = fma(q.x, k0, s);
+  s = fma(q.y, k1, s);
+  s = fma(q.z, k2, s);
+  return fma(q.w, k3, s);
+}
+
+// Component u of v (portable: no subscripts on vectors).
+FM_FUNC float sdpa_comp(float4 v, int32_t u) {
+  return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
+}
+
+// Four consecutive elements p[base + c .. + 3] widened to float, scaled, zero from column n on.
+template <typename T>
+FM_FUNC float4 sdpa_load4(device const T* p, uint64_t base, int32_t c, int32_t n, float scale) {
+  return float4(c < n ? float(p[base + uint64_t(c)]) * scale : 0.0f,
+                c + 1 < n ? float(p[base + uint64_t(c + 1)]) * scale : 0.0f,
+                c + 2 < n ? float(p[base + uint64_t(c + 2)]) * scale : 0.0f,
+                c + 3 < n ? float(p[base + uint64_t(c + 3)]) * scale : 0.0f);
+}
+
+// ------------------------------------------------------------------------------- forward
+enum : int32_t {
+  kSdpaKeys = 32,  // keys per forward tile: one per lane of a 32-wide simdgroup
+  kSdpaRows = 8,   // query rows per simdgroup in the forward
+};
+
+// Grid (threadgroups): x = ceil(L / BQ) query tiles, y = nbatch; 32 * NSG threads each
+// (the kernel relies on exactly that many, in 32-wide simdgroups).
+template <typename T, int DMAX, int NSG, bool SHARED_KV>
+kernel void sdpa_forward(device const T* q [[buffer(0)]],
+                         device const T* k [[buffer(1)]],
+                         device const T* v [[buffer(2)]],
+                         device const float* mask [[buffer(3)]],
+                         device T* out [[buffer(4)]],
+                         device float* lse [[buffer(5)]],
+                         constant SdpaArgs& a [[buffer(6)]],
+                         uint3 tg_pos [[threadgroup_position_in_grid]],
+                         uint32_t tid [[thread_index_in_threadgroup]],
+                         uint32_t lane [[thread_index_in_simdgroup]],
+                         uint32_t sg [[simdgroup_index_in_threadgroup]]) {
+  constexpr int BK = kSdpaKeys;
+  constexpr int R = kSdpaRows;
+  constexpr int BQ = R * NSG;
+  constexpr int NT = 32 * NSG;
+  constexpr int KT = BK + 1;           // padded row of the transposed K tile
+  constexpr int DQ = DMAX / 4;         // float4 per staged Q row
+  constexpr int CV = DMAX / 32;        // output columns per lane
+  constexpr int VOFF = SHARED_KV ? 0 : DMAX * KT;
+  static_assert(DMAX % 32 == 0 && BK * DMAX <= DMAX * KT, "tile shape");
+  // Sizes spelled in template parameters and file constants (the MSL gate checks them per
+  // instance): Q tile, Kt (+ V unless shared), P.
+  threadgroup float4 Qs[kSdpaRows * NSG * DMAX / 4];
+  threadgroup float KV[DMAX * kSdpaKeys + DMAX + kSdpaKeys * DMAX - SHARED_KV * kSdpaKeys * DMAX];
+  threadgroup float Ps[kSdpaRows * NSG * kSdpaKeys];
+
+  const int32_t b = int32_t(tg_pos.y);
+  const int32_t q0 = int32_t(tg_pos.x) * BQ;
+  const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
+  const int32_t D4 = (D + 3) / 4;
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), oo = sdpa_offset(a, b, FM_SDPA_O);
+  const uint64_t mo = sdpa_mask_offset(a, b);
+
+  // Q tile, scaled, zero past D and L.
+  for (int32_t e = int32_t(tid); e < BQ * D4; e += NT) {
+    const int32_t r = e / D4, c = (e - r * D4) * 4, i = q0 + r;
+    Qs[r * DQ + c / 4] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale)
+                               : float4(0.0f);
+  }
+
+  const int32_t rbase = int32_t(sg) * R;
+  float o[R * CV];
+  float m[R], l[R];
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    for (int c = 0; c < CV; ++c) o[r * CV + c] = 0.0f;
+  }
+  // Uniform across the group: a causal tile needs keys up to its last row only.
+  const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
+  for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
+    for (int32_t e = int32_t(tid); e < BK * D4 * 4; e += NT) {
+      const int32_t j = e / (D4 * 4), d = e - j * (D4 * 4);
+      KV[d * KT + j] = k0 + j < S && d < D
+                           ? float(k[sdpa_row(a, ko, FM_SDPA_K, k0 + j) + uint64_t(d)]) : 0.0f;
+    }
+    if (!SHARED_KV) {
+      for (int32_t e = int32_t(tid); e < BK * DMAX; e += NT) {
+        const int32_t j = e / DMAX, c = e - j * DMAX;
+        KV[VOFF + e] = k0 + j < S && c < Dv
+                           ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + j) + uint64_t(c)]) : 0.0f;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    // Scores of key k0 + lane against the simdgroup's rows.
+    float s[R];
+    for (int r = 0; r < R; ++r) s[r] = 0.0f;
+    for (int32_t d4 = 0; d4 < D4; ++d4) {
+      const float k0v = KV[(4 * d4) * KT + int32_t(lane)];
+      const float k1v = KV[(4 * d4 + 1) * KT + int32_t(lane)];
+      const float k2v = KV[(4 * d4 + 2) * KT + int32_t(lane)];
+      const float k3v = KV[(4 * d4 + 3) * KT + int32_t(lane)];
+      for (int r = 0; r < R; ++r) s[r] = sdpa_dot4(Qs[(rbase + r) * DQ + d4], k0v, k1v, k2v, k3v, s[r]);
+    }
+    // Online softmax, one row at a time across the simdgroup.
+    const int32_t j = k0 + int32_t(lane);
+    for (int r = 0; r < R; ++r) {
+      const int32_t i = q0 + rbase + r;
+      const float x = sdpa_masked(a, mask, mo, i, j, s[r]);
+      const float m_new = fmax(m[r], simd_max(x));
+      // A row with no key yet keeps p = 0 and its (zero) sums instead of exp(-inf + inf).
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float p = exp(x - m_use);
+      const float alpha = exp(m[r] - m_use);
+      l[r] = l[r] * alpha + simd_sum(p);
+      m[r] = m_new;
+      for (int c = 0; c < CV; ++c) o[r * CV + c] *= alpha;
+      Ps[(rbase + r) * BK + int32_t(lane)] = p * sdpa_keep(a, b, i, j);
+    }
+    if (SHARED_KV) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // every simdgroup is done with Kt
+      for (int32_t e = int32_t(tid); e < BK * DMAX; e += NT) {
+        const int32_t jj = e / DMAX, c = e - jj * DMAX;
+        KV[e] = k0 + jj < S && c < Dv
+                    ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+    } else {
+      simdgroup_barrier(mem_flags::mem_threadgroup);  // P rows are the simdgroup's own
+    }
+    // O[r][c] += sum_j P[r][j] V[j][c] for c = lane + 32 * cc.
+    for (int jj = 0; jj < BK; ++jj) {
+      float vv[CV];
+      for (int c = 0; c < CV; ++c) vv[c] = KV[VOFF + jj * DMAX + int32_t(lane) + 32 * c];
+      for (int r = 0; r < R; ++r) {
+        const float p = Ps[(rbase + r) * BK + jj];
+        for (int c = 0; c < CV; ++c) o[r * CV + c] = fma(p, vv[c], o[r * CV + c]);
+      }
+    }
+  }
+
+  for (int r = 0; r < R; ++r) {
+    const int32_t i = q0 + rbase + r;
+    if (i < L) {
+      const uint64_t row = uint64_t(b) * uint64_t(L) + uint64_t(i);
+      const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];  // no key takes part: 0, as PyTorch
+      for (int c = 0; c < CV; ++c) {
+        const int32_t col = int32_t(lane) + 32 * c;
+        if (col < Dv) out[sdpa_row(a, oo, FM_SDPA_O, i) + uint64_t(col)] = T(o[r * CV + c] * inv);
+      }
+      if (lane == 0u) lse[row] = m[r] + log(l[r]);
+    }
+  }
+}
+
+FM_INSTANTIATE("sdpa_forward_d64_float32", sdpa_forward, float, 64, 4, false);
+FM_INSTANTIATE("sdpa_forward_d128_float32", sdpa_forward, float, 128, 2, true);
+FM_INSTANTIATE("sdpa_forward_d64_float16", sdpa_forward, half, 64, 4, false);
+FM_INSTANTIATE("sdpa_forward_d128_float16", sdpa_forward, half, 128, 2, true);
+
+// ------------------------------------------------------------------------------- backward
+// delta[b, i] = sum_c dO[b, i, c] * O[b, i, c]. Grid: (L, nbatch).
+template <typename T>
+kernel void sdpa_backward_prep(device const T* dout [[buffer(0)]],
+                               device const T* out [[buffer(1)]],
+                               device float* delta [[buffer(2)]],
+                               constant SdpaArgs& a [[buffer(3)]],
+                               uint2 gid [[thread_position_in_grid]]) {
+  const int32_t b = int32_t(gid.y), i = int32_t(gid.x);
+  const uint64_t g = sdpa_row(a, sdpa_offset(a, b, FM_SDPA_G), FM_SDPA_G, i);
+  const uint64_t o = sdpa_row(a, sdpa_offset(a, b, FM_SDPA_O), FM_SDPA_O, i);
+  float s = 0.0f;
+  for (int32_t c = 0; c < a.Ev; ++c) s = fma(float(dout[g + uint64_t(c)]), float(out[o + uint64_t(c)]), s);
+  delta[uint64_t(b) * uint64_t(a.L) + uint64_t(i)] = s;
+}
+
+FM_INSTANTIATE("sdpa_backward_prep_float32", sdpa_backward_prep, float);
+FM_INSTANTIATE("sdpa_backward_prep_float16", sdpa_backward_prep, half);
+
+// dK and dV of BK keys. Grid (threadgroups): x = ceil(S / BK) key tiles, y = nbatch; 128
+// threads each.
+template <typename T, int DMAX, int BQ, int BK>
+kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
+                               device const T* k [[buffer(1)]],
+                               device const T* v [[buffer(2)]],
+                               device const float* mask [[buffer(3)]],
+                               device const T* dout [[buffer(4)]],
+                               device const float* lse [[buffer(5)]],
+                               device const float* delta [[buffer(6)]],
+                               device T* dk [[buffer(7)]],
+                               device T* dv [[buffer(8)]],
+                               constant SdpaArgs& a [[buffer(9)]],
+                               uint3 tg_pos [[threadgroup_position_in_grid]],
+                               uint32_t tid [[thread_index_in_threadgroup]]) {
+  constexpr int NT = 128;
+  constexpr int KT = BK + 1;
+  constexpr int DQ = DMAX / 4;
+  constexpr int RG = NT / BK;          // row groups: thread tid has key tid % BK, group tid / BK
+  constexpr int SR = BQ / RG;          // scores per thread per query tile
+  constexpr int CG = DQ / RG;          // column quads of dK (and of dV) per thread
+  static_assert(NT % BK == 0 && BQ % RG == 0 && DQ % RG == 0, "tile shape");
+  threadgroup float Kt[DMAX * BK + DMAX];
+  threadgroup float Vt[DMAX * BK + DMAX];
+  threadgroup float4 Qs[BQ * DMAX / 4];
+  threadgroup float4 Gs[BQ * DMAX / 4];
+  threadgroup float Ps[BQ * BK + BQ];
+  threadgroup float Ss[BQ * BK + BQ];
+  threadgroup float Ls[BQ];
+  threadgroup float Ds[BQ];
+
+  const int32_t b = int32_t(tg_pos.y);
+  const int32_t k0 = int32_t(tg_pos.x) * BK;
+  const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
+  const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
+  const uint64_t mo = sdpa_mask_offset(a, b);
+  const int32_t j = int32_t(tid) % BK, rg = int32_t(tid) / BK;
+
+  for (int32_t e = int32_t(tid); e < BK * D4 * 4; e += NT) {
+    const int32_t jj = e / (D4 * 4), d = e - jj * (D4 * 4);
+    Kt[d * KT + jj] = k0 + jj < S && d < D
+                          ? float(k[sdpa_row(a, ko, FM_SDPA_K, k0 + jj) + uint64_t(d)]) : 0.0f;
+  }
+  for (int32_t e = int32_t(tid); e < BK * V4 * 4; e += NT) {
+    const int32_t jj = e / (V4 * 4), c = e - jj * (V4 * 4);
+    Vt[c * KT + jj] = k0 + jj < S && c < Dv
+                          ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
+  }
+  float4 dka[CG], dva[CG];
+  for (int g = 0; g < CG; ++g) {
+    dka[g] = float4(0.0f);
+    dva[g] = float4(0.0f);
+  }
+  // Causal: rows before the first key of the tile see none of its keys.
+  const int32_t q_begin = a.causal != 0 ? (k0 / BQ) * BQ : 0;
+  const uint64_t row0 = uint64_t(b) * uint64_t(L);
+  for (int32_t q0 = q_begin; q0 < L; q0 += BQ) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
+    for (int32_t e = int32_t(tid); e < BQ * DQ; e += NT) {
+      const int32_t r = e / DQ, c = (e - r * DQ) * 4, i = q0 + r;
+      Qs[e] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
+      Gs[e] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), c, Dv, 1.0f) : float4(0.0f);
+    }
+    if (int32_t(tid) < BQ) {
+      const int32_t i = q0 + int32_t(tid);
+      Ls[tid] = i < L ? lse[row0 + uint64_t(i)] : 0.0f;
+      Ds[tid] = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int sr = 0; sr < SR; ++sr) {
+      const int32_t r = rg + sr * RG, i = q0 + r;
+      float s = 0.0f, dp = 0.0f;
+      for (int32_t d4 = 0; d4 < D4; ++d4)
+        s = sdpa_dot4(Qs[r * DQ + d4], Kt[(4 * d4) * KT + j], Kt[(4 * d4 + 1) * KT + j],
+                      Kt[(4 * d4 + 2) * KT + j], Kt[(4 * d4 + 3) * KT + j], s);
+      for (int32_t c4 = 0; c4 < V4; ++c4)
+        dp = sdpa_dot4(Gs[r * DQ + c4], Vt[(4 * c4) * KT + j], Vt[(4 * c4 + 1) * KT + j],
+                       Vt[(4 * c4 + 2) * KT + j], Vt[(4 * c4 + 3) * KT + j], dp);
+      const float x = sdpa_masked(a, mask, mo, i, k0 + j, s);
+      const float p = x == -INFINITY ? 0.0f : exp(x - Ls[r]);
+      const float keep = i < L && k0 + j < S ? sdpa_keep(a, b, i, k0 + j) : 0.0f;
+      Ps[r * KT + j] = p * keep;
+      Ss[r * KT + j] = p == 0.0f ? 0.0f : p * (dp * keep - Ds[r]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int r = 0; r < BQ; ++r) {
+      const float pj = Ps[r * KT + j], sj = Ss[r * KT + j];
+      for (int g = 0; g < CG; ++g) {
+        const float4 gq = Gs[r * DQ + rg + g * RG], qq = Qs[r * DQ + rg + g * RG];
+        dva[g] = float4(fma(pj, gq.x, dva[g].x), fma(pj, gq.y, dva[g].y), fma(pj, gq.z, dva[g].z),
+                        fma(pj, gq.w, dva[g].w));
+        dka[g] = float4(fma(sj, qq.x, dka[g].x), fma(sj, qq.y, dka[g].y), fma(sj, qq.z, dka[g].z),
+                        fma(sj, qq.w, dka[g].w));
+      }
+    }
+  }
+  if (k0 + j < S) {
+    const uint64_t krow = sdpa_row(a, sdpa_offset(a, b, FM_SDPA_DK), FM_SDPA_DK, k0 + j);
+    const uint64_t vrow = sdpa_row(a, sdpa_offset(a, b, FM_SDPA_DV), FM_SDPA_DV, k0 + j);
+    for (int g = 0; g < CG; ++g) {
+      for (int32_t u = 0; u < 4; ++u) {
+        const int32_t col = 4 * (rg + g * RG) + u;
+        if (col < D) dk[krow + uint64_t(col)] = T(sdpa_comp(dka[g], u));
+        if (col < Dv) dv[vrow + uint64_t(col)] = T(sdpa_comp(dva[g], u));
+      }
+    }
+  }
+}
+
+FM_INSTANTIATE("sdpa_backward_dkdv_d64_float32", sdpa_backward_dkdv, float, 64, 16, 32);
+FM_INSTANTIATE("sdpa_backward_dkdv_d128_float32", sdpa_backward_dkdv, float, 128, 8, 16);
+FM_INSTANTIATE("sdpa_backward_dkdv_d64_float16", sdpa_backward_dkdv, half, 64, 16, 32);
+FM_INSTANTIATE("sdpa_backward_dkdv_d128_float16", sdpa_backward_dkdv, half, 128, 8, 16);
+
+// dQ of BQ queries. Grid (threadgroups): x = ceil(L / BQ) query tiles, y = nbatch; 128
+// threads each.
+template <typename T, int DMAX, int BQ, int BK>
+kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
+                             device const T* k [[buffer(1)]],
+                             device const T* v [[buffer(2)]],
+                             device const float* mask [[buffer(3)]],
+                             device const T* dout [[buffer(4)]],
+                             device const float* lse [[buffer(5)]],
+                             device const float* delta [[buffer(6)]],
+                             device T* dq [[buffer(7)]],
+                             constant SdpaArgs& a [[buffer(8)]],
+                             uint3 tg_pos [[threadgroup_position_in_grid]],
+                             uint32_t tid [[thread_index_in_threadgroup]]) {
+  constexpr int NT = 128;
+  constexpr int KT = BK + 1;
+  constexpr int DQ = DMAX / 4;
+  constexpr int RG = NT / BK;          // scores: key tid % BK, rows tid / BK + k * RG
+  constexpr int SR = BQ / RG;
+  constexpr int QR = NT / DQ;          // dQ: column quad tid % DQ, rows tid / DQ + k * QR
+  constexpr int AR = BQ / QR;
+  static_assert(NT % BK == 0 && BQ % RG == 0 && NT % DQ == 0 && BQ % QR == 0, "tile shape");
+  threadgroup float4 Qs[BQ * DMAX / 4];
+  threadgroup float4 Gs[BQ * DMAX / 4];
+  threadgroup float Kt[DMAX * BK + DMAX];
+  threadgroup float Vt[DMAX * BK + DMAX];
+  threadgroup float Ss[BQ * BK + BQ];
+  threadgroup float Ls[BQ];
+  threadgroup float Ds[BQ];
+
+  const int32_t b = int32_t(tg_pos.y);
+  const int32_t q0 = int32_t(tg_pos.x) * BQ;
+  const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
+  const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
+  const uint64_t mo = sdpa_mask_offset(a, b);
+  const uint64_t row0 = uint64_t(b) * uint64_t(L);
+  const int32_t j = int32_t(tid) % BK, rg = int32_t(tid) / BK;
+  const int32_t cq = int32_t(tid) % DQ, qr = int32_t(tid) / DQ;
+
+  for (int32_t e = int32_t(tid); e < BQ * DQ; e += NT) {
+    const int32_t r = e / DQ, c = (e - r * DQ) * 4, i = q0 + r;
+    Qs[e] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
+    Gs[e] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), c, Dv, 1.0f) : float4(0.0f);
+  }
+  if (int32_t(tid) < BQ) {
+    const int32_t i = q0 + int32_t(tid);
+    Ls[tid] = i < L ? lse[row0 + uint64_t(i)] : 0.0f;
+    Ds[tid] = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
+  }
+  float4 acc[AR];
+  for (int r = 0; r < AR; ++r) acc[r] = float4(0.0f);
+  const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
+  for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
+    for (int32_t e = int32_t(tid); e < BK * D4 * 4; e += NT) {
+      const int32_t jj = e / (D4 * 4), d = e - jj * (D4 * 4);
+      Kt[d * KT + jj] = k0 + jj < S && d < D
+                            ? float(k[sdpa_row(a, ko, FM_SDPA_K, k0 + jj) + uint64_t(d)]) : 0.0f;
+    }
+    for (int32_t e = int32_t(tid); e < BK * V4 * 4; e += NT) {
+      const int32_t jj = e / (V4 * 4), c = e - jj * (V4 * 4);
+      Vt[c * KT + jj] = k0 + jj < S && c < Dv
+                            ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int sr = 0; sr < SR; ++sr) {
+      const int32_t r = rg + sr * RG, i = q0 + r;
+      float s = 0.0f, dp = 0.0f;
+      for (int32_t d4 = 0; d4 < D4; ++d4)
+        s = sdpa_dot4(Qs[r * DQ + d4], Kt[(4 * d4) * KT + j], Kt[(4 * d4 + 1) * KT + j],
+                      Kt[(4 * d4 + 2) * KT + j], Kt[(4 * d4 + 3) * KT + j], s);
+      for (int32_t c4 = 0; c4 < V4; ++c4)
+        dp = sdpa_dot4(Gs[r * DQ + c4], Vt[(4 * c4) * KT + j], Vt[(4 * c4 + 1) * KT + j],
+                       Vt[(4 * c4 + 2) * KT + j], Vt[(4 * c4 + 3) * KT + j], dp);
+      const float x = sdpa_masked(a, mask, mo, i, k0 + j, s);
+      const float p = x == -INFINITY ? 0.0f : exp(x - Ls[r]);
+      const float keep = i < L && k0 + j < S ? sdpa_keep(a, b, i, k0 + j) : 0.0f;
+      Ss[r * KT + j] = p == 0.0f ? 0.0f : p * (dp * keep - Ds[r]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int jj = 0; jj < BK; ++jj) {
+      const float k0v = Kt[(4 * cq) * KT + jj], k1v = Kt[(4 * cq + 1) * KT + jj];
+      const float k2v = Kt[(4 * cq + 2) * KT + jj], k3v = Kt[(4 * cq + 3) * KT + jj];
+      for (int r = 0; r < AR; ++r) {
+        const float sj = Ss[(qr + r * QR) * KT + jj];
+        acc[r] = float4(fma(sj, k0v, acc[r].x), fma(sj, k1v, acc[r].y), fma(sj, k2v, acc[r].z),
+                        fma(sj, k3v, acc[r].w));
+      }
+    }
+  }
+  const uint64_t dqo = sdpa_offset(a, b, FM_SDPA_DQ);
+  for (int r = 0; r < AR; ++r) {
+    const int32_t i = q0 + qr + r * QR;
+    if (i < L) {
+      for (int32_t u = 0; u < 4; ++u) {
+        const int32_t col = 4 * cq + u;
+        if (col < D) dq[sdpa_row(a, dqo, FM_SDPA_DQ, i) + uint64_t(col)] = T(sdpa_comp(acc[r], u) * a.scale);
+      }
+    }
+  }
+}
+
+FM_INSTANTIATE("sdpa_backward_dq_d64_float32", sdpa_backward_dq, float, 64, 16, 32);
+FM_INSTANTIATE("sdpa_backward_dq_d128_float32", sdpa_backward_dq, float, 128, 8, 16);
+FM_INSTANTIATE("sdpa_backward_dq_d64_float16", sdpa_backward_dq, half, 64, 16, 32);
+FM_INSTANTIATE("sdpa_backward_dq_d128_float16", sdpa_backward_dq, half, 128, 8, 16);
