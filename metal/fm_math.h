@@ -369,18 +369,21 @@ FM_FUNC float fm_sigmoid(float x) {
 // SiLU, x * sigmoid(x). For x < 0 it is x e / (1 + e) with e = e^x = 2^n p: the product
 // x p / (1 + e) is scaled by 2^n last, in one rounding, so results down in the subnormal
 // range keep their precision (x times an e already rounded to a subnormal loses up to 7
-// bits). -inf gives NaN, as x * sigmoid(x) = -inf * 0 does in PyTorch and NumPy.
+// bits). Past |x| = 112 the result is x (x > 0) or -0 (x < 0; -inf gives NaN, as
+// -inf * sigmoid(-inf) does in PyTorch and NumPy), so no infinity reaches a division.
 FM_FUNC float fm_silu(float x) {
   float r;
   const float a = -metal::fabs(x);
-  const int32_t ni = fm_exp_reduce(metal::select(a, -112.0f, a < -112.0f), r);  // [-162, 0]
+  const bool outside = a < -112.0f;  // |x| e^-|x| is below half the smallest subnormal
+  const int32_t ni = fm_exp_reduce(metal::select(a, -112.0f, outside), r);  // [-162, 0]
   const float p = fm_exp_taylor7(r);
   // Shifted as unsigned: a NaN x makes ni garbage, and a signed shift of it would be UB.
   const float scale = metal::as_type<float>(uint32_t(ni + (127 + 64)) << 23);
   const float e = (p * scale) * 5.42101086242752217e-20f;  // e^-|x| (2^-64 undoes the bias)
-  const float neg = (fm_div(x * p, 1.0f + e) * scale) * 5.42101086242752217e-20f;
-  const float pos = fm_div(x, 1.0f + e);
-  return metal::select(metal::select(pos, neg, x < 0.0f), x * 0.0f, metal::isinf(x) && x < 0.0f);
+  const float xs = metal::select(x, 0.0f, outside);  // finite into the divisions
+  const float neg = (fm_div(xs * p, 1.0f + e) * scale) * 5.42101086242752217e-20f;
+  const float inside = metal::select(fm_div(xs, 1.0f + e), neg, x < 0.0f);
+  return metal::select(inside, metal::select(x * 0.0f, x, x > 0.0f), outside);
 }
 
 // log(1 + x) without losing x when |x| is tiny (Goldberg's trick: the rounding error of

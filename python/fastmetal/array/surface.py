@@ -333,7 +333,11 @@ def _moveaxis(self: Array, source: Any, destination: Any) -> Array:
 
 
 # NumPy function name -> the fastmetal function that implements it (same arguments).
+# np.shape / np.ndim / np.size read metadata only: answered here on every device (on cuda
+# the fallback would refuse them, as it must for functions that read the data).
 _NUMPY_FUNCTIONS: dict = {
+    "shape": lambda a: tuple(a.shape), "ndim": lambda a: a.ndim,
+    "size": lambda a, axis=None: a.size if axis is None else a.shape[axis],
     "where": manipulation.where, "nonzero": manipulation.nonzero,
     "concatenate": manipulation.concatenate, "stack": manipulation.stack,
     "transpose": manipulation.transpose, "swapaxes": manipulation.swapaxes,
