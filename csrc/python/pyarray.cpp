@@ -277,6 +277,10 @@ py::array numpy_view(const Array& a, py::handle owner) {
 
 py::object wrap_result(Array result, bool as_fastmetal_array) {
   if (as_fastmetal_array) return py::cast(std::move(result));
+  // A strided result (one laid out as its inputs were) is gathered on the device before the
+  // host copy where NumPy cannot view device memory.
+  if (!result.backend().host_visible() && !result.contiguous() && result.size() > 0)
+    result = convert(result, result.dtype);
   return numpy_view(result);
 }
 
