@@ -138,8 +138,9 @@ class Optimizer:
     def _update_param(self, p, grad, state, group):
         """float32 parameters are updated in place; a float16 one through float32 copies of
         it and its gradient (its state is kept in float32), rounded back once at the end."""
-        if p.dtype == np.float32:
-            self._update(p, grad.astype(np.float32, copy=False), state, group)
+        if p.dtype == np.float32:  # the common case: no conversion call on the step's path
+            self._update(p, grad if grad.dtype == np.float32 else grad.astype(np.float32),
+                         state, group)
             return
         work = p.astype(np.float32)
         self._update(work, grad.astype(np.float32), state, group)
