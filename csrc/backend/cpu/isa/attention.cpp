@@ -11,11 +11,11 @@
 //
 // Backward (FlashAttention-2, deterministic): delta = rowsum(dO * O), K and V transposed as
 // above, then per key block every query block recomputes S and P = exp(S - lse), dP = dO V^T,
-// dS = P * (dP - delta) and adds P^T dO into dV, dS^T (scale Q) into dK and, in the one-pass
-// form, dS K into dQ. With at least as many batch entries as threads a task is one batch entry
-// (one pass, dQ accumulated in its own rows); with fewer, key blocks are tasks for dK/dV and
-// query blocks are tasks for dQ (two passes, S recomputed twice). Each dQ row gets its key
-// blocks' terms in the same order either way, so both forms give the same bits; no atomics.
+// dS = P * (dP - delta) and adds P^T dO into dV, dS^T (scale Q) into dK and
+// dS K into dQ: one pass, S computed once. A task is a batch entry's key blocks (all of them,
+// or one group of up to 4 when there are fewer than 16 entries), dK/dV its own rows, dQ a
+// partial of its own summed in a fixed order afterwards: no atomics, and the same bits for
+// any thread count.
 //
 // Every product goes through gemm_acc: a tile of C in registers (4 rows x 16 columns on AVX2,
 // 8 x 16 on AVX-512), one broadcast and one vector FMA per (row, k) step. exp is a
@@ -421,28 +421,6 @@ void backward_keys(const SdpaArgs& a, const T* go, const T* q, const T* k,
   }
 }
 
-// dQ rows i0 .. i0 + rows - 1 of batch entry b (the two-pass form's second pass).
-template <typename T>
-void backward_queries(const SdpaArgs& a, const T* go, const T* q, const T* k,
-                      const std::vector<float>& kt, const std::vector<float>& vt,
-                      const float* mask, const float* lse, const float* delta, float* dq_acc,
-                      i64 b, i64 i0, int rows) {
-  const int D = a.E, Dv = a.Ev;
-  const Offsets o = offsets(a, b);
-  BackwardScratch w(scratch(BackwardScratch::floats(D, Dv)).data(), D, Dv);
-  const BackwardTile t{&a, mask, o.m, b, lse + b * a.L, delta + b * a.L};
-  load_rows(q + o.x[FM_SDPA_Q], a.rs[FM_SDPA_Q], i0, rows, D, a.scale, w.Qs);
-  load_rows(go + o.x[FM_SDPA_G], a.rs[FM_SDPA_G], i0, rows, Dv, 1.0f, w.G);
-  const i64 k_end = a.causal != 0 ? std::min<i64>(a.S, i0 + rows) : a.S;
-  for (i64 k0 = 0; k0 < k_end; k0 += KB) {
-    const int kn = int(std::min<i64>(KB, k_end - k0));
-    const Rows Kr = key_rows(k + o.x[FM_SDPA_K], a.rs[FM_SDPA_K], k0, kn, D, w.Kr);
-    tile_ds(t, w.Qs, w.G, kt_block(kt, a, b, k0, D), kt_block(vt, a, b, k0, Dv), KB, i0, rows,
-            k0, kn, w.Pd, w.dS, w.keep);
-    gemm_acc(rows, D, kn, w.dS, KB, 1, Kr.p, Kr.ld, dq_acc, D);
-  }
-}
-
 template <typename T>
 void forward_impl(const SdpaArgs& a, const T* q, const T* k, const T* v, const float* mask,
                   T* out, float* lse) {
@@ -470,41 +448,32 @@ void backward_impl(const SdpaArgs& a, const T* go, const T* q, const T* k, const
       delta[std::size_t(b * L + i)] = s;
     }
   });
-  const i64 kblocks = (S + KB - 1) / KB, qblocks = (L + QB - 1) / QB;
+  const i64 kblocks = (S + KB - 1) / KB;
   const std::vector<float> kt = transpose_all(a, k, FM_SDPA_K, int(D));
   const std::vector<float> vt = transpose_all(a, v, FM_SDPA_V, int(Dv));
-  auto finish_dq = [&](const float* acc, i64 b, i64 i0, i64 rows) {
-    T* base = dq + offsets(a, b).x[FM_SDPA_DQ];
-    for (i64 r = 0; r < rows; ++r) {
-      T* row = base + (i0 + r) * a.rs[FM_SDPA_DQ];
-      for (i64 d = 0; d < D; ++d) row[d] = from_float<T>(acc[r * D + d] * a.scale);
-    }
-  };
-  if (nb >= pool.num_threads()) {
-    // One pass per batch entry (5 products per tile instead of 7 over both passes) when the
-    // entries alone keep every thread busy: dQ accumulated in the task's own rows.
-    pool.parallel_for(nb, [&](i64 b) {
-      thread_local std::vector<float> acc;
-      acc.assign(std::size_t(std::max<i64>(1, L * D)), 0.0f);
-      for (i64 kb = 0; kb < kblocks; ++kb)
-        backward_keys(a, go, q, k, kt, vt, mask, lse, delta.data(), dk, dv, acc.data(), b,
-                      kb * KB, int(std::min<i64>(KB, S - kb * KB)));
-      finish_dq(acc.data(), b, 0, L);
-    });
-    return;
-  }
-  pool.parallel_for(nb * kblocks, [&](i64 task) {
-    const i64 b = task / kblocks, k0 = (task % kblocks) * KB;
-    backward_keys<T>(a, go, q, k, kt, vt, mask, lse, delta.data(), dk, dv, nullptr, b, k0,
-                     int(std::min<i64>(KB, S - k0)));
+  // Key blocks of an entry in G groups (block kb in group kb % G: causal groups stay even),
+  // each a task with its own dQ partial, the partials summed in group order. G depends on the
+  // shape only (the bits never depend on the thread count): 1 with 16 entries or more, else
+  // up to 4 so that a few long entries still spread over the threads.
+  const i64 G = std::max<i64>(1, std::min<i64>({kblocks, 4, 16 / std::max<i64>(1, nb)}));
+  std::vector<float> part(std::size_t(std::max<i64>(1, nb * G * L * D)), 0.0f);
+  pool.parallel_for(nb * G, [&](i64 task) {
+    const i64 b = task / G, g = task % G;
+    for (i64 kb = g; kb < kblocks; kb += G)
+      backward_keys(a, go, q, k, kt, vt, mask, lse, delta.data(), dk, dv,
+                    part.data() + task * L * D, b, kb * KB, int(std::min<i64>(KB, S - kb * KB)));
   });
-  pool.parallel_for(nb * qblocks, [&](i64 task) {
-    const i64 b = task / qblocks, i0 = (task % qblocks) * QB;
-    const int rows = int(std::min<i64>(QB, L - i0));
-    thread_local std::vector<float> acc;
-    acc.assign(std::size_t(QB * D), 0.0f);
-    backward_queries(a, go, q, k, kt, vt, mask, lse, delta.data(), acc.data(), b, i0, rows);
-    finish_dq(acc.data(), b, i0, rows);
+  pool.parallel_for(nb, [&](i64 b) {
+    T* base = dq + offsets(a, b).x[FM_SDPA_DQ];
+    const float* p0 = part.data() + b * G * L * D;
+    for (i64 i = 0; i < L; ++i) {
+      T* row = base + i * a.rs[FM_SDPA_DQ];
+      for (i64 d = 0; d < D; ++d) {
+        float s = p0[i * D + d];
+        for (i64 g = 1; g < G; ++g) s += p0[(g * L + i) * D + d];
+        row[d] = from_float<T>(s * a.scale);
+      }
+    }
   });
 }
 
