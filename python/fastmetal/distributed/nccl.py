@@ -58,14 +58,16 @@ class NcclBackend:
         cupy.cuda.Device(0).use()  # this rank's GPU: the only one it sees under the launcher
         if rank == 0:
             uid = nccl.get_unique_id()
-            if store is not None:
-                store.set(f"{key}/uid", json.dumps(list(uid)))
+            if store is not None:  # CuPy 14 gives bytes, earlier ones a tuple of ints
+                store.set(f"{key}/uid", json.dumps({"bytes": isinstance(uid, bytes),
+                                                    "id": list(uid)}))
         else:
             got: Optional[str] = store.get(f"{key}/uid", timeout)
             if got is None:
                 raise RuntimeError(f"[{where}] expected rank 0 to publish NCCL's unique id "
                                    f"within {timeout:.0f} s, got nothing")
-            uid = tuple(json.loads(got))
+            sent = json.loads(got)
+            uid = bytes(sent["id"]) if sent["bytes"] else tuple(sent["id"])
         self.comm = nccl.NcclCommunicator(size, uid, rank)
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self._types = {np.dtype(np.float32): nccl.NCCL_FLOAT32,
