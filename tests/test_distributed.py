@@ -61,9 +61,8 @@ def launch_env(device: str, nproc: int, tmp_path: Path) -> dict:
         if _gpu_count() >= nproc:
             env["TEST_BACKEND"] = "nccl"
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(nproc)))
-        else:  # MPI through host copies; every rank on the first GPU
-            env["TEST_BACKEND"] = "mpi"
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(["0"] * nproc)
+        else:  # the launcher gives each rank a GPU of its own
+            pytest.skip(f"needs {nproc} GPUs for {nproc} ranks on cuda, got {_gpu_count()}")
     else:
         env["TEST_BACKEND"] = "mpi"
     if env["TEST_BACKEND"] == "mpi" and HYDRA is None:
