@@ -319,6 +319,41 @@ def test_ddp_on_halves_matches_one_process_on_the_batch(device, tmp_path):
             np.testing.assert_allclose(got[f"arr_{i}"], g, rtol=0, atol=1e-5)
 
 
+BUFFERS = """
+from fastmetal import nn
+bn = nn.BatchNorm2d(3)
+if RANK == 1:  # a different start: the wrap must replace it with rank 0's
+    bn.running_mean[...] = 5.0
+    bn.running_var[...] = 7.0
+ddp = nn.parallel.DistributedDataParallel(bn)
+after_wrap = bn.running_mean.numpy().copy(), bn.running_var.numpy().copy()
+xs = [np.random.default_rng(10 * RANK + k).standard_normal((4, 3, 2, 2)).astype(np.float32)
+      for k in range(2)]
+seen = []
+for x in xs:  # each training forward starts from rank 0's statistics
+    ddp(fm.asarray(x))
+    seen.append(bn.running_mean.numpy().copy())
+save("buffers", after_wrap[0], after_wrap[1], *seen, bn.num_batches_tracked.numpy())
+"""
+
+
+def test_ddp_broadcasts_batchnorm_buffers_from_rank_0(device, tmp_path):
+    check(launch(BUFFERS, tmp_path, device, 2))
+    got = [np.load(tmp_path / f"buffers_{r}.npz") for r in range(2)]
+    xs = [[np.random.default_rng(10 * r + k).standard_normal((4, 3, 2, 2)) for k in range(2)]
+          for r in range(2)]
+    for r in range(2):
+        np.testing.assert_array_equal(got[r]["arr_0"], np.zeros(3))  # rank 0's, after the wrap
+        np.testing.assert_array_equal(got[r]["arr_1"], np.ones(3))
+        first = 0.1 * xs[r][0].mean(axis=(0, 2, 3))
+        np.testing.assert_allclose(got[r]["arr_2"], first, rtol=1e-5, atol=1e-6)
+        # the second forward started from rank 0's statistics after its first forward
+        rank0_first = 0.1 * xs[0][0].mean(axis=(0, 2, 3))
+        second = 0.9 * rank0_first + 0.1 * xs[r][1].mean(axis=(0, 2, 3))
+        np.testing.assert_allclose(got[r]["arr_3"], second, rtol=1e-5, atol=1e-6)
+        assert int(got[r]["arr_4"]) == 2
+
+
 # ----------------------------------------------------------------------------- failures
 FAILING = """
 import time

@@ -23,6 +23,7 @@ from .._core import Array
 from ..autograd.tape import is_grad_enabled, no_grad, register_post_accumulate_grad_hook
 from ..distributed import group as _group
 from ..ops.creation import zeros
+from ..ops.manipulation import concatenate
 from ..ops.devices import host_visible
 from .modules.module import Module
 
@@ -63,8 +64,8 @@ class DistributedDataParallel(Module):
     them into an unwrapped model through ``ddp.module.state_dict()``). ``device_ids`` and
     ``output_device`` are accepted for PyTorch's programs and must name nothing else than
     this process's one device: each rank drives one device (FASTMETAL_DEVICE, which the
-    launcher sets). fastmetal's Modules have no buffers, so ``broadcast_buffers`` has nothing
-    to do. Every parameter that requires grad must get a gradient in each backward (an
+    launcher sets). ``broadcast_buffers``: rank 0's buffers (BatchNorm's running statistics)
+    go to every rank at wrap time and before each training forward, as PyTorch's. Every parameter that requires grad must get a gradient in each backward (an
     unused one is an error at the next forward, as PyTorch's default). Move the model to
     its device before wrapping (``Module.to`` makes new Parameters, which DDP would not
     know)."""
@@ -95,6 +96,7 @@ class DistributedDataParallel(Module):
         with no_grad():
             for _, p in module.named_parameters():
                 _group.broadcast(p, 0)
+        self._sync_buffers()
         self._buckets = self._make_buckets([p for _, p in named])
         self._reduced = 0
         self._expect_hooks = False  # set by forward(): its backward averages, as PyTorch
@@ -180,7 +182,28 @@ class DistributedDataParallel(Module):
                 "(requires_grad_(False)) before wrapping")
         # As PyTorch: whether this forward's backward averages is decided here.
         self._expect_hooks = self.require_backward_grad_sync and is_grad_enabled()
+        if self.module.training:
+            self._sync_buffers()
         return self.module(*args, **kwargs)
+
+    def _sync_buffers(self) -> None:
+        """Rank 0's buffers (BatchNorm's running statistics) to every rank, as PyTorch's
+        default (``broadcast_buffers=True``): at wrap time and before each training forward.
+        One broadcast per dtype: the buffers are packed into one flat Array and unpacked."""
+        if not self.broadcast_buffers:
+            return
+        by_dtype: dict = {}
+        for b in self.module.buffers():
+            if b.size:
+                by_dtype.setdefault(str(b.dtype), []).append(b)
+        with no_grad():
+            for group in by_dtype.values():
+                flat = concatenate([b.reshape(-1) for b in group])
+                _group.broadcast(flat, 0)
+                offset = 0
+                for b in group:
+                    b[...] = flat[offset:offset + b.size].reshape(tuple(b.shape))
+                    offset += b.size
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
