@@ -274,12 +274,12 @@ ENGINE: dict = {}
 
 def sum_to(g: Any, shape: tuple, dtype: Any, device: str) -> Array:
     """g summed over the axes that broadcasting added to `shape` (or broadcast up to it),
-    in `dtype`: the gradient of an input of that shape."""
+    in `dtype`: the gradient of an input of that shape. A g in the graph (create_graph) takes
+    the same steps through recorded ops."""
     if type(g) is Array and g.shape == shape and g.dtype == dtype:
         return g  # the usual case, first
     g = _as_array(g, device)
-    if g._requires_grad:  # create_graph: the same steps, recorded
-        return _sum_to_recorded(g, shape, dtype)
+    recorded = g._requires_grad
     gshape = tuple(g.shape)
     if gshape != shape:
         lead = len(gshape) - len(shape)
@@ -287,29 +287,13 @@ def sum_to(g: Any, shape: tuple, dtype: Any, device: str) -> Array:
             axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
                                               if s == 1 and gshape[lead + i] != 1)
             if axes:
-                g = _core._reduce("sum", g, axes, False, 0.0)
+                g = ENGINE["sum"](g, axis=axes) if recorded else \
+                    _core._reduce("sum", g, axes, False, 0.0)
             g = g.reshape(shape)
         else:  # smaller than the input (a vjp that left broadcasting to us)
-            g = broadcast_view(g, shape)
+            g = (ENGINE["broadcast_to"] if recorded else broadcast_view)(g, shape)
     if g.dtype != dtype:
-        g = _core.asarray(g, dtype=dtype)
-    return g
-
-
-def _sum_to_recorded(g: Array, shape: tuple, dtype: Any) -> Array:
-    gshape = tuple(g.shape)
-    if gshape != shape:
-        lead = len(gshape) - len(shape)
-        if lead >= 0 and all(s == 1 or s == gs for s, gs in zip(shape, gshape[lead:])):
-            axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
-                                              if s == 1 and gshape[lead + i] != 1)
-            if axes:
-                g = ENGINE["sum"](g, axis=axes)
-            g = g.reshape(shape)
-        else:
-            g = ENGINE["broadcast_to"](g, shape)
-    if g.dtype != dtype:
-        g = ENGINE["astype"](g, dtype)
+        g = ENGINE["astype"](g, dtype) if recorded else _core.asarray(g, dtype=dtype)
     return g
 
 
