@@ -65,18 +65,8 @@ class Conv2d(Module):
                        dilation=self.dilation, groups=self.groups)
 
     def extra_repr(self):
-        extra = ""
-        if self.stride != (1, 1):
-            extra += f", stride={self.stride}"
-        if self.padding != (0, 0):
-            extra += f", padding={self.padding!r}"
-        if self.dilation != (1, 1):
-            extra += f", dilation={self.dilation}"
-        if self.groups != 1:
-            extra += f", groups={self.groups}"
-        if self.bias is None:
-            extra += ", bias=False"
-        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extra}"
+        return _conv_repr(self, (("stride", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1)),
+                                 ("groups", 1)))
 
 
 class Conv1d(Module):
@@ -113,18 +103,8 @@ class Conv1d(Module):
                        dilation=self.dilation[0], groups=self.groups)
 
     def extra_repr(self):
-        extra = ""
-        if self.stride != (1,):
-            extra += f", stride={self.stride}"
-        if self.padding != (0,):
-            extra += f", padding={self.padding!r}"
-        if self.dilation != (1,):
-            extra += f", dilation={self.dilation}"
-        if self.groups != 1:
-            extra += f", groups={self.groups}"
-        if self.bias is None:
-            extra += ", bias=False"
-        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extra}"
+        return _conv_repr(self, (("stride", (1,)), ("padding", (0,)), ("dilation", (1,)),
+                                 ("groups", 1)))
 
 
 class ConvTranspose2d(Module):
@@ -182,15 +162,15 @@ class ConvTranspose2d(Module):
                                  groups=self.groups, dilation=self.dilation)
 
     def extra_repr(self):
-        extra = f", stride={self.stride}"
-        if self.padding != (0, 0):
-            extra += f", padding={self.padding}"
-        if self.output_padding != (0, 0):
-            extra += f", output_padding={self.output_padding}"
-        if self.dilation != (1, 1):
-            extra += f", dilation={self.dilation}"
-        if self.groups != 1:
-            extra += f", groups={self.groups}"
-        if self.bias is None:
-            extra += ", bias=False"
-        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extra}"
+        return _conv_repr(self, (("stride", None), ("padding", (0, 0)), ("output_padding", (0, 0)),
+                                 ("dilation", (1, 1)), ("groups", 1)))
+
+
+def _conv_repr(m, defaults):
+    """PyTorch's extra_repr of a convolution: channels and kernel, then each option that
+    differs from its default (a default of None: always shown), then bias=False."""
+    extra = "".join(f", {name}={getattr(m, name)!r}" for name, default in defaults
+                    if default is None or getattr(m, name) != default)
+    if m.bias is None:
+        extra += ", bias=False"
+    return f"{m.in_channels}, {m.out_channels}, kernel_size={m.kernel_size}{extra}"
