@@ -2,8 +2,6 @@
 (``cross_entropy``: ops/training.py), with ``reduction`` chosen when it is built."""
 from __future__ import annotations
 
-import numpy as np
-
 from ...ops.losses import (REDUCTIONS, binary_cross_entropy, binary_cross_entropy_with_logits,
                            huber_loss, kl_div, l1_loss, mse_loss, nll_loss, smooth_l1_loss)
 from ...ops.training import cross_entropy
@@ -11,10 +9,6 @@ from .module import Module
 
 __all__ = ["CrossEntropyLoss", "MSELoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss",
            "SmoothL1Loss", "HuberLoss", "KLDivLoss"]
-
-
-def _shape(a):
-    return tuple(a.shape) if hasattr(a, "shape") else np.shape(a)
 
 
 class _Loss(Module):
@@ -41,7 +35,8 @@ class CrossEntropyLoss(_Loss):
 
     def forward(self, logits, labels):
         loss = cross_entropy(logits, labels)
-        return loss * float(_shape(logits)[0]) if self.reduction == "sum" else loss
+        # the mean over N (cross_entropy checked the (N, C) shape) times N
+        return loss * float(len(logits)) if self.reduction == "sum" else loss
 
 
 class MSELoss(_Loss):
