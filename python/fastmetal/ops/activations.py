@@ -4,35 +4,28 @@ without a parameter are lines of the table), and ``dropout2d``, which zeroes who
 channels with a mask drawn from ``fastmetal.random`` (so ``fm.manual_seed`` fixes it)."""
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .. import _core
 from . import random as _random
+from .checks import real_number
 from .elementwise import FUNCTIONS as E
 from .manipulation import where
 
 __all__ = ["leaky_relu", "elu", "dropout2d"]
 
 
-def _real(value, name, op):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"[fastmetal.{op}] expected {name} to be a number, got {value!r}")
-    return float(value)
-
-
 def leaky_relu(input, negative_slope=0.01):  # noqa: A002 (PyTorch's name)
     """``x`` where ``x > 0``, else ``negative_slope * x``, as
     ``torch.nn.functional.leaky_relu`` (gradient ``negative_slope`` at 0, as PyTorch's)."""
-    slope = _real(negative_slope, "negative_slope", "leaky_relu")
+    slope = real_number(negative_slope, "negative_slope", "leaky_relu")
     return where(E["greater"](input, 0.0), input, E["multiply"](input, slope))
 
 
 def elu(input, alpha=1.0):  # noqa: A002 (PyTorch's name)
     """``x`` where ``x > 0``, else ``alpha * (exp(x) - 1)``, as ``torch.nn.functional.elu``.
     The exponential only sees the non-positive part, so no overflow reaches the gradient."""
-    alpha = _real(alpha, "alpha", "elu")
+    alpha = real_number(alpha, "alpha", "elu")
     positive = E["greater"](input, 0.0)
     tail = where(positive, 0.0, input)
     return where(positive, input, E["multiply"](E["subtract"](E["exp"](tail), 1.0), alpha))
@@ -43,7 +36,7 @@ def dropout2d(input, p=0.5, training=True):  # noqa: A002 (PyTorch's name)
     and scale the rest by ``1 / (1 - p)``, as ``torch.nn.functional.dropout2d``: one draw per
     (sample, channel) from ``fastmetal.random``'s generator. Identity when not ``training``."""
     op = "dropout2d"
-    p = _real(p, "p", op)
+    p = real_number(p, "p", op)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"[fastmetal.{op}] expected p in [0, 1], got {p!r}")
     shape = tuple(input.shape) if hasattr(input, "shape") else np.shape(input)

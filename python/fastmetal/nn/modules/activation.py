@@ -10,6 +10,7 @@ from ...ops import activations as A
 from ...ops import training as F
 from ...ops.normalization import softmax as _softmax
 from ...ops.elementwise import FUNCTIONS as _E
+from ...ops.checks import real_number
 from .module import Module
 
 __all__ = ['ReLU', 'Sigmoid', 'Tanh', 'GELU', 'Softplus', 'SiLU', 'LeakyReLU', 'ELU', 'LogSoftmax',
@@ -59,10 +60,8 @@ class Softplus(Module):
 
     def __init__(self, beta=1.0, threshold=20.0):
         super().__init__()
-        for name, v in (("beta", beta), ("threshold", threshold)):
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
-                raise TypeError(f"[fastmetal.nn.Softplus] expected {name} to be a number, "
-                                f"got {v!r}")
+        real_number(beta, "beta", "nn.Softplus")
+        real_number(threshold, "threshold", "nn.Softplus")
         if beta <= 0:
             raise ValueError(f"[fastmetal.nn.Softplus] expected beta > 0, got {beta!r}")
         self.beta, self.threshold = float(beta), float(threshold)
@@ -99,7 +98,7 @@ class LeakyReLU(Module):
 
     def __init__(self, negative_slope=0.01):
         super().__init__()
-        A._real(negative_slope, "negative_slope", "nn.LeakyReLU")
+        real_number(negative_slope, "negative_slope", "nn.LeakyReLU")
         self.negative_slope = float(negative_slope)
 
     def forward(self, x):
@@ -114,7 +113,7 @@ class ELU(Module):
 
     def __init__(self, alpha=1.0):
         super().__init__()
-        A._real(alpha, "alpha", "nn.ELU")
+        real_number(alpha, "alpha", "nn.ELU")
         self.alpha = float(alpha)
 
     def forward(self, x):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ...ops import activations as A
 from ...ops import training as F
 from .. import init
+from ...ops.checks import real_number
 from .module import Module
 
 __all__ = ['Dropout', 'Dropout2d']
@@ -39,7 +40,7 @@ class Dropout2d(Module):
 
     def __init__(self, p=0.5):
         super().__init__()
-        A._real(p, "p", "nn.Dropout2d")
+        real_number(p, "p", "nn.Dropout2d")
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"[fastmetal.nn.Dropout2d] expected p in [0, 1], got {p!r}")
         self.p = float(p)
