@@ -160,8 +160,10 @@ kernel void log_softmax_backward(device const float* grad_out [[buffer(0)]],
 
 // ---------------------------------------------------------------------------- cross-entropy
 // Per row: loss_r = -log_softmax(row)[label], grad = (softmax - onehot) / rows, fused.
+// A label outside [0, classes) (possible only for labels on a discrete GPU, which the host
+// does not read) gives a NaN row loss and gradient row, never an out-of-bounds read.
 kernel void cross_entropy_rows(device const float* logits [[buffer(0)]],
-                               device const int32_t* labels [[buffer(1)]],
+                               device const int64_t* labels [[buffer(1)]],
                                device float* row_loss [[buffer(2)]],
                                device float* grad [[buffer(3)]],
                                constant CrossEntropyArgs& a [[buffer(4)]],
@@ -170,7 +172,13 @@ kernel void cross_entropy_rows(device const float* logits [[buffer(0)]],
   device const float* row = logits + base;
   float log_sum;
   const float m = row_max_logsum(row, a.classes, 1, log_sum);
-  const int32_t label = labels[gid];
+  const int64_t label64 = labels[gid];
+  if (label64 < 0 || label64 >= int64_t(a.classes)) {
+    row_loss[gid] = NAN;
+    for (int32_t c = 0; c < a.classes; ++c) grad[base + uint64_t(c)] = NAN;
+    return;
+  }
+  const int32_t label = int32_t(label64);
   row_loss[gid] = log_sum - (row[label] - m);
   for (int32_t c = 0; c < a.classes; ++c) {
     const float p = exp((row[c] - m) - log_sum);

@@ -55,6 +55,13 @@
 namespace fm {
 
 struct NativeOp;  // native_ops.h
+struct KernelArg;
+struct Dispatch;
+namespace capture {  // capture.h
+class Capture;
+bool on_launch(const std::string& kernel, const Dispatch& d, const std::vector<KernelArg>& args);
+bool on_upload(Storage& dst, std::size_t offset, const void* src, std::size_t n);
+}  // namespace capture
 
 
 // A kernel argument: a buffer (storage + byte offset) or a small block of bytes
@@ -136,9 +143,19 @@ class Backend {
 
   // Enqueue a kernel; args[i] binds the kernel parameter [[buffer(i)]]. Buffers named by
   // `args` stay alive until it has run (the Storage shared_ptrs are held). Raises
-  // BackendError for unknown kernels and driver failures.
-  virtual void launch(const std::string& kernel, const Dispatch& dispatch,
-                      const std::vector<KernelArg>& args) = 0;
+  // BackendError for unknown kernels and driver failures. While the calling thread records
+  // a capture (capture.h) the launch is also recorded; while it patches one, the launch
+  // only rewrites the recorded launch's argument blocks and does not run.
+  void launch(const std::string& kernel, const Dispatch& dispatch,
+              const std::vector<KernelArg>& args) {
+    if (!capture::on_launch(kernel, dispatch, args)) run_kernel(kernel, dispatch, args);
+  }
+  // What launch() does on this device (each backend's own; capture replays call it too).
+  virtual void run_kernel(const std::string& kernel, const Dispatch& dispatch,
+                          const std::vector<KernelArg>& args) = 0;
+  // Runs a capture's recorded work once more (capture.cpp has the portable loop over
+  // run_kernel, native host calls and uploads; CUDA replays a CUDA graph instead).
+  virtual void replay(capture::Capture& c);
   // Wait for all queued work of every thread (invariant 2). Called without the GIL.
   virtual void synchronize() = 0;
   // Called by an op after its launches (invariant 0): returns at once unless this thread's
@@ -166,7 +183,11 @@ class Backend {
   // Copies between host memory and a storage (for backends without host-visible memory;
   // host-visible backends do a memcpy). Ordered after queued work (invariant 3).
   virtual void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n);
-  virtual void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n);
+  // Recorded (and patched) like launch() under a capture.
+  void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) {
+    if (!capture::on_upload(dst, offset, src, n)) write_from_host(dst, offset, src, n);
+  }
+  virtual void write_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n);
 
  protected:
   void count_host_wait() { host_waits_.fetch_add(1, std::memory_order_relaxed); }

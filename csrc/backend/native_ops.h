@@ -3,7 +3,7 @@
 // none:
 //
 //   using Forward = void(const Conv2dArgs&, const Array&, const Array&, const Array*, const Array&);
-//   if (auto* fast = native<Forward>(backend, "conv2d_forward")) return fast(a, x, w, bias, y);
+//   if (auto fast = native<Forward>(backend, "conv2d_forward")) return fast(a, x, w, bias, y);
 //
 // A backend keeps one NativeOps table and returns its entries from Backend::native_op; the
 // implementations register themselves from the backend's own folder (see the CPU backend's
@@ -13,11 +13,13 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <vector>
 
 #include "../core/errors.h"
 #include "backend.h"
+#include "capture.h"
 
 namespace fm {
 
@@ -49,15 +51,44 @@ class NativeOps {
   std::vector<NativeOp> entries_;  // a handful per backend: a linear scan is fastest
 };
 
-// The backend's implementation of `name` with signature Fn, or nullptr.
+// The backend's implementation of `name` with signature Fn, or nullptr (raw: the caller
+// runs it outside any capture bookkeeping; ops use native() below).
 template <typename Fn>
-Fn* native(const Backend& b, const char* name) {
+Fn* native_pointer(const Backend& b, const char* name) {
   const NativeOp* op = b.native_op(name);
   if (op == nullptr) return nullptr;
   if (*op->type != typeid(Fn))
     throw BackendError(std::string("[fastmetal] internal: the '") + b.name() +
                        "' backend registered native op '" + name + "' with another signature");
   return reinterpret_cast<Fn*>(op->fn);
+}
+
+// A native op as ops call it: a function that is recorded by a capture (fastmetal.compile)
+// like a kernel launch, for operations that run on the host (void results); queries
+// (std::int64_t() choices) just run.
+template <typename Fn>
+class NativeFn;
+template <typename R, typename... A>
+class NativeFn<R(A...)> {
+ public:
+  explicit NativeFn(R (*fn)(A...)) : fn_(fn) {}
+  explicit operator bool() const { return fn_ != nullptr; }
+  R operator()(A... args) const {
+    if constexpr (std::is_void<R>::value) {
+      capture::run_native(fn_, args...);
+    } else {
+      return fn_(args...);
+    }
+  }
+
+ private:
+  R (*fn_)(A...);
+};
+
+// The backend's implementation of `name` with signature Fn (falsy where it has none).
+template <typename Fn>
+NativeFn<Fn> native(const Backend& b, const char* name) {
+  return NativeFn<Fn>(native_pointer<Fn>(b, name));
 }
 
 }  // namespace fm

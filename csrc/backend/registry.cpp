@@ -154,7 +154,7 @@ std::vector<std::string> config_problems() {
 void Backend::copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) {
   std::memcpy(dst, static_cast<const char*>(src.host) + offset, n);
 }
-void Backend::copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) {
+void Backend::write_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) {
   std::memcpy(static_cast<char*>(dst.host) + offset, src, n);
 }
 

@@ -14,7 +14,8 @@ class Backend;
 
 // One allocation on a device. On host-visible backends (cpu, metal) `host` is its CPU
 // address; `handle` is the backend's own object (an MTLBuffer, a CUDA pointer).
-struct Storage {
+// shared_from_this: a capture (fastmetal.compile) keeps the destination of a recorded copy.
+struct Storage : std::enable_shared_from_this<Storage> {
   Backend* backend = nullptr;
   void* host = nullptr;
   void* handle = nullptr;

@@ -262,7 +262,7 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
   if (lse.size() == 0) return {out, lse};
   using NativeForward = void(const SdpaArgs&, const Array&, const Array&, const Array&,
                              const Array*, const Array&, const Array&);
-  if (auto* fast = native<NativeForward>(be, "sdpa_forward")) {
+  if (auto fast = native<NativeForward>(be, "sdpa_forward")) {
     fast(a, q, k, v, mask, out, lse);
     return {out, lse};
   }
@@ -306,7 +306,7 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
   using NativeBackward = void(const SdpaArgs&, const Array&, const Array&, const Array&,
                               const Array&, const Array*, const Array&, const Array&,
                               const Array&, const Array&, const Array&);
-  if (auto* fast = native<NativeBackward>(be, "sdpa_backward")) {
+  if (auto fast = native<NativeBackward>(be, "sdpa_backward")) {
     fast(a, grad_out, q, k, v, mask, out, lse, dq, dk, dv);
     return {dq, dk, dv};
   }

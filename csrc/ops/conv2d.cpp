@@ -56,7 +56,9 @@ using NativeBackwardBias = void(const Conv2dArgs&, const Array& gy, const Array&
 void fill_zero(const Array& a) {
   if (a.size() == 0) return;
   if (a.backend().host_visible()) {
-    std::memset(a.host_data(), 0, a.nbytes());
+    char* p = a.host_data();
+    const std::size_t n = a.nbytes();
+    capture::run_host([p, n] { std::memset(p, 0, n); }, {a.storage});  // a host write: recorded
   } else {
     std::vector<char> zeros(a.nbytes(), 0);
     a.backend().copy_from_host(*a.storage, a.byte_offset(), zeros.data(), zeros.size());
@@ -588,7 +590,7 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
                     const Array& y) {
   if (y.size() == 0) return;
   Backend& b = y.backend();
-  if (auto* fast = native<NativeForward>(b, "conv2d_forward")) return fast(a, x, w, bias, y);
+  if (auto fast = native<NativeForward>(b, "conv2d_forward")) return fast(a, x, w, bias, y);
   const std::uint32_t flags = bias ? 1u : 0u;
   // Without a bias the kernel never reads buffer(2); bind any valid buffer there.
   const KernelArg bias_arg = bias ? buf(*bias) : buf(w);
@@ -611,7 +613,7 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
                            const Array& gx) {
   if (gx.size() == 0) return;
   Backend& b = gx.backend();
-  if (auto* fast = native<NativeBackwardInput>(b, "conv2d_backward_input"))
+  if (auto fast = native<NativeBackwardInput>(b, "conv2d_backward_input"))
     return fast(a, gy, w, gx);
   const std::int64_t cin_g = a.C_in / a.groups;
   if (cin_g <= 4) {
@@ -636,7 +638,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
                             const Array& gw) {
   if (a.N == 0) return fill_zero(gw);
   Backend& b = gw.backend();
-  if (auto* fast = native<NativeBackwardWeight>(b, "conv2d_backward_weight"))
+  if (auto fast = native<NativeBackwardWeight>(b, "conv2d_backward_weight"))
     return fast(a, gy, x, gw);
   const std::int64_t cout_g = a.C_out / a.groups, cin_g = a.C_in / a.groups;
   if (cout_g * cin_g <= 4) {
@@ -666,7 +668,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb) {
   if (a.N == 0) return fill_zero(gb);
   Backend& b = gb.backend();
-  if (auto* fast = native<NativeBackwardBias>(b, "conv2d_backward_bias")) return fast(a, gy, gb);
+  if (auto fast = native<NativeBackwardBias>(b, "conv2d_backward_bias")) return fast(a, gy, gb);
   // buffer(1) (the input) is not read by the bias sum; bind gy there.
   launch_reduce(b, "conv2d_backward_bias", a, a.C_out, gy, gy, gb);
 }

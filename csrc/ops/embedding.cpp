@@ -86,7 +86,7 @@ Array embedding(const Array& ids_in, const Array& weight) {
   a.n = std::int32_t(ids.size());
   a.rows = std::int32_t(std::min<std::int64_t>(w.shape[0], kMaxI32));
   a.dim = std::int32_t(w.shape[1]);
-  if (auto* fast = native<NativeForward>(be, "embedding_forward")) {
+  if (auto fast = native<NativeForward>(be, "embedding_forward")) {
     fast(a, ids, w, out);
     return out;
   }
@@ -129,7 +129,7 @@ Array embedding_backward(const Array& grad_output, const Array& ids_in,
   a.dim = std::int32_t(dim);
   a.blocks = std::int32_t((ids.size() + FM_SORT_BLOCK - 1) / FM_SORT_BLOCK);
   a.padding_idx = std::int32_t(padding_idx);
-  if (auto* fast = native<NativeBackward>(be, "embedding_backward")) {
+  if (auto fast = native<NativeBackward>(be, "embedding_backward")) {
     fast(a, ids, grad_output, gw);
     return gw;
   }

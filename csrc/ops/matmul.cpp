@@ -277,7 +277,7 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
   Backend& be = out.backend();
   // A backend's own GEMM (host-visible operands, read through p's strides).
   using NativeMatmul = void(const MatmulArgs&, const Array&, const Array&, const Array&);
-  if (auto* fast = native<NativeMatmul>(be, "matmul")) {
+  if (auto fast = native<NativeMatmul>(be, "matmul")) {
     be.synchronize();
     fast(p, a, b, out);
     return;

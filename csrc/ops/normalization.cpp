@@ -121,7 +121,7 @@ std::vector<Array> row_norm(const char* op, const Array& x, const Shape& stat_sh
   Array mean = Array::empty(be, stat_shape, DType::float32, op);
   Array rstd = Array::empty(be, stat_shape, DType::float32, op);
   if (a.rows == 0) return {y, mean, rstd};
-  if (auto* fast = native<NativeRowNormForward>(be, "row_norm_forward")) {
+  if (auto fast = native<NativeRowNormForward>(be, "row_norm_forward")) {
     if (x.dtype == DType::float32) {
       fast(a, x, w, b, y, mean, rstd);
     } else {
@@ -167,7 +167,7 @@ std::vector<Array> row_norm_backward(const char* op, const Array& g, const Array
     dw = Array::empty(be, {features}, DType::float32, op);
     db = Array::empty(be, {features}, DType::float32, op);
   }
-  if (auto* fast = native<NativeRowNormBackward>(be, "row_norm_backward")) {
+  if (auto fast = native<NativeRowNormBackward>(be, "row_norm_backward")) {
     if (x.dtype == DType::float32) {
       fast(a, g, x, w, mean, rstd, dx, affine ? &dw : nullptr, affine ? &db : nullptr);
     } else {
@@ -379,7 +379,7 @@ std::vector<Array> batch_norm(const Array& x, const Array* weight, const Array* 
     new_var = Array::empty(be, {C}, DType::float32, op);
   }
   if (C == 0) return {y, save_mean, save_rstd};
-  if (auto* fast = native<NativeBatchNormForward>(be, "batch_norm_forward")) {
+  if (auto fast = native<NativeBatchNormForward>(be, "batch_norm_forward")) {
     if (x.dtype == DType::float32) {
       fast(a, x, weight, bias, running_mean, running_var, y, save_mean, save_rstd,
            update ? &new_mean : nullptr, update ? &new_var : nullptr);
@@ -420,7 +420,7 @@ std::vector<Array> batch_norm_backward(const Array& grad, const Array& x, const 
   Array dw = Array::empty(be, {C}, DType::float32, op);
   Array db = Array::empty(be, {C}, DType::float32, op);
   if (C == 0) return {dx, dw, db};
-  if (auto* fast = native<NativeBatchNormBackward>(be, "batch_norm_backward")) {
+  if (auto fast = native<NativeBatchNormBackward>(be, "batch_norm_backward")) {
     if (x.dtype == DType::float32) {
       fast(a, grad, x, weight, save_mean, save_rstd, dx, dw, db);
     } else {
@@ -457,7 +457,7 @@ SoftmaxArgs softmax_args(const char* op, const Shape& s, i64 axis, std::uint32_t
 // log_softmax) or outer * inner (logsumexp).
 void launch_softmax(const Array& x, const SoftmaxArgs& a, const Array& out) {
   Backend& be = x.backend();
-  if (auto* fast = native<NativeSoftmax>(be, "softmax_forward")) {
+  if (auto fast = native<NativeSoftmax>(be, "softmax_forward")) {
     if (x.dtype == DType::float32) return fast(a, x, out);
     Array o32 = Array::empty(be, out.shape, DType::float32);
     fast(a, f32(x), o32);
@@ -495,7 +495,7 @@ Array softmax_backward(const Array& grad, const Array& y, std::int64_t axis,
   Backend& be = y.backend();
   Array dx = Array::empty(be, y.shape, y.dtype, op);
   if (dx.size() == 0) return dx;
-  if (auto* fast = native<NativeSoftmaxBackward>(be, "softmax_backward")) {
+  if (auto fast = native<NativeSoftmaxBackward>(be, "softmax_backward")) {
     if (y.dtype == DType::float32) {
       fast(a, grad, y, dx);
       return dx;

@@ -29,7 +29,7 @@ constexpr std::int32_t kFourierBlock = 16;
 // Samples per thread of the wide kernel variants where the backend prefers them (a CPU
 // vectorises the loop over them; native op "<name>", signature std::int64_t()), else 1.
 std::int64_t preferred_lanes(const Backend& be, const char* name) {
-  auto* lanes = native<std::int64_t()>(be, name);
+  auto lanes = native<std::int64_t()>(be, name);
   return lanes ? lanes() : 1;
 }
 

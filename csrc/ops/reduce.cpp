@@ -273,23 +273,29 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
 
   const bool is_sum = op == ReduceOp::sum || op == ReduceOp::mean;
   const bool is_dev = op == ReduceOp::var || op == ReduceOp::std;
-  NativeRows* sum_rows = native<NativeRows>(b, "reduce_sum_rows");
+  NativeRows* sum_rows = native_pointer<NativeRows>(b, "reduce_sum_rows");
   NativeRows* fast = is_sum ? sum_rows
-                     : is_dev ? (sum_rows ? native<NativeRows>(b, "reduce_sumsq_dev_rows") : nullptr)
-                     : op == ReduceOp::max ? native<NativeRows>(b, "reduce_max_rows")
-                     : op == ReduceOp::min ? native<NativeRows>(b, "reduce_min_rows")
+                     : is_dev ? (sum_rows ? native_pointer<NativeRows>(b, "reduce_sumsq_dev_rows") : nullptr)
+                     : op == ReduceOp::max ? native_pointer<NativeRows>(b, "reduce_max_rows")
+                     : op == ReduceOp::min ? native_pointer<NativeRows>(b, "reduce_min_rows")
                                            : nullptr;
   if (fast != nullptr) {
     b.synchronize();  // the gather, if any
     const float* src = reinterpret_cast<const float*>(l.src.host_data());
     float* dst = reinterpret_cast<float*>(out.host_data());
-    if (is_dev) {
-      std::vector<double> mean(static_cast<std::size_t>(outputs));
-      sum_rows(src, l.outer, l.R, l.inner, nullptr, R, false, nullptr, mean.data());
-      fast(src, l.outer, l.R, l.inner, mean.data(), divisor, root, dst, nullptr);
-    } else {
-      fast(src, l.outer, l.R, l.inner, nullptr, divisor, false, dst, nullptr);
-    }
+    const i64 outer = l.outer, rows = l.R, inner = l.inner;
+    // Raw pointers into the two storages: a capture keeps those alive (capture::run_host).
+    capture::run_host(
+        [=] {
+          if (is_dev) {
+            std::vector<double> mean(static_cast<std::size_t>(outputs));
+            sum_rows(src, outer, rows, inner, nullptr, R, false, nullptr, mean.data());
+            fast(src, outer, rows, inner, mean.data(), divisor, root, dst, nullptr);
+          } else {
+            fast(src, outer, rows, inner, nullptr, divisor, false, dst, nullptr);
+          }
+        },
+        {l.src.storage, out.storage});
     return out;
   }
 
@@ -338,10 +344,12 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   const i64 outputs = l.outer * l.inner;
   if (outputs == 0) return out;
   const int sign = op == ReduceOp::argmax ? 1 : -1;
-  if (auto* fast = native<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows")) {
+  if (NativeArgRows* fast = native_pointer<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows")) {
     b.synchronize();
-    fast(reinterpret_cast<const float*>(l.src.host_data()), l.outer, l.R, l.inner,
-         reinterpret_cast<std::int64_t*>(out.host_data()));
+    const float* src = reinterpret_cast<const float*>(l.src.host_data());
+    std::int64_t* dst = reinterpret_cast<std::int64_t*>(out.host_data());
+    const i64 outer = l.outer, rows = l.R, inner = l.inner;
+    capture::run_host([=] { fast(src, outer, rows, inner, dst); }, {l.src.storage, out.storage});
     return out;
   }
   const std::string kernel = sign > 0 ? "reduce_argmax" : "reduce_argmin";

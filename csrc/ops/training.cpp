@@ -62,7 +62,7 @@ void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out) {
   Backend& be = out.backend();
   // A backend's own form of the same mask (the CPU's, with native 64-bit products).
   using NativeDropout = void(const DropoutArgs&, const Array&, const Array&);
-  if (auto* fast = native<NativeDropout>(be, "dropout_apply")) return fast(a, x, out);
+  if (auto fast = native<NativeDropout>(be, "dropout_apply")) return fast(a, x, out);
   Dispatch d = grid(be, "dropout_apply", (a.n + 3u) / 4u);
   d.cost = 16;  // ten Philox rounds per four elements
   be.launch("dropout_apply", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});
@@ -122,14 +122,14 @@ FM_PYTHON_OP(log_softmax_backward,
              "_log_softmax_backward(grad_output: Array, output: Array, axis: int)",
              "Private: see training.py.");
 
-void launch_cross_entropy(const Array& logits, const StoragePtr& labels,
+void launch_cross_entropy(const Array& logits, const StoragePtr& labels, std::size_t labels_offset,
                           const CrossEntropyArgs& a, const Array& loss, const Array& grad) {
   Backend& be = grad.backend();
   StoragePtr rows = be.allocate(std::size_t(std::max(a.rows, 1)) * sizeof(float));
   Dispatch d = grid(be, "cross_entropy_rows", std::uint32_t(a.rows));
   d.cost = std::uint64_t(a.classes) * 4;
   be.launch("cross_entropy_rows", d,
-            {buf(logits), KernelArg::buffer(labels), KernelArg::buffer(rows), buf(grad),
+            {buf(logits), KernelArg::buffer(labels, labels_offset), KernelArg::buffer(rows), buf(grad),
              KernelArg::inline_bytes(&a, sizeof(a))});
   Dispatch one = grid(be, "cross_entropy_mean", 1);
   one.cost = std::uint64_t(a.rows);

@@ -9,4 +9,5 @@ void bind_reductions(pybind11::module_& m);  // reduce_bindings.cpp: reductions,
 void bind_training(pybind11::module_& m);  // training_py.cpp: pooling, dropout, losses, optimizers
 void bind_indexing(pybind11::module_& m);  // index_bindings.cpp: take, put, mask positions
 void bind_attention(pybind11::module_& m);  // attention_bindings.cpp: fused attention
+void bind_capture(pybind11::module_& m);  // capture_bindings.cpp: fastmetal.compile's recorder
 }  // namespace fm::python

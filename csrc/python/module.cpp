@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "backend/capture.h"
 #include "core/array.h"
 #include "python/bindings.h"
 #include "backend/python_hooks.h"
@@ -68,16 +69,25 @@ py::object filled(py::handle shape, py::handle dtype, py::handle device, const c
     // Fill in place where the CPU sees the memory, else on the host and copy once.
     std::vector<char> staging;
     char* p = a.storage->host ? a.host_data() : (staging.resize(a.nbytes()), staging.data());
-    if (value == 0) {
-      std::memset(p, 0, a.nbytes());
-    } else if (t == DType::float32) {
-      std::fill_n(reinterpret_cast<float*>(p), a.size(), 1.0f);
-    } else if (t == DType::int64) {
-      std::fill_n(reinterpret_cast<std::int64_t*>(p), a.size(), std::int64_t(1));
+    const std::size_t nbytes = a.nbytes(), size = std::size_t(a.size());
+    // A host write into device memory: a capture (fastmetal.compile) records it.
+    auto fill = [p, nbytes, size, value, t] {
+      if (value == 0) {
+        std::memset(p, 0, nbytes);
+      } else if (t == DType::float32) {
+        std::fill_n(reinterpret_cast<float*>(p), size, 1.0f);
+      } else if (t == DType::int64) {
+        std::fill_n(reinterpret_cast<std::int64_t*>(p), size, std::int64_t(1));
+      } else {
+        std::fill_n(reinterpret_cast<_Float16*>(p), size, _Float16(1.0f));
+      }
+    };
+    if (staging.empty()) {
+      capture::run_host(fill, {a.storage});
     } else {
-      std::fill_n(reinterpret_cast<_Float16*>(p), a.size(), _Float16(1.0f));
+      fill();
+      b.copy_from_host(*a.storage, a.byte_offset(), p, a.nbytes());
     }
-    if (!staging.empty()) b.copy_from_host(*a.storage, a.byte_offset(), p, a.nbytes());
   }
   return py::cast(std::move(a));
 }
@@ -302,6 +312,7 @@ PYBIND11_MODULE(_core, m) {
   fm::python::bind_reductions(m);
   fm::python::bind_indexing(m);
   fm::python::bind_attention(m);
+  fm::python::bind_capture(m);
 
   // Introspection for tests and `python -m fastmetal`.
   m.def("_config_problems", &fm::env::config_problems,

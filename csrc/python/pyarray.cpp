@@ -1,3 +1,4 @@
+#include "backend/capture.h"
 #include "python/pyarray.h"
 
 #include <cstring>
@@ -246,6 +247,7 @@ py::dtype numpy_dtype(DType t) {
 }
 
 void wait_for_host(const Array& a) {
+  capture::on_host_read("a host read of an Array (buffer protocol, DLPack, NumPy view)");
   if (a.size() == 0) return;
   py::gil_scoped_release nogil;
   a.backend().wait_for_host(*a.storage);
@@ -255,6 +257,7 @@ py::array numpy_view(const Array& a, py::handle owner) {
   const std::size_t item = itemsize(a.dtype);
   std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
   if (!a.backend().host_visible()) {
+    capture::on_host_read("a copy of an Array to the host (.numpy(), .item(), np.asarray)");
     py::array out(numpy_dtype(a.dtype), shape);
     if (a.size() == 0) return out;  // nothing to copy, whatever its strides
     if (!a.contiguous()) throw BackendError("[fastmetal] host copy of a strided device array");

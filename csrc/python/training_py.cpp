@@ -11,6 +11,7 @@
 
 #include "python/bindings.h"
 #include "core/errors.h"
+#include "ops/convert.h"
 #include "ops/training.h"
 #include "python/pyarray.h"
 
@@ -108,8 +109,51 @@ py::object dropout(py::handle x, std::uint32_t threshold, float scale, std::uint
   return wrap_result(std::move(out), any_array({x}));
 }
 
-py::tuple cross_entropy(py::handle logits,
-                        py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> labels) {
+// Class labels: an int64 fastmetal.Array (read in place on its device) or NumPy integers.
+// Their range is checked on the host where that costs no wait: NumPy labels, and Arrays in
+// host-visible memory; labels on a discrete GPU are checked by the kernel, which gives a NaN
+// loss (and NaN gradient row) for a label outside [0, C) instead of reading out of bounds.
+Array label_array(py::handle labels, Backend& be, const std::string& op, std::int64_t rows,
+                  std::int64_t classes) {
+  Array lab;
+  if (is_array(labels)) {
+    lab = labels.cast<const Array&>();
+    if (lab.dtype != DType::int64)
+      throw TypeError(message(op, "expected labels as integers (a NumPy array, a sequence or an "
+                                  "int64 fastmetal.Array), got a ", dtype_name(lab.dtype),
+                              " fastmetal.Array"));
+    if (&lab.backend() != &be)
+      throw ValueError(message(op, "expected labels on the logits' device '", be.name(),
+                               "', got an Array on '", lab.backend().name(), "'"));
+    if (!lab.contiguous()) lab = convert(lab, DType::int64);
+  } else {
+    py::array arr = py::module_::import("numpy").attr("asarray")(labels);
+    const char kind = arr.dtype().kind();
+    if (kind != 'i' && kind != 'u')
+      throw TypeError(message(op, "expected labels with an integer dtype, got ",
+                              std::string(py::str(arr.dtype()))));
+    lab = to_array(arr, be, op, "labels", DType::int64);
+  }
+  if (lab.ndim() != 1 || lab.shape[0] != rows)
+    throw ValueError(message(op, "expected ", rows, " labels, got ", lab.ndim(), "-D labels of ",
+                             lab.size(), " values"));
+  if (be.host_visible()) {
+    be.wait_for_host(*lab.storage);
+    const std::int64_t* lp = reinterpret_cast<const std::int64_t*>(lab.host_data());
+    for (std::int64_t i = 0; i < rows; ++i)
+      if (lp[i] < 0 || lp[i] >= classes)
+        throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
+  } else if (!is_array(labels)) {
+    auto host = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(labels);
+    const std::int64_t* lp = host.data();
+    for (std::int64_t i = 0; i < rows; ++i)
+      if (lp[i] < 0 || lp[i] >= classes)
+        throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
+  }
+  return lab;
+}
+
+py::tuple cross_entropy(py::handle logits, py::handle labels) {
   const std::string op = "cross_entropy";
   Backend& be = pick_backend(op, {{"logits", logits}});
   Array la = to_contiguous_array(logits, be, op, "logits", DType::float32);
@@ -119,22 +163,16 @@ py::tuple cross_entropy(py::handle logits,
   const std::int64_t rows = la.shape[0], classes = la.shape[1];
   if (rows > kMaxI32 || classes > kMaxI32)
     throw ValueError(message(op, "expected fewer than 2**31 rows and classes, got ", shape_str(la.shape)));
-  if (labels.ndim() != 1 || labels.shape(0) != rows)
-    throw ValueError(message(op, "expected ", rows, " labels, got ", labels.ndim(), "-D labels of ",
-                             labels.size(), " values"));
-  const std::int32_t* lp = labels.data();
-  for (std::int64_t i = 0; i < rows; ++i)
-    if (lp[i] < 0 || lp[i] >= classes)
-      throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
-  StoragePtr lab = be.allocate(std::size_t(rows) * sizeof(std::int32_t));
-  be.copy_from_host(*lab, 0, lp, std::size_t(rows) * sizeof(std::int32_t));
+  const Array lab_array = label_array(labels, be, op, rows, classes);
+  const StoragePtr lab = lab_array.storage;
+  const std::size_t lab_offset = lab_array.byte_offset();
   CrossEntropyArgs a{};
   a.rows = std::int32_t(rows);
   a.classes = std::int32_t(classes);
   a.inv_rows = float(1.0 / double(rows));
   Array loss = Array::empty(be, Shape{}, DType::float32);
   Array grad = Array::empty(be, la.shape, DType::float32);
-  run_op(be, [&] { launch_cross_entropy(la, lab, a, loss, grad); });
+  run_op(be, [&] { launch_cross_entropy(la, lab, lab_offset, a, loss, grad); });
   const bool fm_result = any_array({logits});
   return py::make_tuple(wrap_result(std::move(loss), fm_result),
                         wrap_result(std::move(grad), fm_result));

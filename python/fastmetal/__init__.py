@@ -17,6 +17,7 @@ from ._core import Array
 # data.
 from .autograd.functional import grad, value_and_grad
 from .autograd.tape import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .ops.capture import CompileWarning, compile  # noqa: A004
 from .ops.devices import (configuration_problems as _configuration_problems, default_device,
                           devices, set_default_device, synchronize)
 from .ops.creation import (arange, asarray, empty, empty_like, full, full_like, linspace,
@@ -78,6 +79,8 @@ __all__ = [
     "divmod",
     # automatic differentiation
     "grad", "value_and_grad", "no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled",
+    # a step captured once and replayed (ops/capture.py)
+    "compile", "CompileWarning",
     # numerical differentiation
     "gradient",
     "derivative",

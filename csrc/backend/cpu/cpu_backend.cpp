@@ -71,8 +71,8 @@ class CpuBackend final : public Backend {
     return s;
   }
 
-  void launch(const std::string& kernel, const Dispatch& d,
-              const std::vector<KernelArg>& args) override {
+  void run_kernel(const std::string& kernel, const Dispatch& d,
+                  const std::vector<KernelArg>& args) override {
     constexpr std::size_t kMaxArgs = 32;
     const KernelInfo* info =
         &checked_kernel(kernel_table().find(kernel), "CPU", kernel, args.size(), kMaxArgs);

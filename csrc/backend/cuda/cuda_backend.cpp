@@ -10,6 +10,7 @@
 
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
+#include "../capture.h"
 #include "../launch.h"
 #include "../registry.h"
 #include "cuda_kernel_abi.h"
@@ -109,8 +110,8 @@ class CudaBackend final : public Backend {
     return s;
   }
 
-  void launch(const std::string& kernel, const Dispatch& d,
-              const std::vector<KernelArg>& args) override {
+  void run_kernel(const std::string& kernel, const Dispatch& d,
+                  const std::vector<KernelArg>& args) override {
     const cudak::KernelInfo* info = &checked_kernel(cudak::kernel_table().find(kernel), "CUDA",
                                                     kernel, args.size(), cudak::kMaxArgs);
     const GroupCounts counts = group_counts(d);
@@ -143,7 +144,7 @@ class CudaBackend final : public Backend {
     cudak::Dims dims;
     dims.grid = cudak::u3{d.grid[0], d.grid[1], d.grid[2]};
     dims.num_groups = cudak::u3{counts.num_groups[0], counts.num_groups[1], counts.num_groups[2]};
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     check(cudaSetDevice(device_), "cudaSetDevice");
     for (std::size_t i = 0, next = 0; i < args.size(); ++i) {
       if (args[i].storage || a.inline_at[i] != 0) continue;
@@ -166,9 +167,43 @@ class CudaBackend final : public Backend {
       }
   }
 
+  // A capture replays as one CUDA graph, recorded at its first replay by running the
+  // capture's launches under stream capture. The graph's kernels read their argument blocks
+  // from a device copy of the capture's arena, so that a patch (a new dropout key, a new
+  // learning rate) is one upload of the arena before the launch, not a new graph; recorded
+  // copies from the host come from that copy too (a device-to-device copy node).
+  struct GraphState {
+    cudaGraphExec_t exec = nullptr;
+    StoragePtr arena;  // the capture's arena on the device
+    std::uint64_t generation = ~std::uint64_t(0);
+    ~GraphState() {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    }
+  };
+
+  void replay(capture::Capture& c) override {
+    if (c.size() == 0) return;
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    auto state = std::static_pointer_cast<GraphState>(c.backend_state);
+    if (!state) {
+      state = std::make_shared<GraphState>();
+      state->arena = allocate(std::max<std::size_t>(c.arena().size(), 16));
+      record_graph(c, *state);
+      c.backend_state = state;
+    }
+    if (state->generation != c.generation()) {
+      check(cudaMemcpyAsync(state->arena->handle, c.arena().data(), c.arena().size(),
+                            cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync of a capture's arguments");
+      state->generation = c.generation();
+    }
+    check(cudaGraphLaunch(state->exec, stream_), "cudaGraphLaunch");
+  }
+
   void synchronize() override {
     count_host_wait();
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     drain_locked();
   }
   void wait_for_host(const Storage&) override { synchronize(); }
@@ -184,7 +219,7 @@ class CudaBackend final : public Backend {
   void copy_to_host(const Storage& src, std::size_t offset, void* dst, std::size_t n) override {
     if (n == 0) return;
     count_host_wait();
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaMemcpyAsync(dst, static_cast<const char*>(src.handle) + offset, n,
                           cudaMemcpyDeviceToHost, stream_),
@@ -193,9 +228,9 @@ class CudaBackend final : public Backend {
   }
   // From pageable memory the driver stages `src` before returning (so the caller may reuse
   // it at once); the copy itself runs in stream order, before any kernel queued later.
-  void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
+  void write_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
     if (n == 0) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaMemcpyAsync(static_cast<char*>(dst.handle) + offset, src, n,
                           cudaMemcpyHostToDevice, stream_),
@@ -203,6 +238,40 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Called with mu_ held. Host calls (the CPU's native ops) never exist on this device.
+  void record_graph(capture::Capture& c, GraphState& state) {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+          "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      std::vector<KernelArg> args;
+      for (const capture::Entry& e : c.entries()) {
+        if (e.kind == capture::Entry::Kind::kernel) {
+          args = e.args;
+          for (const auto& [i, at] : e.blocks) args[i] = KernelArg::buffer(state.arena, at);
+          run_kernel(e.kernel, e.dispatch, args);
+        } else if (e.kind == capture::Entry::Kind::upload) {
+          if (e.n == 0) continue;
+          check(cudaMemcpyAsync(static_cast<char*>(e.dst->handle) + e.dst_offset,
+                                static_cast<const char*>(state.arena->handle) + e.at, e.n,
+                                cudaMemcpyDeviceToDevice, stream_),
+                "cudaMemcpyAsync in a capture");
+        } else {
+          throw BackendError("[fastmetal.compile] internal: a host call recorded on cuda");
+        }
+      }
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    const cudaError_t made = cudaGraphInstantiateWithFlags(&state.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(made, "cudaGraphInstantiate");
+  }
+
   // Waits for everything queued on stream_ (by any thread); a kernel's fault surfaces here.
   void drain_locked() {
     check(cudaSetDevice(device_), "cudaSetDevice");
@@ -214,7 +283,9 @@ class CudaBackend final : public Backend {
   bool inline_args_ = true;
   cudaStream_t stream_ = nullptr;  // before pool_: the pool's free waits on it
   CachingAllocator pool_;
-  std::mutex mu_;  // orders launches and copies of all threads on stream_
+  // Orders launches and copies of all threads on stream_; recursive because replay() holds
+  // it while run_kernel() records a CUDA graph (no other thread may enqueue meanwhile).
+  std::recursive_mutex mu_;
 };
 
 }  // namespace

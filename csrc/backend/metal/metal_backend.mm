@@ -199,8 +199,15 @@ class MetalBackend final : public Backend {
     });
   }
 
-  void launch(const std::string& kernel, const Dispatch& d,
-              const std::vector<KernelArg>& args) override {
+  // fastmetal.compile replays a capture through Backend::replay (capture.cpp): the recorded
+  // launches are encoded again, from C++, into the open command buffer, with their argument
+  // blocks set from the capture's arena (setBytes) where patches wrote them. That removes
+  // Python and the ops' checks and allocations from a step; what remains per launch is the
+  // encoding itself (pipeline lookup, setBuffer/setBytes, dispatchThreads). An
+  // MTLIndirectCommandBuffer encoded once would remove that too; it is not written because
+  // its gain cannot be measured without a Mac.
+  void run_kernel(const std::string& kernel, const Dispatch& d,
+                  const std::vector<KernelArg>& args) override {
     pooled([&] { launch_impl(kernel, d, args); });
   }
 
@@ -272,7 +279,7 @@ class MetalBackend final : public Backend {
     wait_for_host(src);
     std::memcpy(dst, static_cast<const char*>(src.host) + offset, n);
   }
-  void copy_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
+  void write_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
     wait_for_host(dst);
     std::memcpy(static_cast<char*>(dst.host) + offset, src, n);
   }

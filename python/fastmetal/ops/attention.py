@@ -15,6 +15,7 @@ import numpy as np
 from .. import _core
 from ..autograd import tape
 from ..autograd.declare import op
+from .capture import uncapturable
 from .random import fresh_seed
 from .training import _dropout_key
 
@@ -53,6 +54,10 @@ def _check(dropout_p, is_causal, scale, enable_gqa, seed):
     if float(dropout_p) == 0.0:
         return 0, 1.0, 0, 0
     if seed is None:
+        # The key is drawn in Python and is the same for forward and backward; a compiled
+        # step would replay it unchanged: such a step runs eagerly (ops/capture.py).
+        uncapturable("scaled_dot_product_attention with dropout_p > 0 (its key is drawn in "
+                     "Python)")
         seed = fresh_seed()
     return _dropout_key(float(dropout_p), seed, _OP)
 

@@ -23,6 +23,7 @@ import threading as _threading
 import numpy as _np
 
 from .. import _core
+from .capture import dynamic
 
 __all__ = ["Generator", "seed", "normal", "uniform", "bernoulli"]
 
@@ -176,9 +177,13 @@ def _draw(op, fill, shape, dtype, device, generator, *params):
     device = _device(device, op)
     gen = _generator(generator, op)
     out = _core.empty(shape, dtype="float32", device=device)
-    key0, key1, counter = gen._take(n, op)
-    if n:
-        fill(out, key0, key1, counter, *params)
+
+    def draw():  # re-run at each replay of a compiled step: the counter advances as eagerly
+        key0, key1, counter = gen._take(n, op)
+        if n:
+            fill(out, key0, key1, counter, *params)
+
+    dynamic(draw)
     return out if dt == _np.float32 else _core.asarray(out, dtype=dt)
 
 

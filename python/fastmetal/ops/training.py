@@ -17,6 +17,7 @@ import numpy as np
 from .. import _core
 from ..autograd import tape
 from ..autograd.declare import op, refuse_recording
+from .capture import cell, dynamic
 
 __all__ = ["max_pool2d", "max_pool2d_backward", "dropout", "dropout_backward", "log_softmax",
            "log_softmax_backward", "cross_entropy"]
@@ -120,12 +121,15 @@ def dropout(input, p=0.5, *, seed, training=True):  # noqa: A002 (PyTorch's name
                         f"got {training!r}")
     if not training or threshold == 0:
         return input, None
-    return _core._dropout(input, threshold, scale, k0, k1), (threshold, scale, k0, k1)
+    key = cell()  # the key of this call, which a compiled step's replay rewrites
+    key[0] = (threshold, scale, k0, k1)
+    return _core._dropout(input, threshold, scale, k0, k1), key
 
 
 @dropout.vjp
 def _dropout_vjp(ctx, g):  # aux: the mask's key, as the forward computed it
-    return _core._dropout(g, *ctx.aux)
+    key = ctx.aux
+    return dynamic(lambda: _core._dropout(g, *key[0]))
 
 
 def dropout_backward(grad_output, p, *, seed):
@@ -200,6 +204,14 @@ def cross_entropy(logits, labels):
     ``(softmax(logits) - one_hot(labels)) / N`` for ``backward()``. log-softmax is computed
     max-shifted, so logits as large as ``±1e30`` give the same finite numbers as PyTorch.
     """
+    if isinstance(labels, _core.Array):
+        if labels.dtype != np.int64:
+            raise TypeError(f"[fastmetal.cross_entropy] expected labels as integers (a NumPy "
+                            f"array, a sequence or an int64 fastmetal.Array), got a "
+                            f"{labels.dtype} fastmetal.Array")
+        # Read in place on its device (no wait for the host): the range is checked on the host
+        # where the memory is the host's, else by the kernel (a NaN loss; see _cross_entropy).
+        return _core._cross_entropy(logits, labels)
     arr = _labels(labels, "cross_entropy")
     shape = tuple(logits.shape) if hasattr(logits, "shape") else np.shape(logits)
     if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
@@ -212,7 +224,7 @@ def cross_entropy(logits, labels):
         bad = arr[(arr < 0) | (arr >= shape[1])][0]
         raise ValueError(f"[fastmetal.cross_entropy] expected labels in [0, {shape[1]}), "
                          f"got {bad}")
-    return _core._cross_entropy(logits, arr.astype(np.int32))
+    return _core._cross_entropy(logits, arr.astype(np.int64))
 
 
 @cross_entropy.vjp

@@ -9,6 +9,7 @@ parameter's ``.grad`` (written by ``loss.backward()``) and skips parameters with
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -17,6 +18,7 @@ import numpy as np
 from .._core import Array
 from ..autograd.tape import enable_grad, no_grad
 from ..ops.creation import asarray, zeros
+from ..ops.capture import dynamic
 from ..ops.elementwise import copy
 from ..ops.training import optimizer_step
 
@@ -132,7 +134,10 @@ class Optimizer:
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
-                        self._update_param(p, p.grad, self.state.setdefault(id(p), {}), group)
+                        # Re-run at each replay of a compiled step: the step count, bias
+                        # corrections and learning rate are Python's (fastmetal.compile).
+                        dynamic(functools.partial(self._update_param, p, p.grad,
+                                                  self.state.setdefault(id(p), {}), group))
         return loss
 
     def _update_param(self, p, grad, state, group):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ...ops import activations as A
 from ...ops import training as F
+from ...ops.capture import dynamic
 from .. import init
 from ...ops.checks import real_number
 from .module import Module
@@ -26,9 +27,12 @@ class Dropout(Module):
     def forward(self, x):
         if not self.training or self.p == 0.0:
             return x
-        seed = self._next_seed
-        self._next_seed = (seed + 1) % 2**64
-        return F.dropout(x, self.p, seed=seed)
+        def draw():  # re-run at each replay of a compiled step (fastmetal.compile)
+            seed = self._next_seed
+            self._next_seed = (seed + 1) % 2**64
+            return F.dropout(x, self.p, seed=seed)
+
+        return dynamic(draw)
 
     def extra_repr(self):
         return f"p={self.p}"
