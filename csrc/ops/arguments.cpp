@@ -3,6 +3,7 @@
 #include <array>
 
 #include "backend/backend.h"
+#include "backend/capture.h"
 #include "ops/convert.h"
 
 namespace fm {
@@ -199,7 +200,10 @@ void Output::finish() {
   // A NumPy out= the device could not share was lent to it as a copy: copy it back.
   if (o.kind == OutArg::Kind::host && o.in_place) {
     const Storage& st = *o.array.storage;
-    if (st.copied_from != nullptr) st.backend->copy_to_host(st, 0, st.copied_from, st.nbytes);
+    if (st.copied_from != nullptr) {
+      capture::on_host_read("a NumPy out= on a device that cannot share host memory");
+      st.backend->copy_to_host(st, 0, st.copied_from, st.nbytes);
+    }
   }
 }
 

@@ -24,7 +24,10 @@ Array int64_ids(const Array& ids, const char* op) {
 }
 
 // The ids' smallest and largest values, read on the host (a copy; ordered after queued work).
+// A replay of a recorded step (fastmetal.compile) would skip this check and index with
+// unchecked ids: such a step runs eagerly instead.
 void id_range(const Array& ids, std::int64_t& lo, std::int64_t& hi) {
+  capture::on_host_read("embedding's range check of the ids");
   std::vector<std::int64_t> host(std::size_t(ids.size()));
   ids.backend().copy_to_host(*ids.storage, ids.byte_offset(), host.data(),
                              host.size() * sizeof(std::int64_t));

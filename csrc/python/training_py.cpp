@@ -8,8 +8,10 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "python/bindings.h"
+#include "backend/capture.h"
 #include "core/errors.h"
 #include "ops/convert.h"
 #include "ops/training.h"
@@ -110,9 +112,10 @@ py::object dropout(py::handle x, std::uint32_t threshold, float scale, std::uint
 }
 
 // Class labels: an int64 fastmetal.Array (read in place on its device) or NumPy integers.
-// Their range is checked on the host where that costs no wait: NumPy labels, and Arrays in
-// host-visible memory; labels on a discrete GPU are checked by the kernel, which gives a NaN
-// loss (and NaN gradient row) for a label outside [0, C) instead of reading out of bounds.
+// Their range is checked on the host (a ValueError), except for labels on a discrete GPU
+// while a step is recorded for replay (fastmetal.compile): a replay runs no host code, so
+// the kernel checks them too and gives a NaN loss (and NaN gradient row) for a label
+// outside [0, C) instead of reading out of bounds.
 Array label_array(py::handle labels, Backend& be, const std::string& op, std::int64_t rows,
                   std::int64_t classes) {
   Array lab;
@@ -143,8 +146,12 @@ Array label_array(py::handle labels, Backend& be, const std::string& op, std::in
     for (std::int64_t i = 0; i < rows; ++i)
       if (lp[i] < 0 || lp[i] >= classes)
         throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
-  } else if (!is_array(labels)) {
-    auto host = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(labels);
+  } else if (capture::recording() == nullptr) {
+    std::vector<std::int64_t> host(static_cast<std::size_t>(rows));
+    {
+      py::gil_scoped_release nogil;  // waits for the work that computes the labels
+      be.copy_to_host(*lab.storage, lab.byte_offset(), host.data(), host.size() * sizeof(std::int64_t));
+    }
     const std::int64_t* lp = host.data();
     for (std::int64_t i = 0; i < rows; ++i)
       if (lp[i] < 0 || lp[i] >= classes)

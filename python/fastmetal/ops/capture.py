@@ -36,7 +36,7 @@ from .. import _core
 from ..autograd.tape import no_grad
 from .elementwise import copy as _copy
 
-__all__ = ["compile", "dynamic", "cell", "uncapturable", "CompileWarning"]
+__all__ = ["compile", "dynamic", "cell", "tracing", "uncapturable", "CompileWarning"]
 
 
 class CompileWarning(UserWarning):
@@ -64,22 +64,41 @@ def _trace():
     return getattr(_local, "trace", None)
 
 
-def dynamic(fn):
+class _Region:
+    __slots__ = ("begin", "end", "fn", "key", "last")
+
+    def __init__(self, begin, end, fn, key, last):
+        self.begin, self.end, self.fn, self.key, self.last = begin, end, fn, key, last
+
+
+def dynamic(fn, key=None):
     """Run ``fn()`` (a closure over the Arrays it uses) and return its result; while a
     compiled function is traced, also run it again at every replay, in patch mode: it must
     issue the same ops on the same Arrays, with the values (keys, learning rates) of that
-    replay. Used where Python state feeds a kernel's arguments."""
+    replay. Used where Python state feeds a kernel's arguments.
+
+    ``key``: optional, a function of that state, called before ``fn``; where it returns what
+    it returned the time before, the replay skips ``fn`` (its launches keep their
+    arguments). It must cover every value ``fn`` writes into a launch and every side effect
+    ``fn`` has on Python state (an optimizer's step count)."""
     t = _trace()
     if t is None or t.patching or t.depth:
         return fn()
+    last = key() if key is not None else None
     begin = _core._capture_position()
     t.depth += 1
     try:
         result = fn()
     finally:
         t.depth -= 1
-    t.regions.append((begin, _core._capture_position(), fn))
+    t.regions.append(_Region(begin, _core._capture_position(), fn, key, last))
     return result
+
+
+def tracing():
+    """Whether this thread is recording a compiled function's trace (not replaying it)."""
+    t = _trace()
+    return t is not None and not t.patching
 
 
 def cell():
@@ -165,12 +184,18 @@ class _Replay:
                 _local.trace = t
                 t.patching, t.cell_at = True, 0
                 try:
-                    for begin, end, fn in t.regions:
-                        cap.begin_patching(begin, end)
-                        try:
-                            fn()
-                        finally:
-                            cap.end_patching()
+                    with no_grad():  # the ops only rewrite arguments: no graph to record
+                        for r in t.regions:
+                            if r.key is not None:
+                                k = r.key()
+                                if k == r.last:
+                                    continue
+                                r.last = k
+                            cap.begin_patching(r.begin, r.end)
+                            try:
+                                r.fn()
+                            finally:
+                                cap.end_patching()
                 finally:
                     t.patching = False
                     _local.trace = None

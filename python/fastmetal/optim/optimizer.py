@@ -18,7 +18,7 @@ import numpy as np
 from .._core import Array
 from ..autograd.tape import enable_grad, no_grad
 from ..ops.creation import asarray, zeros
-from ..ops.capture import dynamic
+from ..ops.capture import dynamic, tracing
 from ..ops.elementwise import copy
 from ..ops.training import optimizer_step
 
@@ -64,6 +64,11 @@ def _param_list(params, cls, where):
 
 def _zeros_like(p):
     return zeros(tuple(p.shape), dtype=np.float32, device=p.device)  # float16 params too
+
+
+def _run_all(updates):
+    for update in updates:
+        update()
 
 
 class Optimizer:
@@ -131,14 +136,31 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         with no_grad():
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        # Re-run at each replay of a compiled step: the step count, bias
-                        # corrections and learning rate are Python's (fastmetal.compile).
-                        dynamic(functools.partial(self._update_param, p, p.grad,
-                                                  self.state.setdefault(id(p), {}), group))
+            # Re-run at each replay of a compiled step (fastmetal.compile): the step count,
+            # bias corrections and learning rate are Python's.
+            updates = [functools.partial(self._update_param, p, p.grad,
+                                         self.state.setdefault(id(p), {}), group)
+                       for group in self.param_groups for p in group["params"]
+                       if p.grad is not None]
+            # A key only where it can stay the same: the arguments are _prepare's, and no
+            # step count changes them at every step (Adam's bias corrections).
+            plain = tracing() and type(self)._update is Optimizer._update and not any(
+                "step" in self.state.get(id(p), ()) for g in self.param_groups
+                for p in g["params"])
+            dynamic(functools.partial(_run_all, updates), key=self._replay_key if plain else None)
         return loss
+
+    def _replay_key(self):
+        """What the updates' arguments depend on (fastmetal.compile skips re-running them
+        while it is unchanged): every group's options, and each parameter's hyper-parameters
+        and step count (optimizers with their own _update have no key: never skipped)."""
+        key = []
+        for group in self.param_groups:
+            key.append(tuple((k, v) for k, v in group.items() if k != "params"))
+            for p in group["params"]:
+                state = self.state.get(id(p), {})
+                key.append((state.get("step"), self._prepare(p, state, group)[2]))
+        return key
 
     def _update_param(self, p, grad, state, group):
         """float32 parameters are updated in place; a float16 one through float32 copies of
