@@ -592,6 +592,7 @@ def test_ddp_buckets_carry_every_gradient_to_its_place(monkeypatch, through_nump
     monkeypatch.setattr(group, "agree", lambda fn, desc: None)
     monkeypatch.setattr(group, "broadcast", lambda a, src: None)
     monkeypatch.setattr(group, "all_reduce_unchecked", fake_mean)
+    monkeypatch.setattr(group, "start_all_reduce_unchecked", fake_mean)  # returns None: done
     if not through_numpy:
         monkeypatch.setattr(parallel, "host_visible", lambda a: False)
     rng = np.random.default_rng(0)

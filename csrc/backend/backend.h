@@ -132,6 +132,10 @@ class Backend {
   virtual DLPackDevice dlpack_device() const { return {1, 0}; }
   // Whether Arrays on this device export __cuda_array_interface__ (CUDA device memory).
   virtual bool cuda_array_interface() const { return false; }
+  // The queue every kernel and copy goes onto, for engines that order their own work after
+  // it without the host waiting (NCCL's collectives: a cudaStream_t on cuda); null where
+  // the device has no such handle.
+  virtual void* queue_handle() const { return nullptr; }
 
   // Page-aligned, from a caching pool; contents undefined.
   virtual StoragePtr allocate(std::size_t nbytes) = 0;

@@ -321,6 +321,13 @@ PYBIND11_MODULE(_core, m) {
         "Why each backend that is not in devices() is missing (not built, no usable GPU), "
         "one line each, starting with the backend's name.");
   m.def(
+      "_queue_handle",
+      [](const std::string& device) {
+        return reinterpret_cast<std::uintptr_t>(get_backend(device).queue_handle());
+      },
+      "Private: the device's queue (a cudaStream_t on cuda) as an int, 0 where it has none: "
+      "fastmetal.distributed orders NCCL's work after it without waiting on the host.");
+  m.def(
       "_host_waits", [](const std::string& device) { return get_backend(device).host_waits(); },
       py::arg("device"),
       "How many times the host has waited for `device` (synchronize, copies to the host, "

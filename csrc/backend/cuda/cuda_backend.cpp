@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
   TileFamily preferred_tiles() const override { return TileFamily::discrete_gpu; }
   DLPackDevice dlpack_device() const override { return {2, 0}; }  // kDLCUDA, the current device
   bool cuda_array_interface() const override { return true; }
+  void* queue_handle() const override { return stream_; }
   bool wide_elementwise() const override { return true; }
   std::int64_t resident_threads() const override { return resident_threads_; }
 

@@ -294,6 +294,22 @@ def all_reduce_unchecked(array: Array, op: str) -> None:
     _group("all_reduce").all_reduce(array, op)
 
 
+def start_all_reduce_unchecked(array: Array, op: str) -> Any:
+    """all_reduce_unchecked that the GPU orders where the engine can (NCCL): returns what
+    :func:`finish_all_reduce` takes before fastmetal reads ``array`` again; engines that
+    reduce at once (MPI) return None."""
+    engine = _group("all_reduce")
+    if hasattr(engine, "start_all_reduce"):
+        return engine.start_all_reduce(array, op)
+    engine.all_reduce(array, op)
+    return None
+
+
+def finish_all_reduce(pending: Any, array: Array) -> None:
+    if pending is not None:
+        _group("all_reduce").finish(pending, array.device)
+
+
 def agree(where: str, desc: tuple) -> None:
     """Raise ValueError on every rank unless every rank passes the same ``desc``, a tuple
     (operation, shape, dtype, detail): a check for the layers above (DistributedDataParallel

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .._core import Array
-from ..ops.devices import synchronize
+from ..ops.devices import queue_handle, synchronize
 
 _cupy: Any = None
 _nccl: Any = None
@@ -70,6 +70,7 @@ class NcclBackend:
             uid = bytes(sent["id"]) if sent["bytes"] else tuple(sent["id"])
         self.comm = nccl.NcclCommunicator(size, uid, rank)
         self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._kept: dict = {}  # id -> (Array, its CuPy view): start_all_reduce's buffers
         self._types = {np.dtype(np.float32): nccl.NCCL_FLOAT32,
                        np.dtype(np.float16): nccl.NCCL_FLOAT16,
                        np.dtype(np.int64): nccl.NCCL_INT64}
@@ -117,6 +118,34 @@ class NcclBackend:
             if work is not x:
                 x[...] = work
         self.stream.synchronize()
+
+    def start_all_reduce(self, a: Array, op: str) -> Any:
+        """all_reduce of a contiguous Array that fastmetal keeps (a DDP bucket), ordered by
+        the GPU alone: NCCL's stream waits for an event on fastmetal's queue (the kernels
+        that wrote ``a``), and the returned event marks the end of the reduction; the host
+        waits for neither. Hand the event to :meth:`finish` before fastmetal reads ``a``."""
+        view = self._kept.get(id(a))
+        if view is None or view[0] is not a:
+            view = self._kept[id(a)] = (a, self._view(a, "all_reduce"))  # one wait, once
+        x = view[1]
+        ours = _cupy.cuda.ExternalStream(queue_handle(a.device))
+        written = _cupy.cuda.Event(disable_timing=True)
+        written.record(ours)
+        self.stream.wait_event(written)
+        with self.stream:
+            if x.size:
+                self.comm.allReduce(x.data.ptr, x.data.ptr, x.size,
+                                    self._types[np.dtype(a.dtype)], self._ops[op],
+                                    self.stream.ptr)
+            if op == "mean":
+                x /= self.size
+        done = _cupy.cuda.Event(disable_timing=True)
+        done.record(self.stream)
+        return done
+
+    def finish(self, done: Any, device: str) -> None:
+        """fastmetal's queue waits (on the GPU) for a reduction started by start_all_reduce."""
+        _cupy.cuda.ExternalStream(queue_handle(device)).wait_event(done)
 
     def broadcast(self, a: Array, src: int) -> None:
         x = self._view(a, "broadcast")

@@ -38,6 +38,7 @@ class _Bucket:
         self.numel = int(sum(self.sizes))
         self.flat: Optional[Array] = None         # allocated at the first reduction
         self.ready: set = set()                   # ids of its gradients ready this backward
+        self.pending: Any = False                 # a GPU reduction not yet copied back
 
 
 class _Hook:
@@ -114,13 +115,17 @@ class DistributedDataParallel(Module):
         _group.agree(where, desc)
 
     def _make_buckets(self, params: list) -> list:
-        cap = self.bucket_cap_mb * 2**20
+        # The first bucket holds about 1 MB, as PyTorch's (first_bucket_bytes_cap): the last
+        # layers' gradients are ready first and small, so their reduction starts early,
+        # while the backward of the layers before them still runs.
+        cap = min(self.bucket_cap_mb, 1.0) * 2**20
         buckets: list = []
         current: list = []
         size = 0
         for p in reversed(params):  # backward produces the last layers' gradients first
             key = (p.dtype, p.device)
             if current and ((current[0].dtype, current[0].device) != key or size >= cap):
+                cap = self.bucket_cap_mb * 2**20
                 buckets.append(_Bucket(current))
                 current, size = [], 0
             current.append(p)
@@ -139,6 +144,7 @@ class DistributedDataParallel(Module):
             self._reduce(bucket)
             self._reduced += 1
             if self._reduced == len(self._buckets):  # this backward is done
+                self._finish()
                 self._reset()
 
     def _reset(self) -> None:
@@ -162,9 +168,24 @@ class DistributedDataParallel(Module):
                     g = np.asarray(p.grad)
                     g[...] = host[off:off + n].reshape(g.shape)
             else:
+                # On a GPU the host never waits: the reduction is ordered after the copies on
+                # the GPU (NCCL's stream waits for fastmetal's), and the copies back wait for
+                # it only at the end of backward (_finish), so the backward of the layers
+                # before this bucket runs meanwhile.
                 for p, off, n in zip(bucket.params, bucket.offsets, bucket.sizes):
                     flat[off:off + n] = p.grad.reshape(-1)
-                _group.all_reduce_unchecked(flat, "mean")
+                bucket.pending = _group.start_all_reduce_unchecked(flat, "mean")
+
+    def _finish(self) -> None:
+        """The end of backward: each GPU bucket's averaged gradients back into .grad, after
+        its reduction (on the GPU: fastmetal's queue waits for NCCL's event)."""
+        with no_grad():
+            for bucket in self._buckets:
+                if bucket.pending is False:
+                    continue
+                _group.finish_all_reduce(bucket.pending, bucket.flat)
+                bucket.pending = False
+                flat = bucket.flat
                 for p, off, n in zip(bucket.params, bucket.offsets, bucket.sizes):
                     p.grad[...] = flat[off:off + n].reshape(tuple(p.shape))
 

@@ -25,3 +25,9 @@ def device_capabilities(device: str) -> dict:
     """What the backend of `device` says it can do: host_visible, discrete_gpu,
     dlpack_device, cuda_array_interface (read by fastmetal.distributed to pick an engine)."""
     return dict(_core._device_capabilities(device))
+
+
+def queue_handle(device: str) -> int:
+    """The device's queue as an int (a ``cudaStream_t`` on cuda; 0 where it has none): an
+    engine that orders its own work after fastmetal's (NCCL) waits on it, not on the host."""
+    return int(_core._queue_handle(device))
