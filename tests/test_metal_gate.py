@@ -189,7 +189,7 @@ int main() {
   float x[5 * 6] = {Q, 1, 2, 3, 4, 5,  1, 2, Q, 4, 5, 6,  3, 2, 1, 0, -1, Q,
                     0.5f, -2, 7, 1e30f, -1e30f, 3,  -I, -I, -I, I, -I, 1};
   float y[30], loss[5], grad[30];
-  int32_t labels[5] = {0, 1, 2, 3, 4};
+  int64_t labels[5] = {0, 1, 2, 3, 4};
   SoftmaxRowArgs ra{5, 6, 1, 0};
   for (uint32_t r = 0; r < 5; ++r) log_softmax_forward(x, y, ra, uint2(0, r));
   put("log_softmax", y, 30);

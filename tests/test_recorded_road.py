@@ -95,7 +95,7 @@ NOT_OPS = {"Array", "asarray", "default_device", "devices", "empty", "ones", "ze
            "set_default_device", "synchronize", "arange", "linspace", "full", "zeros_like",
            "ones_like", "full_like", "empty_like", "grad", "value_and_grad", "no_grad",
            "enable_grad", "is_grad_enabled", "set_grad_enabled", "argmax", "argmin", "manual_seed",
-           "save", "load"}
+           "save", "load", "compile", "CompileWarning"}
 PIECEWISE_CONSTANT = {s.name for s in OPS if s.public and not s.grads}
 
 

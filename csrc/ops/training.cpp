@@ -21,7 +21,12 @@ Dispatch grid(Backend& be, const std::string& kernel, std::uint32_t x, std::uint
   d.grid[0] = x;
   d.grid[1] = y;
   d.grid[2] = z;
-  d.group[0] = std::max<std::uint32_t>(1, std::min<std::uint32_t>(be.preferred_group_size(kernel), x));
+  // The group fills up along y and z too: a 12-wide pooling output in 12-thread groups
+  // used 12 of a GPU warp's 32 lanes (max_pool2d on an H200: 31 us for MNIST's layer).
+  const std::uint32_t want = std::max<std::uint32_t>(1, be.preferred_group_size(kernel));
+  d.group[0] = std::max<std::uint32_t>(1, std::min<std::uint32_t>(want, x));
+  d.group[1] = std::max<std::uint32_t>(1, std::min<std::uint32_t>(want / d.group[0], y));
+  d.group[2] = std::max<std::uint32_t>(1, std::min<std::uint32_t>(want / (d.group[0] * d.group[1]), z));
   return d;
 }
 
