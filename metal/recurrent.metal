@@ -3,13 +3,14 @@
 // part of every step at once (x @ W_ih^T + b_ih over the whole sequence) and, per step,
 // h_{t-1} @ W_hh^T; one kernel then forms the gates, the new state and what the gradient
 // reads. One thread per (unit, row) of the step: no barriers, so the CPU runs them as plain
-// loops. Rows are contiguous: xg and hg (batch, G * hidden), states (batch, hidden).
+// loops (fm_math.h's branch-free sigmoid and tanh, so the loop over units vectorises, and
+// the same functions as fastmetal.sigmoid / tanh on every device). Rows are contiguous:
+// xg and hg (batch, G * hidden), states (batch, hidden).
 #include <metal_stdlib>
 #include "fm_kernel.h"
+#include "fm_math.h"
 #include "recurrent_args.h"
 using namespace metal;
-
-FM_FUNC float rnn_sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
 
 // ---------------------------------------------------------------------------------- LSTM
 // Gates i, f, g, o: pre = xg + hg + b_hh; c = f * c_prev + i * g; h = o * tanh(c).
@@ -23,18 +24,17 @@ kernel void lstm_gates_forward(device const float* xg [[buffer(0)]],
                                device float* gates [[buffer(6)]],
                                constant RecurrentArgs& a [[buffer(7)]],
                                uint3 gid [[thread_position_in_grid]]) {
-  const int32_t j = int32_t(gid.x), b = int32_t(gid.y);
-  if (j >= a.hidden || b >= a.batch) return;
+  const uint64_t k = gid.x, b = gid.y;  // the grid is exactly (hidden, batch): no guard
   const uint64_t H = uint64_t(a.hidden);
-  const uint64_t row = uint64_t(b) * 4 * H, k = uint64_t(j);
-  const float i = rnn_sigmoid(xg[row + k] + hg[row + k] + b_hh[k]);
-  const float f = rnn_sigmoid(xg[row + H + k] + hg[row + H + k] + b_hh[H + k]);
-  const float g = tanh(xg[row + 2 * H + k] + hg[row + 2 * H + k] + b_hh[2 * H + k]);
-  const float o = rnn_sigmoid(xg[row + 3 * H + k] + hg[row + 3 * H + k] + b_hh[3 * H + k]);
-  const uint64_t s = uint64_t(b) * H + k;
+  const uint64_t row = b * 4 * H;
+  const float i = fm_sigmoid(xg[row + k] + hg[row + k] + b_hh[k]);
+  const float f = fm_sigmoid(xg[row + H + k] + hg[row + H + k] + b_hh[H + k]);
+  const float g = fm_tanh(xg[row + 2 * H + k] + hg[row + 2 * H + k] + b_hh[2 * H + k]);
+  const float o = fm_sigmoid(xg[row + 3 * H + k] + hg[row + 3 * H + k] + b_hh[3 * H + k]);
+  const uint64_t s = b * H + k;
   const float cn = f * c_prev[s] + i * g;
   c[s] = cn;
-  h[s] = o * tanh(cn);
+  h[s] = o * fm_tanh(cn);
   gates[row + k] = i;
   gates[row + H + k] = f;
   gates[row + 2 * H + k] = g;
@@ -55,14 +55,13 @@ kernel void lstm_gates_backward(device const float* dh_out [[buffer(0)]],
                                 device float* dgates [[buffer(7)]],
                                 constant RecurrentArgs& a [[buffer(8)]],
                                 uint3 gid [[thread_position_in_grid]]) {
-  const int32_t j = int32_t(gid.x), b = int32_t(gid.y);
-  if (j >= a.hidden || b >= a.batch) return;
+  const uint64_t k = gid.x, b = gid.y;  // the grid is exactly (hidden, batch): no guard
   const uint64_t H = uint64_t(a.hidden);
-  const uint64_t row = uint64_t(b) * 4 * H, k = uint64_t(j);
-  const uint64_t s = uint64_t(b) * H + k;
+  const uint64_t row = b * 4 * H;
+  const uint64_t s = b * H + k;
   const float i = gates[row + k], f = gates[row + H + k];
   const float g = gates[row + 2 * H + k], o = gates[row + 3 * H + k];
-  const float tc = tanh(c[s]);
+  const float tc = fm_tanh(c[s]);
   const float dh = dh_out[s] + dh_rec[s];
   const float dc = dc_out[s] + dc_next[s] + dh * o * (1.0f - tc * tc);
   dgates[row + k] = dc * g * i * (1.0f - i);
@@ -84,17 +83,16 @@ kernel void gru_gates_forward(device const float* xg [[buffer(0)]],
                               device float* saved [[buffer(5)]],
                               constant RecurrentArgs& a [[buffer(6)]],
                               uint3 gid [[thread_position_in_grid]]) {
-  const int32_t j = int32_t(gid.x), b = int32_t(gid.y);
-  if (j >= a.hidden || b >= a.batch) return;
+  const uint64_t k = gid.x, b = gid.y;  // the grid is exactly (hidden, batch): no guard
   const uint64_t H = uint64_t(a.hidden);
-  const uint64_t row = uint64_t(b) * 3 * H, k = uint64_t(j);
-  const float r = rnn_sigmoid(xg[row + k] + hg[row + k] + b_hh[k]);
-  const float z = rnn_sigmoid(xg[row + H + k] + hg[row + H + k] + b_hh[H + k]);
+  const uint64_t row = b * 3 * H;
+  const float r = fm_sigmoid(xg[row + k] + hg[row + k] + b_hh[k]);
+  const float z = fm_sigmoid(xg[row + H + k] + hg[row + H + k] + b_hh[H + k]);
   const float hn = hg[row + 2 * H + k] + b_hh[2 * H + k];
-  const float n = tanh(xg[row + 2 * H + k] + r * hn);
-  const uint64_t s = uint64_t(b) * H + k;
+  const float n = fm_tanh(xg[row + 2 * H + k] + r * hn);
+  const uint64_t s = b * H + k;
   h[s] = (1.0f - z) * n + z * h_prev[s];
-  const uint64_t srow = uint64_t(b) * 4 * H;
+  const uint64_t srow = b * 4 * H;
   saved[srow + k] = r;
   saved[srow + H + k] = z;
   saved[srow + 2 * H + k] = n;
@@ -113,11 +111,10 @@ kernel void gru_gates_backward(device const float* dh_out [[buffer(0)]],
                                device float* dhg [[buffer(6)]],
                                constant RecurrentArgs& a [[buffer(7)]],
                                uint3 gid [[thread_position_in_grid]]) {
-  const int32_t j = int32_t(gid.x), b = int32_t(gid.y);
-  if (j >= a.hidden || b >= a.batch) return;
+  const uint64_t k = gid.x, b = gid.y;  // the grid is exactly (hidden, batch): no guard
   const uint64_t H = uint64_t(a.hidden);
-  const uint64_t k = uint64_t(j), s = uint64_t(b) * H + k;
-  const uint64_t srow = uint64_t(b) * 4 * H, row = uint64_t(b) * 3 * H;
+  const uint64_t s = b * H + k;
+  const uint64_t srow = b * 4 * H, row = b * 3 * H;
   const float r = saved[srow + k], z = saved[srow + H + k];
   const float n = saved[srow + 2 * H + k], hn = saved[srow + 3 * H + k];
   const float dh = dh_out[s] + dh_rec[s] + dh_direct[s];
@@ -141,12 +138,11 @@ kernel void rnn_gates_forward(device const float* xg [[buffer(0)]],
                               device float* h [[buffer(3)]],
                               constant RecurrentArgs& a [[buffer(4)]],
                               uint3 gid [[thread_position_in_grid]]) {
-  const int32_t j = int32_t(gid.x), b = int32_t(gid.y);
-  if (j >= a.hidden || b >= a.batch) return;
-  const uint64_t s = uint64_t(b) * uint64_t(a.hidden) + uint64_t(j);
-  const float pre = xg[s] + hg[s] + b_hh[j];
+  const uint64_t k = gid.x, b = gid.y;  // the grid is exactly (hidden, batch): no guard
+  const uint64_t s = b * uint64_t(a.hidden) + k;
+  const float pre = xg[s] + hg[s] + b_hh[k];
   // relu keeps NaN as NaN (PyTorch's), which max(pre, 0) would not.
-  h[s] = a.relu != 0 ? (pre > 0.0f || isnan(pre) ? pre : 0.0f) : tanh(pre);
+  h[s] = a.relu != 0 ? select(pre, 0.0f, pre <= 0.0f) : fm_tanh(pre);
 }
 
 // dpre = (dh_out + dh_rec) * (1 - h^2) for tanh, * (h > 0) for relu. Grid: (hidden, batch).
@@ -156,10 +152,9 @@ kernel void rnn_gates_backward(device const float* dh_out [[buffer(0)]],
                                device float* dpre [[buffer(3)]],
                                constant RecurrentArgs& a [[buffer(4)]],
                                uint3 gid [[thread_position_in_grid]]) {
-  const int32_t j = int32_t(gid.x), b = int32_t(gid.y);
-  if (j >= a.hidden || b >= a.batch) return;
-  const uint64_t s = uint64_t(b) * uint64_t(a.hidden) + uint64_t(j);
+  const uint64_t k = gid.x, b = gid.y;  // the grid is exactly (hidden, batch): no guard
+  const uint64_t s = b * uint64_t(a.hidden) + k;
   const float dh = dh_out[s] + dh_rec[s];
   const float y = h[s];
-  dpre[s] = a.relu != 0 ? (y > 0.0f ? dh : 0.0f) : dh * (1.0f - y * y);
+  dpre[s] = a.relu != 0 ? select(0.0f, dh, y > 0.0f) : dh * (1.0f - y * y);
 }
