@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from fastmetal.benchmarks._timing import fmt_ratio, fmt_time, machine_summary
+import fastmetal as fm
+from fastmetal.benchmarks._timing import fmt_ratio, fmt_time, machine_summary, torch_or_none
 
 
 def _data(ns):
@@ -33,7 +34,6 @@ def _data(ns):
 
 
 def _run_fastmetal(ns) -> list:
-    import fastmetal as fm
     fm.set_default_device(ns.device)
     x, y = _data(ns)
     x, y = fm.asarray(x), fm.asarray(y)
@@ -54,7 +54,9 @@ def _run_fastmetal(ns) -> list:
 
 
 def _run_torch(ns) -> list:
-    import torch
+    torch = torch_or_none()
+    if torch is None:
+        raise SystemExit("PyTorch is not installed")
     torch.set_num_threads(ns.threads)
     dev = torch.device(ns.device)
     x, y = (torch.tensor(a, device=dev) for a in _data(ns))
