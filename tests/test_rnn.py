@@ -244,6 +244,9 @@ def test_dropout_between_layers_in_training_only(device):
     loss = (m2(x)[0] ** 2).sum()
     loss.backward()
     assert np.isfinite(host(m2.weight_ih_l0.grad)).all()
+    m3 = nn.GRU(3, 16, num_layers=2, dropout=1.0, seed=11)  # p = 1: layer 1 sees zeros
+    want3 = ref_forward("GRU", P1, np.zeros_like(layer0), np.zeros((1, 2, 16)), None, 1, False)[0]
+    np.testing.assert_allclose(host(m3(x)[0]), want3, rtol=1e-4, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------- errors

@@ -23,9 +23,7 @@ from .linalg import linear, matmul
 from .manipulation import concatenate, stack
 from .training import dropout
 
-__all__: list = []
-
-_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+__all__: list = []  # private: fastmetal.nn's recurrent layers are the public face
 
 
 def _hprev(y, T, reverse):
@@ -140,5 +138,6 @@ def recurrent(mode, x, h0, c0, weights, num_layers, bidirectional, dropout_p, tr
             cn.append(c)
         x = outs[0] if D == 1 else concatenate(outs, axis=2)
         if dropout_p > 0.0 and training and layer < num_layers - 1:
-            x = dropout(x, dropout_p, seed=seeds())
+            # p = 1 zeroes everything (PyTorch allows it; fm.dropout takes p < 1)
+            x = x * 0.0 if dropout_p >= 1.0 else dropout(x, dropout_p, seed=seeds())
     return x, stack(hn), (stack(cn) if mode == "LSTM" else None)
