@@ -1,6 +1,6 @@
 """An LSTM training step: fastmetal vs PyTorch, each library timed in its own process.
 
-    python -m fastmetal bench lstm [--device cpu|cuda] [--threads N] [--steps 20]
+    python -m fastmetal bench lstm [--device cpu|cuda] [--threads N] [--steps 20] [--rounds 3]
                                    [--hidden 256] [--seq 64] [--batch 32] [--layers 2]
 
 One step: ``nn.LSTM(hidden, hidden, num_layers)`` forward over a (seq, batch, hidden) input,
@@ -8,7 +8,8 @@ a linear head, mean squared error against a fixed target, ``backward()``, SGD (l
 Each library runs in a fresh subprocess (so neither's thread pool or allocator sits beside
 the other's), on the same device and number of threads (``FASTMETAL_NUM_THREADS``,
 ``torch.set_num_threads``); after warm-up steps, the median of ``--steps`` timed steps (the
-device synchronised after each). Ratio = PyTorch time / fastmetal time (> 1: fastmetal faster).
+device synchronised after each); ``--rounds`` pairs of processes alternate and the median
+over rounds is reported. Ratio = PyTorch time / fastmetal time (> 1: fastmetal faster).
 """
 from __future__ import annotations
 
@@ -115,6 +116,7 @@ def _parser():
     ap.add_argument("--seq", type=int, default=64, help="sequence length")
     ap.add_argument("--batch", type=int, default=32, help="batch size")
     ap.add_argument("--layers", type=int, default=2, help="LSTM layers")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating process pairs")
     ap.add_argument("--child", choices=("fastmetal", "torch"), help=argparse.SUPPRESS)
     return ap
 
@@ -127,15 +129,22 @@ def main(argv=None) -> int:
     print(machine_summary())
     print(f"\nnn.LSTM training step: {ns.layers} layers, hidden {ns.hidden}, sequence {ns.seq}, "
           f"batch {ns.batch}, SGD; device {ns.device}, {ns.threads} threads; each library in "
-          f"its own process; median of {ns.steps} steps")
-    results = {}
-    for lib in ("fastmetal", "torch"):
-        times, err = _spawn(lib, ns, argv)
-        if err:
-            print(f"  {err}")
-        results[lib] = statistics.median(times) if times else None
+          f"its own process; median of {ns.steps} steps, median over {ns.rounds} rounds")
+    # Rounds alternate the two processes, so that load from elsewhere on a shared machine
+    # falls on both alike; each round's median, then the median over rounds.
+    per_round: dict = {"fastmetal": [], "torch": []}
+    for _ in range(ns.rounds):
+        for lib in per_round:
+            times, err = _spawn(lib, ns, argv)
+            if err:
+                print(f"  {err}")
+            elif times:
+                per_round[lib].append(statistics.median(times))
+    results = {lib: statistics.median(v) if v else None for lib, v in per_round.items()}
     ours, theirs = results["fastmetal"], results["torch"]
-    print(f"{'fastmetal':>10} {fmt_time(ours):>10}\n{'torch':>10} {fmt_time(theirs):>10}")
+    for lib, v in per_round.items():
+        rounds = ", ".join(fmt_time(t) for t in v)
+        print(f"{lib:>10} {fmt_time(results[lib]):>10}  (rounds: {rounds})")
     if ours:
         print(f"{'ratio':>10} {fmt_ratio(theirs, ours):>10}  (torch / fastmetal; > 1: fastmetal "
               "faster)")
