@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/capture.h"
 #include "core/errors.h"
 #include "ops/array_arg.h"
 #include "ops/convert.h"
@@ -63,7 +64,9 @@ Array transposed(const Array& w) {
 void fill_zero(const Array& a) {
   if (a.size() == 0) return;
   if (a.backend().host_visible()) {
-    std::memset(a.host_data(), 0, a.nbytes());
+    char* p = a.host_data();
+    const std::size_t n = a.nbytes();
+    capture::run_host([p, n] { std::memset(p, 0, n); }, {a.storage});  // recorded by compile
   } else {
     std::vector<char> zeros(a.nbytes(), 0);
     a.backend().copy_from_host(*a.storage, a.byte_offset(), zeros.data(), zeros.size());

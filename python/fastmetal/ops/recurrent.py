@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .. import _core
 from ..autograd.declare import op
+from .capture import dynamic
 from .linalg import linear, matmul
 from .manipulation import concatenate, stack
 from .training import dropout
@@ -117,6 +118,12 @@ def layer_step(mode, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):
     return (y[:T] if reverse else y[1:]), y[last], None
 
 
+def _dropout(x, p, seeds):
+    """fm.dropout with the next seed, the draw re-run at each replay of a compiled step
+    (fastmetal.compile), as nn.Dropout's."""
+    return dynamic(lambda: dropout(x, p, seed=seeds()))
+
+
 def recurrent(mode, x, h0, c0, weights, num_layers, bidirectional, dropout_p, training,
               seeds):
     """The multi-layer recurrent network on time-major x (T, B, I), as torch's ``_VF``
@@ -139,5 +146,5 @@ def recurrent(mode, x, h0, c0, weights, num_layers, bidirectional, dropout_p, tr
         x = outs[0] if D == 1 else concatenate(outs, axis=2)
         if dropout_p > 0.0 and training and layer < num_layers - 1:
             # p = 1 zeroes everything (PyTorch allows it; fm.dropout takes p < 1)
-            x = x * 0.0 if dropout_p >= 1.0 else dropout(x, dropout_p, seed=seeds())
+            x = x * 0.0 if dropout_p >= 1.0 else _dropout(x, dropout_p, seeds)
     return x, stack(hn), (stack(cn) if mode == "LSTM" else None)
