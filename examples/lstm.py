@@ -111,7 +111,7 @@ def progress_bar(total: int, desc: str, quiet: bool) -> Any:
     return tqdm(total=total, desc=desc, unit="step", leave=False)
 
 
-def save_plot(directory: str, history: dict) -> Path:
+def save_plot(directory: str, history: dict[str, Any]) -> Path:
     matplotlib = importlib.import_module("matplotlib")
     matplotlib.use("Agg")
     plt = importlib.import_module("matplotlib.pyplot")
@@ -131,7 +131,7 @@ def save_plot(directory: str, history: dict) -> Path:
     return path
 
 
-def build(args: argparse.Namespace) -> dict:
+def build(args: argparse.Namespace) -> dict[str, Any]:
     """Text, vocabulary, model, optimizer and batch streams: what main() trains (and what a
     test drives step by step)."""
     fm.manual_seed(args.seed)
@@ -151,7 +151,7 @@ def build(args: argparse.Namespace) -> dict:
             "val": Batches(data[split:], args.batch_size, args.seq_len, args.seed + 1)}
 
 
-def train_step(parts: dict, clip: float) -> Any:
+def train_step(parts: dict[str, Any], clip: float) -> Any:
     model, opt = parts["model"], parts["optimizer"]
     x, y = parts["train"].next()
     loss = step_loss(model, parts["loss_fn"], x, y)
@@ -186,13 +186,13 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser().parse_args(argv)
     parts = build(args)
     print(f"{len(parts['train'].ids) + len(parts['val'].ids):,} characters, vocabulary "
           f"{len(parts['chars'])}; {sum(p.size for p in parts['model'].parameters()):,} "
           f"parameters on {args.device or fm.default_device()}")
-    history: dict = {"train": [], "val": [], "val_step": []}
+    history: dict[str, Any] = {"train": [], "val": [], "val_step": []}
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
