@@ -58,8 +58,8 @@ def _lstm_layer_vjp(ctx, g):  # aux: the activated gates
     dxg, dh0, dc0 = _core._lstm_layer_backward(g, y, ctx.aux, ctx.w_hh, ctx.reverse)
     s0 = T if ctx.reverse else 0
     gw, gb = _weight_grads(ctx, dxg, y[0], T, 3)
-    return (dxg, dh0 + g[0, s0] if ctx.needs[1] else None,
-            dc0 + g[1, s0] if ctx.needs[2] else None, gw, gb)
+    return (dxg, (dh0 + g[0, s0]) if ctx.needs[1] else None,
+            (dc0 + g[1, s0]) if ctx.needs[2] else None, gw, gb)
 
 
 @op(grads=("xg", "h0", "w_hh", "b_hh"), saves=("w_hh", "out"), aux=True, public=False)
@@ -76,7 +76,7 @@ def _gru_layer_vjp(ctx, g):  # aux: r, z, n and W_hn h + b_hn per step
     dxg, dhg, dh_rec, dh_direct = _core._gru_layer_backward(g, y, ctx.aux, ctx.w_hh,
                                                             ctx.reverse)
     gw, gb = _weight_grads(ctx, dhg, y, T, 2)
-    dh0 = dh_rec + dh_direct + g[T if ctx.reverse else 0] if ctx.needs[1] else None
+    dh0 = (dh_rec + dh_direct + g[T if ctx.reverse else 0]) if ctx.needs[1] else None
     return dxg, dh0, gw, gb
 
 
@@ -93,7 +93,8 @@ def _rnn_layer_vjp(ctx, g):
     T = y.shape[0] - 1
     dxg, dh = _core._rnn_layer_backward(g, y, ctx.w_hh, ctx.reverse, ctx.relu)
     gw, gb = _weight_grads(ctx, dxg, y, T, 2)
-    return dxg, dh + g[T if ctx.reverse else 0] if ctx.needs[1] else None, gw, gb
+    dh0 = (dh + g[T if ctx.reverse else 0]) if ctx.needs[1] else None
+    return dxg, dh0, gw, gb
 
 
 def _zero_bias(w_hh):
