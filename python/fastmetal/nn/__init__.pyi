@@ -210,6 +210,53 @@ class MultiheadAttention(Module):
     def forward(self, query: Any, key: Any, value: Any, key_padding_mask: Any = ...,
                 need_weights: bool = ..., attn_mask: Any = ...,
                 average_attn_weights: bool = ..., is_causal: bool = ...) -> tuple[Any, Any]: ...
+class _RNNBase(Module):
+    mode: str
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    bias: bool
+    batch_first: bool
+    dropout: float
+    bidirectional: bool
+    def forward(self, input: Any, hx: Any = ...) -> tuple[Any, Any]: ...
+class RNN(_RNNBase):
+    nonlinearity: str
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = ...,
+                 nonlinearity: str = ..., bias: bool = ..., batch_first: bool = ...,
+                 dropout: float = ..., bidirectional: bool = ..., *, seed: int | None = ...,
+                 rng: np.random.Generator | None = ..., device: str | None = ...) -> None: ...
+class LSTM(_RNNBase):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = ...,
+                 bias: bool = ..., batch_first: bool = ..., dropout: float = ...,
+                 bidirectional: bool = ..., *, seed: int | None = ...,
+                 rng: np.random.Generator | None = ..., device: str | None = ...) -> None: ...
+class GRU(_RNNBase):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = ...,
+                 bias: bool = ..., batch_first: bool = ..., dropout: float = ...,
+                 bidirectional: bool = ..., *, seed: int | None = ...,
+                 rng: np.random.Generator | None = ..., device: str | None = ...) -> None: ...
+class _RNNCellBase(Module):
+    input_size: int
+    hidden_size: int
+    bias: bool
+    mode: str
+    weight_ih: Array
+    weight_hh: Array
+    def forward(self, input: Any, hx: Any = ...) -> Any: ...
+class RNNCell(_RNNCellBase):
+    nonlinearity: str
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = ...,
+                 nonlinearity: str = ..., *, seed: int | None = ...,
+                 rng: np.random.Generator | None = ..., device: str | None = ...) -> None: ...
+class LSTMCell(_RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = ..., *,
+                 seed: int | None = ..., rng: np.random.Generator | None = ...,
+                 device: str | None = ...) -> None: ...
+class GRUCell(_RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = ..., *,
+                 seed: int | None = ..., rng: np.random.Generator | None = ...,
+                 device: str | None = ...) -> None: ...
 class Flatten(Module):
     def __init__(self, start_dim: int = ..., end_dim: int = ...) -> None: ...
     def forward(self, x: Any) -> Any: ...
