@@ -210,6 +210,36 @@ class MultiheadAttention(Module):
     def forward(self, query: Any, key: Any, value: Any, key_padding_mask: Any = ...,
                 need_weights: bool = ..., attn_mask: Any = ...,
                 average_attn_weights: bool = ..., is_causal: bool = ...) -> tuple[Any, Any]: ...
+class TransformerEncoderLayer(Module):
+    self_attn: MultiheadAttention
+    linear1: Linear
+    linear2: Linear
+    dropout: Dropout
+    dropout1: Dropout
+    dropout2: Dropout
+    norm1: LayerNorm
+    norm2: LayerNorm
+    norm_first: bool
+    activation: Callable[..., Any]
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = ..., dropout: float = ...,
+                 activation: str | Callable[..., Any] = ..., layer_norm_eps: float = ...,
+                 batch_first: bool = ..., norm_first: bool = ..., bias: bool = ..., *,
+                 seed: int | None = ..., rng: np.random.Generator | None = ...,
+                 device: str | None = ...) -> None: ...
+    @property
+    def batch_first(self) -> bool: ...
+    def forward(self, src: Any, src_mask: Any = ..., src_key_padding_mask: Any = ...,
+                is_causal: bool = ...) -> Any: ...
+class TransformerEncoder(Module):
+    layers: ModuleList
+    num_layers: int
+    norm: Module | None
+    enable_nested_tensor: bool
+    mask_check: bool
+    def __init__(self, encoder_layer: Module, num_layers: int, norm: Module | None = ...,
+                 enable_nested_tensor: bool = ..., mask_check: bool = ...) -> None: ...
+    def forward(self, src: Any, mask: Any = ..., src_key_padding_mask: Any = ...,
+                is_causal: bool | None = ...) -> Any: ...
 class Flatten(Module):
     def __init__(self, start_dim: int = ..., end_dim: int = ...) -> None: ...
     def forward(self, x: Any) -> Any: ...
