@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import json
 import math
 import os
@@ -45,7 +44,7 @@ _TORCH_WORKER = __name__ == "__main__" and WORKER_FLAG in sys.argv and \
     json.loads(sys.argv[-1]).get("library") == "torch"
 if not _TORCH_WORKER:
     import fastmetal as fm
-    from fastmetal.benchmarks._timing import machine_summary
+    from fastmetal.benchmarks._timing import machine_summary, torch_or_none
 
 
 def _classes(nn, F, arange):
@@ -159,6 +158,7 @@ def _torch_worker(cfg):
     import torch  # only in the PyTorch worker's process
     dev = cfg["device"]
     torch.set_num_threads(cfg["threads"])
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, as fastmetal's
     model = _classes(torch.nn, torch.nn.functional,
                      lambda t: torch.arange(t, device=dev))(*_dims(cfg))
     model.load_state_dict({k: torch.from_numpy(v) for k, v in _weights(model).items()})
@@ -259,10 +259,13 @@ def main(argv=None):
     print(f"machine: {machine_summary()}\n")
     results = [_run_worker(dict(cfg, library="fastmetal", profile=ns.profile), env)]
     if not ns.no_torch:
-        if importlib.util.find_spec("torch") is not None:
-            results.append(_run_worker(dict(cfg, library="torch"), env))
-        else:
+        torch = torch_or_none()  # here only to ask what it has; the worker times it
+        if torch is None:
             print("(PyTorch is not installed: fastmetal only)")
+        elif device == "cuda" and not torch.cuda.is_available():
+            print("(this PyTorch has no CUDA: fastmetal only)")
+        else:
+            results.append(_run_worker(dict(cfg, library="torch"), env))
     ours = results[0]["median"]
     tokens = ns.batch * ns.context
     print(f"{'':36} {'ms/step':>9} {'(mean)':>9} {'tokens/s':>10} {'loss 1st->last':>16} "
