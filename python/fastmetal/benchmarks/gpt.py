@@ -192,10 +192,10 @@ def worker(cfg):
     for i in range(1, 3):
         step(*batches[i % len(batches)])
     sync()
-    times = []
+    times, cpus = [], []
     profiler = cProfile.Profile() if cfg.get("profile") else None
     for i in range(cfg["steps"]):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if profiler is not None:
             profiler.enable()
         loss = step(*batches[i % len(batches)])
@@ -203,6 +203,7 @@ def worker(cfg):
         if profiler is not None:
             profiler.disable()
         times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
     last = value(loss)
     if profiler is not None:
         for key in ("tottime", "cumulative"):
@@ -210,6 +211,7 @@ def worker(cfg):
             pstats.Stats(profiler, stream=sys.stderr).sort_stats(key).print_stats(22)
     print(json.dumps({"name": name, "median": statistics.median(times),
                       "mean": statistics.fmean(times), "min": min(times),
+                      "cpu": statistics.median(cpus),
                       "first_loss": first, "last_loss": last}), flush=True)
 
 
@@ -268,12 +270,14 @@ def main(argv=None):
             results.append(_run_worker(dict(cfg, library="torch"), env))
     ours = results[0]["median"]
     tokens = ns.batch * ns.context
-    print(f"{'':36} {'ms/step':>9} {'(mean)':>9} {'tokens/s':>10} {'loss 1st->last':>16} "
-          f"{'fastmetal speed-up':>19}")
+    print(f"{'':36} {'ms/step':>9} {'(mean)':>9} {'CPU ms':>8} {'tokens/s':>10} "
+          f"{'loss 1st->last':>16} {'fastmetal speed-up':>19}")
     for r in results:
         print(f"{r['name']:36} {1e3 * r['median']:9.1f} {1e3 * r['mean']:9.1f} "
-              f"{tokens / r['median']:10,.0f} {r['first_loss']:7.3f}->{r['last_loss']:.3f} "
-              f"{r['median'] / ours:18.2f}x")
+              f"{1e3 * r['cpu']:8.1f} {tokens / r['median']:10,.0f} "
+              f"{r['first_loss']:7.3f}->{r['last_loss']:.3f} {r['median'] / ours:18.2f}x")
+    print("(ms/step: median wall time of a synchronised step; CPU ms: its median process CPU "
+          "time, all threads, waiting threads that spin included)")
     if not all(math.isfinite(r["last_loss"]) for r in results):
         print("warning: a non-finite loss")
     return results
