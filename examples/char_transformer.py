@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib
+import importlib.util
 import math
 import os
 import time
@@ -254,6 +255,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ns = ap.parse_args(argv)
     if ns.device not in fm.devices():
         ap.error(f"--device: expected one of {fm.devices()}, got {ns.device!r}")
+    if ns.plot and importlib.util.find_spec("matplotlib") is None:
+        ap.error("--plot: needs matplotlib (pip install matplotlib)")
     return ns
 
 
