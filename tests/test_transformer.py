@@ -166,3 +166,17 @@ def test_training_mode_dropout_changes_output(device, rng):
     assert not np.allclose(a, b)  # a new mask per call
     layer.eval()
     np.testing.assert_array_equal(host(layer(x)), host(layer(x)))
+
+
+def test_tied_weights_stay_tied_when_moved(device):
+    """Module.to moves a Parameter shared by two modules once: after it the two still name
+    one Parameter (a GPT's tied embedding and head). On the CPU the move is a no-op."""
+    if device == "cpu":
+        pytest.skip("needs a second device to move to")
+    emb = nn.Embedding(7, 4, device="cpu")
+    head = nn.Linear(4, 7, bias=False, device="cpu")
+    model = nn.ModuleDict({"emb": emb, "head": head})
+    head.weight = emb.weight
+    model.to(device)
+    assert model["head"].weight is model["emb"].weight and emb.weight.device == device
+    assert len(list(model.parameters())) == 1
