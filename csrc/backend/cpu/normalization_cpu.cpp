@@ -25,7 +25,7 @@ FM_CPU_DECLARE(void batch_norm_backward(const BatchNormArgs&, const float*, cons
 FM_CPU_DECLARE(void softmax_forward(const SoftmaxArgs&, const float*, float*))
 FM_CPU_DECLARE(void softmax_backward(const SoftmaxArgs&, const float*, const float*, float*))
 FM_CPU_DECLARE(void cross_entropy_native(const CrossEntropyArgs&, const float*,
-                                         const std::int32_t*, float*, float*))
+                                         const std::int64_t*, float*, float*))
 
 namespace {
 
@@ -65,10 +65,10 @@ void sm_backward(const SoftmaxArgs& a, const Array& g, const Array& y, const Arr
   FM_CPU_DISPATCH(softmax_backward, a, in(g), in(y), out(dx));
 }
 
-void ce_forward(const CrossEntropyArgs& a, const Array& logits, const Storage& labels,
+void ce_forward(const CrossEntropyArgs& a, const Array& logits, const Array& labels,
                 const Array& loss, const Array& grad) {
   FM_CPU_DISPATCH(cross_entropy_native, a, in(logits),
-                  static_cast<const std::int32_t*>(labels.host), out(loss), out(grad));
+                  reinterpret_cast<const std::int64_t*>(labels.host_data()), out(loss), out(grad));
 }
 
 }  // namespace

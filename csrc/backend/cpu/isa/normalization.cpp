@@ -679,9 +679,10 @@ void softmax_backward(const SoftmaxArgs& a, const float* g, const float* y, floa
 
 // cross_entropy_rows + cross_entropy_mean (metal/training.metal) for the CPU: per row the
 // log-softmax of the native softmax (max, then sum of exp(x - m) in lanes), the row's loss
-// ls - (x[label] - m) and the fused gradient (softmax - one_hot) / rows; then the mean of the
-// row losses summed in row order, as the kernel (the bits do not depend on the thread count).
-void cross_entropy_native(const CrossEntropyArgs& a, const float* x, const std::int32_t* labels,
+// ls - (x[label] - m) and the fused gradient (softmax - one_hot) / rows (a label outside
+// [0, classes): a NaN loss and gradient row, as the kernel); then the mean of the row losses
+// summed in row order, as the kernel (the bits do not depend on the thread count).
+void cross_entropy_native(const CrossEntropyArgs& a, const float* x, const std::int64_t* labels,
                           float* loss, float* grad) {
   const i64 n = a.classes, rows = a.rows;
   const float inv = a.inv_rows;
@@ -691,10 +692,15 @@ void cross_entropy_native(const CrossEntropyArgs& a, const float* x, const std::
     for (i64 r = t * rpt; r < std::min(rows, (t + 1) * rpt); ++r) {
       const float* xr = x + r * n;
       float* gr = grad + r * n;
+      const i64 label = labels[r];
+      if (label < 0 || label >= n) {
+        for (i64 i = 0; i < n; ++i) gr[i] = NAN;
+        row_loss[std::size_t(r)] = NAN;
+        continue;
+      }
       const float m = max_of(xr, n);
       const float ls = std::log(float(sum_exp(xr, n, m, false)));
       for (i64 i = 0; i < n; ++i) gr[i] = exp_nonpos((xr[i] - m) - ls) * inv;
-      const i64 label = labels[r];
       gr[label] = (exp_nonpos((xr[label] - m) - ls) - 1.0f) * inv;
       row_loss[std::size_t(r)] = ls - (xr[label] - m);
     }
