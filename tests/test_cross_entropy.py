@@ -257,3 +257,19 @@ def test_cpu_fast_path_matches_the_msl_kernels(rng):
                 assert np.isnan(outs[True][1][2]).all() and np.isfinite(outs[True][1][3]).all()
     finally:
         _core._set_native_cpu(before)
+
+
+def test_many_classes_agree_on_both_roads(device, rng):
+    """Past FUSED_MAX_CLASSES a GPU takes log_softmax + gather instead of the fused kernel;
+    both roads give PyTorch's loss and gradient (here against the float64 reference)."""
+    from fastmetal.ops.losses import FUSED_MAX_CLASSES
+    classes = FUSED_MAX_CLASSES + 7
+    x = (rng.standard_normal((6, classes)) * 3).astype(np.float32)
+    t = rng.integers(0, classes, 6)
+    for reduction in ("mean", "sum"):
+        loss, grad, _ = _run(fm.cross_entropy, x, t, device=device, reduction=reduction)
+        np.testing.assert_allclose(loss, reference(x, t, reduction=reduction), rtol=2e-5)
+        p = np.exp(_log_softmax64(x))
+        p[np.arange(6), t] -= 1
+        np.testing.assert_allclose(grad, p / (6 if reduction == "mean" else 1), rtol=1e-4,
+                                   atol=1e-7)

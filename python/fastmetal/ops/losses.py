@@ -26,6 +26,7 @@ from .training import _is_int, cross_entropy_fused, log_softmax
 __all__ = ["cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
            "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"]
 REDUCTIONS = ("mean", "sum", "none")
+FUSED_MAX_CLASSES = 1024  # cross_entropy's fused kernel on GPUs (see cross_entropy)
 
 
 def _shape(a):
@@ -264,8 +265,11 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         return _finish(_cross_entropy_probabilities(x, target, w, ignore_index, reduction,
                                                     smoothing, unbatched),
                        unbatched, reduction, was_numpy)
+    # The fused kernel gives a GPU one thread per row, serial over the classes: past
+    # FUSED_MAX_CLASSES there the row-parallel log_softmax and a gather are the better road
+    # (the CPU's own fused path is vectorised over the row: any C).
     plain = (len(x.shape) == 2 and w is None and smoothing == 0.0 and reduction != "none"
-             and x.shape[0] > 0)
+             and x.shape[0] > 0 and (classes <= FUSED_MAX_CLASSES or x.device == "cpu"))
     on_device = isinstance(target, _core.Array) and target.dtype == np.int64
     if plain and on_device and not unbatched and tracing():
         # fastmetal.compile records this step: the labels stay on the device (no host read,
