@@ -10,6 +10,7 @@ needs no code here. ``reduction`` is ``"mean"`` (default), ``"sum"`` or ``"none"
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -265,11 +266,11 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         return _finish(_cross_entropy_probabilities(x, target, w, ignore_index, reduction,
                                                     smoothing, unbatched),
                        unbatched, reduction, was_numpy)
-    # The fused kernel gives a GPU one thread per row, serial over the classes: past
-    # FUSED_MAX_CLASSES there the row-parallel log_softmax and a gather are the better road
-    # (the CPU's own fused path is vectorised over the row: any C).
+    # The fused kernel runs a row per GPU thread, serial over the classes: past
+    # FUSED_MAX_CLASSES the row-parallel log_softmax and a gather are the better road, unless
+    # the backend has its own fused routine (the CPU's, vectorised over the row: any C).
     plain = (len(x.shape) == 2 and w is None and smoothing == 0.0 and reduction != "none"
-             and x.shape[0] > 0 and (classes <= FUSED_MAX_CLASSES or x.device == "cpu"))
+             and x.shape[0] > 0 and (classes <= FUSED_MAX_CLASSES or _native_fused(x.device)))
     on_device = isinstance(target, _core.Array) and target.dtype == np.int64
     if plain and on_device and not unbatched and tracing():
         # fastmetal.compile records this step: the labels stay on the device (no host read,
@@ -290,6 +291,11 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     logp = log_softmax(x, 1)
     return _finish(_nll(logp, t, w, ignore_index, reduction, smoothing, op), unbatched,
                    reduction, was_numpy)
+
+
+@functools.lru_cache(maxsize=None)
+def _native_fused(device):
+    return bool(_core._has_native_op(device, "cross_entropy"))
 
 
 def _fused(x, labels, reduction):
