@@ -127,14 +127,19 @@ FM_PYTHON_OP(log_softmax_backward,
              "_log_softmax_backward(grad_output: Array, output: Array, axis: int)",
              "Private: see training.py.");
 
-void launch_cross_entropy(const Array& logits, const StoragePtr& labels, std::size_t labels_offset,
-                          const CrossEntropyArgs& a, const Array& loss, const Array& grad) {
+void launch_cross_entropy(const Array& logits, const Array& labels, const CrossEntropyArgs& a,
+                          const Array& loss, const Array& grad) {
   Backend& be = grad.backend();
+  // A backend's own form of the two kernels (the CPU's: vectorised rows, the same mean).
+  using NativeCrossEntropy = void(const CrossEntropyArgs&, const Array&, const Array&,
+                                  const Array&, const Array&);
+  if (auto fast = native<NativeCrossEntropy>(be, "cross_entropy"))
+    return fast(a, logits, labels, loss, grad);
   StoragePtr rows = be.allocate(std::size_t(std::max(a.rows, 1)) * sizeof(float));
   Dispatch d = grid(be, "cross_entropy_rows", std::uint32_t(a.rows));
   d.cost = std::uint64_t(a.classes) * 4;
   be.launch("cross_entropy_rows", d,
-            {buf(logits), KernelArg::buffer(labels, labels_offset), KernelArg::buffer(rows), buf(grad),
+            {buf(logits), buf(labels), KernelArg::buffer(rows), buf(grad),
              KernelArg::inline_bytes(&a, sizeof(a))});
   Dispatch one = grid(be, "cross_entropy_mean", 1);
   one.cost = std::uint64_t(a.rows);

@@ -19,9 +19,9 @@ void launch_max_pool2d_backward(const Array& grad_out, const Array& x, const Poo
 // out = x * scale where kept, else 0 (also the backward, applied to the gradient).
 void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out);
 
-// labels: a.rows int64 values at labels_offset (outside [0, classes): NaN, see the kernel).
-void launch_cross_entropy(const Array& logits, const StoragePtr& labels, std::size_t labels_offset,
-                          const CrossEntropyArgs& a, const Array& loss, const Array& grad);
+// labels: a.rows contiguous int64 values (outside [0, classes): NaN, see the kernel).
+void launch_cross_entropy(const Array& logits, const Array& labels, const CrossEntropyArgs& a,
+                          const Array& loss, const Array& grad);
 
 // kind: "sgd" (state = momentum buffer), "adam" (exp_avg, exp_avg_sq), "adadelta"
 // (square_avg, acc_delta). param is updated in place; state2 unused for sgd.

@@ -361,4 +361,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("_has_kernel", [](const std::string& device, const std::string& name) {
     return get_backend(device).has_kernel(name);
   });
+  // Whether `device`'s backend has its own routine for the op `name` (ops.losses asks for
+  // "cross_entropy": a backend's fused path that suits any number of classes).
+  m.def("_has_native_op", [](const std::string& device, const std::string& name) {
+    return get_backend(device).native_op(name.c_str()) != nullptr;
+  });
 }

@@ -182,9 +182,15 @@ py::object linear_py(py::handle x, py::handle w, py::handle bias) {
   Array y;
   {
     py::gil_scoped_release nogil;
-    y = matmul(op, xa, transposed(wa));
+    // One (rows, in) @ (in, out) product over all leading dims, not a batch of small ones
+    // per leading index (2-4x slower on the CPU for a transformer's (B, T, E) inputs).
+    y = matmul(op, as_rows(xa), transposed(wa));
     if (ba) launch_binary("add", y, *ba, y);
     b.end_op();
+    Shape ys = xa.shape;
+    ys.back() = wa.shape[0];
+    y.shape = ys;  // a fresh contiguous result: the leading dims back as a view
+    y.strides = contiguous_strides(ys);
   }
   return wrap_result(std::move(y), as_array);
 }
@@ -223,8 +229,12 @@ py::tuple linear_backward_py(py::handle gy, py::handle x, py::handle w, py::hand
   std::optional<Array> gx, gw, gb;
   {
     py::gil_scoped_release nogil;
-    if (want_x) gx = matmul(op, ga, wa);
     const Array g2 = as_rows(ga), x2 = as_rows(xa);
+    if (want_x) {
+      gx = matmul(op, g2, wa);  // one product over all leading dims, as the forward's
+      gx->shape = xa.shape;
+      gx->strides = contiguous_strides(xa.shape);
+    }
     if (want_w) gw = matmul(op, transposed(g2), x2);
     if (want_b) gb = reduce(ReduceOp::sum, g2, {0}, 0);
     b.end_op();

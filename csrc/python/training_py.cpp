@@ -170,16 +170,14 @@ py::tuple cross_entropy(py::handle logits, py::handle labels) {
   const std::int64_t rows = la.shape[0], classes = la.shape[1];
   if (rows > kMaxI32 || classes > kMaxI32)
     throw ValueError(message(op, "expected fewer than 2**31 rows and classes, got ", shape_str(la.shape)));
-  const Array lab_array = label_array(labels, be, op, rows, classes);
-  const StoragePtr lab = lab_array.storage;
-  const std::size_t lab_offset = lab_array.byte_offset();
+  const Array lab = label_array(labels, be, op, rows, classes);
   CrossEntropyArgs a{};
   a.rows = std::int32_t(rows);
   a.classes = std::int32_t(classes);
   a.inv_rows = float(1.0 / double(rows));
   Array loss = Array::empty(be, Shape{}, DType::float32);
   Array grad = Array::empty(be, la.shape, DType::float32);
-  run_op(be, [&] { launch_cross_entropy(la, lab, lab_offset, a, loss, grad); });
+  run_op(be, [&] { launch_cross_entropy(la, lab, a, loss, grad); });
   const bool fm_result = any_array({logits});
   return py::make_tuple(wrap_result(std::move(loss), fm_result),
                         wrap_result(std::move(grad), fm_result));

@@ -34,11 +34,11 @@ from .ops.reductions import sum, mean, var, std, max, min, argmax, argmin, prod,
 from .ops.linalg import matmul, linear, linear_backward, dot
 from .ops.manipulation import (where, concatenate, stack, transpose, permute, swapaxes, moveaxis,
                                squeeze)
-from .ops.training import (cross_entropy, dropout, dropout_backward, log_softmax,
-                           log_softmax_backward, max_pool2d, max_pool2d_backward)
+from .ops.training import (dropout, dropout_backward, log_softmax, log_softmax_backward,
+                           max_pool2d, max_pool2d_backward)
 from .ops.normalization import logsumexp, softmax
-from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss,
-                         nll_loss)
+from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
+                         mse_loss, nll_loss)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
 from . import autograd, data, distributed, nn, optim, random
 from .serialization import load, save

@@ -1,11 +1,13 @@
 // The CPU backend's normalization and softmax ops (ops/normalization.cpp asks for them by
-// name): the per-ISA copies in isa/normalization.cpp, behind the _set_native_cpu switch
-// (false: the MSL kernels under the emulator, as a GPU runs them).
+// name) and the fused cross-entropy (ops/training.cpp: "cross_entropy", a log-softmax): the
+// per-ISA copies in isa/normalization.cpp, behind the _set_native_cpu switch (false: the MSL
+// kernels under the emulator, as a GPU runs them).
 #include "normalization_cpu.h"
 
 #include "core/array.h"
 #include "isa_dispatch.h"
 #include "native_ops.h"
+#include "training_args.h"
 
 namespace fm::cpu {
 
@@ -22,6 +24,8 @@ FM_CPU_DECLARE(void batch_norm_backward(const BatchNormArgs&, const float*, cons
                                         float*, float*))
 FM_CPU_DECLARE(void softmax_forward(const SoftmaxArgs&, const float*, float*))
 FM_CPU_DECLARE(void softmax_backward(const SoftmaxArgs&, const float*, const float*, float*))
+FM_CPU_DECLARE(void cross_entropy_native(const CrossEntropyArgs&, const float*,
+                                         const std::int64_t*, float*, float*))
 
 namespace {
 
@@ -61,6 +65,12 @@ void sm_backward(const SoftmaxArgs& a, const Array& g, const Array& y, const Arr
   FM_CPU_DISPATCH(softmax_backward, a, in(g), in(y), out(dx));
 }
 
+void ce_forward(const CrossEntropyArgs& a, const Array& logits, const Array& labels,
+                const Array& loss, const Array& grad) {
+  FM_CPU_DISPATCH(cross_entropy_native, a, in(logits),
+                  reinterpret_cast<const std::int64_t*>(labels.host_data()), out(loss), out(grad));
+}
+
 }  // namespace
 
 FM_CPU_NATIVE("row_norm_forward", &row_forward, &native_reduce_matmul_enabled());
@@ -69,5 +79,6 @@ FM_CPU_NATIVE("batch_norm_forward", &bn_forward, &native_reduce_matmul_enabled()
 FM_CPU_NATIVE("batch_norm_backward", &bn_backward, &native_reduce_matmul_enabled());
 FM_CPU_NATIVE("softmax_forward", &sm_forward, &native_reduce_matmul_enabled());
 FM_CPU_NATIVE("softmax_backward", &sm_backward, &native_reduce_matmul_enabled());
+FM_CPU_NATIVE("cross_entropy", &ce_forward, &native_reduce_matmul_enabled());
 
 }  // namespace fm::cpu

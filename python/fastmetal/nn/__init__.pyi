@@ -257,6 +257,36 @@ class GRUCell(_RNNCellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = ..., *,
                  seed: int | None = ..., rng: np.random.Generator | None = ...,
                  device: str | None = ...) -> None: ...
+class TransformerEncoderLayer(Module):
+    self_attn: MultiheadAttention
+    linear1: Linear
+    linear2: Linear
+    dropout: Dropout
+    dropout1: Dropout
+    dropout2: Dropout
+    norm1: LayerNorm
+    norm2: LayerNorm
+    norm_first: bool
+    activation: Callable[..., Any]
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = ..., dropout: float = ...,
+                 activation: str | Callable[..., Any] = ..., layer_norm_eps: float = ...,
+                 batch_first: bool = ..., norm_first: bool = ..., bias: bool = ..., *,
+                 seed: int | None = ..., rng: np.random.Generator | None = ...,
+                 device: str | None = ...) -> None: ...
+    @property
+    def batch_first(self) -> bool: ...
+    def forward(self, src: Any, src_mask: Any = ..., src_key_padding_mask: Any = ...,
+                is_causal: bool = ...) -> Any: ...
+class TransformerEncoder(Module):
+    layers: ModuleList
+    num_layers: int
+    norm: Module | None
+    enable_nested_tensor: bool
+    mask_check: bool
+    def __init__(self, encoder_layer: Module, num_layers: int, norm: Module | None = ...,
+                 enable_nested_tensor: bool = ..., mask_check: bool = ...) -> None: ...
+    def forward(self, src: Any, mask: Any = ..., src_key_padding_mask: Any = ...,
+                is_causal: bool | None = ...) -> Any: ...
 class Flatten(Module):
     def __init__(self, start_dim: int = ..., end_dim: int = ...) -> None: ...
     def forward(self, x: Any) -> Any: ...
@@ -320,10 +350,19 @@ class _Loss(Module):
     reduction: str
     def __init__(self, reduction: str = ...) -> None: ...
 class CrossEntropyLoss(_Loss):
-    def forward(self, logits: Any, labels: Any) -> Any: ...
+    weight: Any
+    ignore_index: int
+    label_smoothing: float
+    def __init__(self, weight: Any = ..., ignore_index: int = ..., reduction: str = ...,
+                 label_smoothing: float = ...) -> None: ...
+    def forward(self, input: Any, target: Any) -> Any: ...
 class MSELoss(_Loss):
     def forward(self, input: Any, target: Any) -> Any: ...
 class NLLLoss(_Loss):
+    weight: Any
+    ignore_index: int
+    def __init__(self, weight: Any = ..., ignore_index: int = ...,
+                 reduction: str = ...) -> None: ...
     def forward(self, input: Any, target: Any) -> Any: ...
 class BCELoss(_Loss):
     def __init__(self, weight: Any = ..., reduction: str = ...) -> None: ...

@@ -12,11 +12,11 @@ from ..ops import losses, pooling
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.losses import *  # noqa: F401,F403  (every loss function)
 from ..ops.pooling import *  # noqa: F401,F403  (avg_pool2d, adaptive_avg_pool2d, interpolate)
-from ..ops.training import cross_entropy, dropout, log_softmax, max_pool2d
+from ..ops.training import dropout, log_softmax, max_pool2d
 from ..ops.normalization import batch_norm, group_norm, layer_norm, rms_norm, softmax
 
 __all__ = ["conv2d", "linear", "relu", "sigmoid", "tanh", "gelu", "softplus", "silu",
-           "max_pool2d", "dropout", "log_softmax", "softmax", "cross_entropy", "batch_norm",
+           "max_pool2d", "dropout", "log_softmax", "softmax", "batch_norm",
            "group_norm", "layer_norm", "rms_norm", *activations.__all__, *losses.__all__,
            "conv1d", "conv_transpose2d", *pooling.__all__, "embedding", "one_hot",
            "scaled_dot_product_attention"]

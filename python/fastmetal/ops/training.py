@@ -1,4 +1,5 @@
-"""Functional training ops: max pooling, dropout, log-softmax and the fused cross-entropy.
+"""Functional training ops: max pooling, dropout, log-softmax and the fused cross-entropy
+(the public ``cross_entropy`` is ops/losses.py's).
 
 Each has PyTorch's semantics (``torch.nn.functional``), a gradient for autograd declared
 beside it, and its explicit backward as a public function too. Arguments are validated before any work; bad input raises
@@ -20,7 +21,7 @@ from ..autograd.declare import op, refuse_recording
 from .capture import cell, dynamic
 
 __all__ = ["max_pool2d", "max_pool2d_backward", "dropout", "dropout_backward", "log_softmax",
-           "log_softmax_backward", "cross_entropy"]
+           "log_softmax_backward"]
 
 
 def _is_int(value):
@@ -179,55 +180,22 @@ def log_softmax_backward(grad_output, output, axis=-1):
                                    _axis(output, axis, "log_softmax_backward"), True)
 
 
-def _labels(labels, op):
-    if isinstance(labels, _core.Array):
-        if labels.dtype != np.int64:
-            raise TypeError(f"[fastmetal.{op}] expected labels as integers (a NumPy array, a "
-                            f"sequence or an int64 fastmetal.Array), got a {labels.dtype} "
-                            "fastmetal.Array")
-        # Read on the host: their range is checked there before any kernel indexes with them
-        # (on a GPU this waits for the work that computes them).
-        return labels.numpy()
-    arr = np.asarray(labels)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"[fastmetal.{op}] expected labels with an integer dtype, "
-                        f"got {arr.dtype}")
-    return arr
-
-
-@op(grads=("logits",), aux=True)
-def cross_entropy(logits, labels):
-    """Mean cross-entropy of ``(N, C)`` logits against ``N`` integer class labels, as
-    ``torch.nn.functional.cross_entropy`` (reduction ``"mean"``): the loss as a 0-d array.
+@op(grads=("logits",), aux=True, name="_cross_entropy_fused", public=False)
+def cross_entropy_fused(logits, labels):
+    """Mean cross-entropy of ``(N, C)`` logits against ``N`` integer class labels in
+    ``[0, C)``: the loss as a 0-d array. ops/losses.cross_entropy, the public function, takes
+    this road for its plain case, with NumPy labels it checked or an int64 Array read in
+    place on its device (its range checked on the host where the memory is the host's, else
+    by the kernel: a NaN loss; see _cross_entropy).
 
     One fused kernel computes the loss and, when the logits require grad, keeps its gradient
     ``(softmax(logits) - one_hot(labels)) / N`` for ``backward()``. log-softmax is computed
     max-shifted, so logits as large as ``±1e30`` give the same finite numbers as PyTorch.
     """
-    if isinstance(labels, _core.Array):
-        if labels.dtype != np.int64:
-            raise TypeError(f"[fastmetal.cross_entropy] expected labels as integers (a NumPy "
-                            f"array, a sequence or an int64 fastmetal.Array), got a "
-                            f"{labels.dtype} fastmetal.Array")
-        # Read in place on its device (no wait for the host): the range is checked on the host
-        # where the memory is the host's, else by the kernel (a NaN loss; see _cross_entropy).
-        return _core._cross_entropy(logits, labels)
-    arr = _labels(labels, "cross_entropy")
-    shape = tuple(logits.shape) if hasattr(logits, "shape") else np.shape(logits)
-    if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
-        raise ValueError(f"[fastmetal.cross_entropy] expected logits of shape (N, C) with "
-                         f"N, C >= 1, got shape {shape}")
-    if arr.shape != (shape[0],):
-        raise ValueError(f"[fastmetal.cross_entropy] expected labels of shape ({shape[0]},) "
-                         f"to match the logits, got shape {arr.shape}")
-    if arr.size and (arr.min() < 0 or arr.max() >= shape[1]):
-        bad = arr[(arr < 0) | (arr >= shape[1])][0]
-        raise ValueError(f"[fastmetal.cross_entropy] expected labels in [0, {shape[1]}), "
-                         f"got {bad}")
-    return _core._cross_entropy(logits, arr.astype(np.int64))
+    return _core._cross_entropy(logits, labels)
 
 
-@cross_entropy.vjp
+@cross_entropy_fused.vjp
 def _cross_entropy_vjp(ctx, g):
     if tape.is_ones(g):  # loss.backward(): the fused gradient as it is
         return ctx.aux

@@ -12,6 +12,7 @@
 
 #include "../normalization_cpu.h"
 #include "../thread_pool.h"
+#include "training_args.h"
 
 // The kernels' exp (metal/fm_math.h: branch-free, so it vectorises), through the CPU shim;
 // fm_end.h undoes the shim's keyword macros.
@@ -674,6 +675,39 @@ void softmax_backward(const SoftmaxArgs& a, const float* g, const float* y, floa
         for (i64 j = 0; j < w; ++j) dk[j] = yk[j] * (gk[j] - s[j]);
     }
   });
+}
+
+// cross_entropy_rows + cross_entropy_mean (metal/training.metal) for the CPU: per row the
+// log-softmax of the native softmax (max, then sum of exp(x - m) in lanes), the row's loss
+// ls - (x[label] - m) and the fused gradient (softmax - one_hot) / rows (a label outside
+// [0, classes): a NaN loss and gradient row, as the kernel); then the mean of the row losses
+// summed in row order, as the kernel (the bits do not depend on the thread count).
+void cross_entropy_native(const CrossEntropyArgs& a, const float* x, const std::int64_t* labels,
+                          float* loss, float* grad) {
+  const i64 n = a.classes, rows = a.rows;
+  const float inv = a.inv_rows;
+  std::vector<float> row_loss(std::size_t(std::max<i64>(rows, 1)));
+  const i64 rpt = per_task(n);
+  parallel_tasks((rows + rpt - 1) / rpt, [&](i64 t) {
+    for (i64 r = t * rpt; r < std::min(rows, (t + 1) * rpt); ++r) {
+      const float* xr = x + r * n;
+      float* gr = grad + r * n;
+      const i64 label = labels[r];
+      if (label < 0 || label >= n) {
+        for (i64 i = 0; i < n; ++i) gr[i] = NAN;
+        row_loss[std::size_t(r)] = NAN;
+        continue;
+      }
+      const float m = max_of(xr, n);
+      const float ls = std::log(float(sum_exp(xr, n, m, false)));
+      for (i64 i = 0; i < n; ++i) gr[i] = exp_nonpos((xr[i] - m) - ls) * inv;
+      gr[label] = (exp_nonpos((xr[label] - m) - ls) - 1.0f) * inv;
+      row_loss[std::size_t(r)] = ls - (xr[label] - m);
+    }
+  });
+  float s = 0.0f;
+  for (i64 r = 0; r < rows; ++r) s += row_loss[std::size_t(r)];
+  loss[0] = s * inv;
 }
 
 }  // namespace fm::cpu::FM_CPU_ISA

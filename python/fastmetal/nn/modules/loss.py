@@ -1,10 +1,10 @@
-"""The loss Modules, as ``torch.nn``'s: each calls its function of fastmetal/ops/losses.py
-(``cross_entropy``: ops/training.py), with ``reduction`` chosen when it is built."""
+"""The loss Modules, as ``torch.nn``'s: each calls its function of fastmetal/ops/losses.py,
+with ``reduction`` (and the other arguments) chosen when it is built."""
 from __future__ import annotations
 
 from ...ops.losses import (REDUCTIONS, binary_cross_entropy, binary_cross_entropy_with_logits,
-                           huber_loss, kl_div, l1_loss, mse_loss, nll_loss, smooth_l1_loss)
-from ...ops.training import cross_entropy
+                           cross_entropy, huber_loss, kl_div, l1_loss, mse_loss, nll_loss,
+                           smooth_l1_loss)
 from .module import Module
 
 __all__ = ["CrossEntropyLoss", "MSELoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss",
@@ -24,19 +24,24 @@ class _Loss(Module):
 
 
 class CrossEntropyLoss(_Loss):
-    """:func:`fastmetal.cross_entropy` as a Module: ``loss_fn(logits, labels)`` returns the
-    loss (reduction ``"mean"`` or ``"sum"``)."""
+    """:func:`fastmetal.cross_entropy` as a Module, as ``torch.nn.CrossEntropyLoss``:
+    ``weight``, ``ignore_index``, ``reduction`` and ``label_smoothing`` chosen when it is
+    built; ``loss_fn(input, target)``."""
 
-    def __init__(self, reduction="mean"):
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         super().__init__(reduction)
-        if reduction == "none":
-            raise ValueError("[fastmetal.nn.CrossEntropyLoss] expected reduction 'mean' or "
-                             "'sum', got 'none'")
+        self.weight, self.ignore_index = weight, ignore_index
+        self.label_smoothing = label_smoothing
 
-    def forward(self, logits, labels):
-        loss = cross_entropy(logits, labels)
-        # the mean over N (cross_entropy checked the (N, C) shape) times N
-        return loss * float(len(logits)) if self.reduction == "sum" else loss
+    def forward(self, input, target):
+        return cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
+                             self.label_smoothing)
+
+    def extra_repr(self):
+        parts = [super().extra_repr()] + ([f"ignore_index={self.ignore_index}"]
+                                          if self.ignore_index != -100 else []) + \
+            ([f"label_smoothing={self.label_smoothing}"] if self.label_smoothing else [])
+        return ", ".join(p for p in parts if p)
 
 
 class MSELoss(_Loss):
@@ -47,10 +52,14 @@ class MSELoss(_Loss):
 
 
 class NLLLoss(_Loss):
-    """:func:`nll_loss` as a Module."""
+    """:func:`nll_loss` as a Module (``weight``, ``ignore_index``, ``reduction``)."""
+
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
+        super().__init__(reduction)
+        self.weight, self.ignore_index = weight, ignore_index
 
     def forward(self, input, target):
-        return nll_loss(input, target, self.reduction)
+        return nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
 
 
 class BCELoss(_Loss):

@@ -256,12 +256,16 @@ class Module:
         if not isinstance(device, str):
             raise TypeError(f"[fastmetal.nn.{type(self).__name__}.to] expected a device name "
                             f"(str), got {type(device).__name__}")
+        done: dict = {}  # id -> moved: a Parameter shared by modules (tied weights) stays one
         for m in self.modules():
             params = m._registry()[0]
             for name, p in list(params.items()):
                 if p is not None and p.device != device:
-                    with no_grad():
-                        moved = Parameter(p.to(device), requires_grad=p.requires_grad)
+                    moved = done.get(id(p))
+                    if moved is None:
+                        with no_grad():
+                            moved = Parameter(p.to(device), requires_grad=p.requires_grad)
+                        done[id(p)] = moved
                     params[name] = moved
                     object.__setattr__(m, name, moved)
             buffers = m._buffer_registry()
