@@ -82,7 +82,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         B, T, C = x.shape
         qkv = self.qkv(x).reshape(B, T, 3, self.n_head, C // self.n_head)
         # (B, n_head, T, head_dim) views of the one projection
@@ -102,7 +102,7 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
                                  nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -127,7 +127,7 @@ class GPT(nn.Module):
             elif p.ndim == 2:
                 nn.init.normal_(p, 0.0, 0.02)
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx: Any, targets: Any = None) -> Any:
         B, T = idx.shape
         x = self.drop(self.tok_emb(idx) + self.pos_emb(np.arange(T)))
         logits = self.head(self.ln_f(self.blocks(x)))
@@ -161,7 +161,7 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> optim.Ad
                         {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
 
 
-def cosine_schedule(warmup: int, total: int, floor: float = 0.1):
+def cosine_schedule(warmup: int, total: int, floor: float = 0.1) -> Any:
     """The learning rate's factor at step ``s``: linear warm-up, then a cosine to ``floor``."""
     def factor(step: int) -> float:
         if step < warmup:
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> History:
     return history
 
 
-def _tqdm():
+def _tqdm() -> Any:
     try:
         return importlib.import_module("tqdm").tqdm
     except ImportError:
