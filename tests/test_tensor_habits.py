@@ -80,6 +80,8 @@ def test_squeeze_expand_t_contiguous(device, rng):
     assert a.expand_as(arr(np.zeros((3, 3, 2)), device)).shape == (3, 3, 2)
     with pytest.raises(ValueError, match=r"\[fastmetal.broadcast_to\] expected a shape"):
         a.expand(3, 4, 3)
+    np.testing.assert_array_equal(host(a.transpose(0, 2)), np.swapaxes(x, 0, 2))  # PyTorch's
+    np.testing.assert_array_equal(host(a.transpose(2, 0, 1)), x.transpose(2, 0, 1))  # NumPy's
     m = arr(x[:, 0], device)
     np.testing.assert_array_equal(host(m.t()), x[:, 0].T)
     assert m.t().contiguous().shape == (2, 3) and m.contiguous() is m

@@ -20,13 +20,20 @@ Array return, NumPy's intp); int64 Arrays support views and indexing, `copy`, `a
 `to`, `numpy`/`__array__`/buffer protocol/DLPack, comparisons (with int64 Arrays, NumPy
 integer arrays and Python ints: exact, in int64; with floats: in float32, after converting
 on the device) giving float32 masks, integer arithmetic (`+ - * // % **`, maximum,
-minimum, abs: wrapping as NumPy), `sum`/`prod`/`max`/`min` (int64) and
+minimum, abs: wrapping as NumPy), `sum`/`prod`/`max`/`min`/`argmax`/`argmin` (exact) and
 `mean` (float32); the float functions (`exp`, ...) convert them to float32. So
 `(logits.argmax(1) == labels).mean()` stays on the device.
 
 Reductions (`sum`, `mean`, `max`, `min`, `argmax`, `argmin`, `var`, `std`) and `@` call
 the functions of the same name (`fastmetal.sum`, `fastmetal.matmul`, ...: ops/reductions.py
 and ops/linalg.py), so the methods are differentiable as the functions are.
+
+PyTorch's tensor habits sit beside NumPy's where they do not clash (the section "PyTorch's
+habits, the Array API" below): `a.size` is NumPy's int and callable as PyTorch's `size()`;
+`view`, `unsqueeze`, `flatten(start_dim, end_dim)`, `dim=`/`keepdim=`, the elementwise
+functions as methods, `float()`/`half()`/`long()`, `cpu()`, `clone()`, `split`, `chunk`,
+`eq`/`lt`/..., `mm`, `__format__`, `.data`; `transpose(d0, d1)` of an array of more than two
+dimensions swaps two axes as PyTorch's (NumPy would refuse two axes there).
 """
 from __future__ import annotations
 
@@ -538,6 +545,16 @@ def _to(self: Array, *args: Any, **kwargs: Any) -> Array:
     return views.to(out, device) if device is not None else out
 
 
+def _transpose(self: Array, *axes: Any) -> Array:
+    """The axes permuted (reversed when none are given), as NumPy's ``transpose``; two axes
+    of an array of more than two dimensions are swapped, as PyTorch's ``transpose(d0, d1)``."""
+    if len(axes) == 2 and self.ndim > 2 and all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+            for d in axes):
+        return manipulation.swapaxes(self, axes[0], axes[1])
+    return views.transpose(self, *axes)
+
+
 def _contiguous(self: Array) -> Array:
     """Itself if C-contiguous, else a contiguous copy, as ``torch.Tensor.contiguous``."""
     return self if views.contiguous(self) else views.contiguous_copy(self)
@@ -672,7 +689,7 @@ def _habit_methods() -> dict:
         "float": _cast("float", "float32"), "half": _cast("half", "float16"),
         "long": _cast("long", "int64"), "double": _unsupported_dtype("double", "float64"),
         "int": _unsupported_dtype("int", "int32"), "bool": _unsupported_dtype("bool", "bool"),
-        "to": _to, "clone": views.contiguous_copy,
+        "to": _to, "clone": views.contiguous_copy, "transpose": _transpose,
         "contiguous": _contiguous, "t": _t, "mm": _mm, "matmul": _matmul_method,
         "neg": _unary_method("negative"),
         "numel": lambda self: _core_size.__get__(self), "dim": lambda self: self.ndim,
