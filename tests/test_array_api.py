@@ -355,3 +355,75 @@ def test_asarray_copy_semantics(device, rng):
         assert host(shared)[1] == 7.0
     with pytest.raises(TypeError, match="expected copy to be True, False or None"):
         fm.asarray(h, copy="yes")
+
+
+# ----------------------------------------------------------------------------- logical, sorting
+def test_logical_functions_and_count_nonzero(device, rng):
+    x = rng.integers(0, 2, (3, 4)).astype(np.float32) * rng.standard_normal((3, 4)).astype(np.float32)
+    y = rng.integers(0, 2, (4,)).astype(np.float32)
+    x[0, 0] = np.nan  # NaN is true
+    a, b = arr(x, device), arr(y, device)
+    for name in ("logical_and", "logical_or", "logical_xor"):
+        got = getattr(fm, name)(a, b)
+        assert got.dtype == np.float32  # a float mask until fastmetal has bool
+        np.testing.assert_array_equal(host(got), getattr(np, name)(x, y))
+    np.testing.assert_array_equal(host(fm.logical_not(a)), np.logical_not(x))
+    np.testing.assert_array_equal(host(fm.logical_and(a, 1.0)), np.logical_and(x, 1.0))
+    for axis in (None, 0, -1):
+        got = fm.count_nonzero(a, axis=axis)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(host(got), np.count_nonzero(x, axis=axis))
+    with pytest.raises(TypeError, match=r"\[fastmetal.logical_or\] expected x2"):
+        fm.logical_or(a, "1")
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_argsort(axis, descending, device, rng):
+    x = rng.integers(0, 4, (5, 6)).astype(np.float32)  # many ties: stability shows
+    x[1, 2] = np.nan
+    a = arr(x, device)
+    order = fm.argsort(a, axis=axis, descending=descending)
+    assert order.dtype == np.int64 and order.device == device
+    if descending:  # stable descending, NaN last (as NumPy's ascending order puts it)
+        keys = np.where(np.isnan(x), np.inf, -x)
+        want = np.argsort(keys, axis=axis, kind="stable")
+    else:
+        want = np.argsort(x, axis=axis, kind="stable")
+    np.testing.assert_array_equal(host(order), want)
+    np.testing.assert_array_equal(host(fm.sort(a, axis=axis, descending=descending)),
+                                  np.take_along_axis(x, want, axis=axis))
+    if torch is not None and not descending:
+        t = torch.sort(torch.tensor(np.nan_to_num(x)), dim=axis, stable=True)
+        np.testing.assert_array_equal(host(fm.argsort(arr(np.nan_to_num(x), device), axis=axis)),
+                                      t.indices.numpy())
+    ints = arr(np.array([3, -2**62, 7, 3]), device, np.int64)
+    np.testing.assert_array_equal(host(fm.sort(ints, descending=True)), [7, 3, 3, -2**62])
+    # sort is differentiable: each gradient goes back to its element's place.
+    w = arr(rng.permutation(6).astype(np.float32), device).requires_grad_()
+    (fm.sort(w) * arr(np.arange(6), device)).sum().backward()
+    np.testing.assert_array_equal(host(w.grad), np.argsort(np.argsort(host(w))))
+    assert fm.sort(arr(np.zeros((0, 3)), device), axis=0).shape == (0, 3)
+    with pytest.raises(ValueError, match=r"\[fastmetal.argsort\] expected an array of dimension"):
+        fm.argsort(arr(1.0, device))
+
+
+def test_searchsorted_and_unique(device, rng):
+    s = np.array([1.0, 2.0, 2.0, 5.0], np.float32)
+    v = np.array([[0.0, 2.0], [2.5, 9.0]], np.float32)
+    for side in ("left", "right"):
+        got = fm.searchsorted(arr(s, device), arr(v, device), side=side)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(host(got), np.searchsorted(s, v, side=side))
+    with pytest.raises(ValueError, match=r"\[fastmetal.searchsorted\] expected side"):
+        fm.searchsorted(arr(s, device), arr(v, device), side="middle")
+    x = np.array([[3.0, 1.0, np.nan], [1.0, np.nan, 3.0]], np.float32)
+    a = arr(x, device)
+    values, first, inverse, counts = fm.unique_all(a)
+    np.testing.assert_array_equal(host(values), [1.0, 3.0, np.nan, np.nan])  # NaNs distinct
+    np.testing.assert_array_equal(host(counts), [2, 2, 1, 1])
+    assert inverse.shape == x.shape and first.dtype == np.int64
+    np.testing.assert_array_equal(host(values)[host(inverse)][~np.isnan(x)], x[~np.isnan(x)])
+    np.testing.assert_array_equal(host(fm.unique_values(a)), host(values))
+    np.testing.assert_array_equal(host(fm.unique_counts(a)[1]), [2, 2, 1, 1])
+    np.testing.assert_array_equal(host(fm.unique_inverse(a)[1]), host(inverse))

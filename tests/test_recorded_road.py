@@ -105,6 +105,18 @@ CALLS = {
     "unsqueeze": lambda x, y, d: fm.unsqueeze(x, -1),
     "split": lambda x, y, d: fm.split(x, 3, dim=1)[1],
     "chunk": lambda x, y, d: fm.chunk(x, 2)[1],
+    "logical_not": lambda x, y, d: fm.logical_not(x),
+    "logical_and": lambda x, y, d: fm.logical_and(x, y),
+    "logical_or": lambda x, y, d: fm.logical_or(x, y),
+    "logical_xor": lambda x, y, d: fm.logical_xor(x, y),
+    "count_nonzero": lambda x, y, d: fm.count_nonzero(x),
+    "argsort": lambda x, y, d: fm.argsort(x),
+    "sort": lambda x, y, d: fm.sort(x, axis=0, descending=True),
+    "searchsorted": lambda x, y, d: fm.searchsorted(fm.sort(x[0]), y),
+    "unique_values": lambda x, y, d: fm.unique_values(x),
+    "unique_counts": lambda x, y, d: fm.unique_counts(x)[1],
+    "unique_inverse": lambda x, y, d: fm.unique_inverse(x)[1],
+    "unique_all": lambda x, y, d: fm.unique_all(x)[0],
     # The gradients themselves (the per-layer API before autograd): not differentiable.
     "conv2d_backward": lambda x, y, d: fm.conv2d_backward(
         x.reshape(1, 1, 3, 4)[..., :2, :3], x.reshape(1, 1, 3, 4), y.reshape(1, 1, 3, 4)[..., :2, :2])[0],
@@ -126,7 +138,9 @@ NOT_OPS = {"Array", "asarray", "default_device", "devices", "empty", "ones", "ze
            "finfo", "iinfo", "isdtype", "result_type", "can_cast", "eye", "randn", "rand",
            "randint", "randn_like", "rand_like", "from_numpy"}
 # all / any: reductions of comparisons (bool in PyTorch).
-PIECEWISE_CONSTANT = {s.name for s in OPS if s.public and not s.grads} | {"all", "any"}
+PIECEWISE_CONSTANT = {s.name for s in OPS if s.public and not s.grads} | {
+    "all", "any", "logical_not", "logical_and", "logical_or", "logical_xor",
+    "unique_values", "unique_all"}  # unique: which values is an index decision
 
 
 def _public_functions():

@@ -44,7 +44,9 @@ from .ops.standard import (__array_api_version__, float16, float32, int64, finfo
                            isdtype, result_type, can_cast, concat, permute_dims, pow, clip,
                            all, any, broadcast_to, broadcast_arrays, flip, roll, repeat, tile,
                            eye, tril, triu, meshgrid, take, tensordot, vecdot,
-                           matrix_transpose)  # noqa: A004
+                           matrix_transpose, logical_not, logical_and, logical_or, logical_xor,
+                           count_nonzero, argsort, sort, searchsorted, unique_values,
+                           unique_counts, unique_inverse, unique_all)  # noqa: A004
 from .ops.habits import (cat, clamp, flatten, unsqueeze, split, chunk, randn, rand, randint,
                          randn_like, rand_like, from_numpy)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
@@ -109,7 +111,9 @@ __all__ = [
     "__array_api_version__", "float16", "float32", "int64", "finfo", "iinfo", "isdtype",
     "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",
     "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril", "triu",
-    "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose",
+    "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "logical_not", "logical_and",
+    "logical_or", "logical_xor", "count_nonzero", "argsort", "sort", "searchsorted",
+    "unique_values", "unique_counts", "unique_inverse", "unique_all",
     # PyTorch's function names (habits.py)
     "cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
     "randn_like", "rand_like", "from_numpy",
