@@ -427,3 +427,15 @@ def test_searchsorted_and_unique(device, rng):
     np.testing.assert_array_equal(host(fm.unique_values(a)), host(values))
     np.testing.assert_array_equal(host(fm.unique_counts(a)[1]), [2, 2, 1, 1])
     np.testing.assert_array_equal(host(fm.unique_inverse(a)[1]), host(inverse))
+
+
+def test_nonzero(device, rng):
+    x = rng.integers(0, 2, (3, 4, 2)).astype(np.float32)
+    x[2, 3, 1] = np.nan
+    got = fm.nonzero(arr(x, device))
+    assert len(got) == 3 and all(g.dtype == np.int64 for g in got)
+    for g, w in zip(got, np.nonzero(x)):
+        np.testing.assert_array_equal(host(g), w)
+    assert [g.shape for g in fm.nonzero(arr(np.zeros((2, 0)), device))] == [(0,), (0,)]
+    with pytest.raises(ValueError, match=r"\[fastmetal.nonzero\] expected an array of dimension"):
+        fm.nonzero(arr(1.0, device))

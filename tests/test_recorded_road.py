@@ -117,6 +117,7 @@ CALLS = {
     "unique_counts": lambda x, y, d: fm.unique_counts(x)[1],
     "unique_inverse": lambda x, y, d: fm.unique_inverse(x)[1],
     "unique_all": lambda x, y, d: fm.unique_all(x)[0],
+    "nonzero": lambda x, y, d: fm.nonzero(x - 1.0)[1],
     # The gradients themselves (the per-layer API before autograd): not differentiable.
     "conv2d_backward": lambda x, y, d: fm.conv2d_backward(
         x.reshape(1, 1, 3, 4)[..., :2, :3], x.reshape(1, 1, 3, 4), y.reshape(1, 1, 3, 4)[..., :2, :2])[0],

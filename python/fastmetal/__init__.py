@@ -46,7 +46,7 @@ from .ops.standard import (__array_api_version__, float16, float32, int64, finfo
                            eye, tril, triu, meshgrid, take, tensordot, vecdot,
                            matrix_transpose, logical_not, logical_and, logical_or, logical_xor,
                            count_nonzero, argsort, sort, searchsorted, unique_values,
-                           unique_counts, unique_inverse, unique_all)  # noqa: A004
+                           unique_counts, unique_inverse, unique_all, nonzero)  # noqa: A004
 from .ops.habits import (cat, clamp, flatten, unsqueeze, split, chunk, randn, rand, randint,
                          randn_like, rand_like, from_numpy)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
@@ -113,7 +113,7 @@ __all__ = [
     "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril", "triu",
     "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "logical_not", "logical_and",
     "logical_or", "logical_xor", "count_nonzero", "argsort", "sort", "searchsorted",
-    "unique_values", "unique_counts", "unique_inverse", "unique_all",
+    "unique_values", "unique_counts", "unique_inverse", "unique_all", "nonzero",
     # PyTorch's function names (habits.py)
     "cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
     "randn_like", "rand_like", "from_numpy",

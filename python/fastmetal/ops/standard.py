@@ -34,7 +34,8 @@ __all__ = ["__array_api_version__", "float16", "float32", "int64", "finfo", "iin
            "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril",
            "triu", "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "logical_not",
            "logical_and", "logical_or", "logical_xor", "count_nonzero", "argsort", "sort",
-           "searchsorted", "unique_values", "unique_counts", "unique_inverse", "unique_all"]
+           "searchsorted", "unique_values", "unique_counts", "unique_inverse", "unique_all",
+           "nonzero"]
 
 # The version of the standard these names follow (Array.__array_namespace__ returns fastmetal).
 __array_api_version__ = "2024.12"
@@ -675,3 +676,14 @@ def unique_all(x: Any, /) -> tuple:
     return (_core.asarray(values, dtype=x.dtype, device=x.device),
             _index_array(first, x.device), _index_array(inverse.reshape(x.shape), x.device),
             _index_array(counts, x.device))
+
+
+def nonzero(x: Any, /) -> tuple:
+    """The indices of the nonzero elements of ``x`` (NaN counts), one int64 Array per
+    dimension in C order, as the Array API's ``nonzero`` (a 0-d ``x`` is a ValueError, as the
+    standard says). On the device, reading one count to the host to size the result."""
+    _require(x, "nonzero")
+    if x.ndim == 0:
+        raise ValueError("[fastmetal.nonzero] expected an array of dimension >= 1, got a 0-d "
+                         "array")
+    return manipulation.nonzero(x)
