@@ -213,7 +213,8 @@ FM_FUNC float fm_tanh(float x) {
   const float small = fm_mad(p * z, x, x);
   const float e = fm_exp(2.0f * fm_clamp_nan(a, 0.0f, 9.1f));
   const float big = fm_copysign(1.0f - 2.0f / (e + 1.0f), x);
-  return metal::select(big, small, a < 0.625f);
+  // The copysign keeps tanh(-0) = -0 (the polynomial's p z x + x rounds it to +0).
+  return metal::select(big, fm_copysign(small, x), a < 0.625f);
 }
 
 // sin and cos of x in radians. Range reduction x = n pi/2 + r, |r| <= pi/4 (a little more
@@ -309,7 +310,8 @@ FM_FUNC float fm_sin(float x) {
   int32_t q;
   fm_rem_pio2(x, r, r_lo, q);
   const float y = fm_quadrant(fm_sin_poly(r, r_lo), fm_cos_poly(r, r_lo), uint32_t(q));
-  return metal::select(y, x - x, !metal::isfinite(x));  // inf -> NaN, NaN stays NaN
+  // sin(-0) = -0: the reduction's fma(-n, pio2, x) turns a zero x into +0.
+  return metal::select(metal::select(y, x, x == 0.0f), x - x, !metal::isfinite(x));  // inf -> NaN
 }
 
 FM_FUNC float fm_cos(float x) {
@@ -392,7 +394,8 @@ FM_FUNC float fm_log1p(float x) {
   const float u = 1.0f + x;
   const float d = u - 1.0f;
   const float r = fm_log(u) * (x / metal::select(d, 1.0f, d == 0.0f));
-  return metal::select(metal::select(r, x, d == 0.0f), u, metal::isinf(u));
+  // u = +inf: log1p(+inf) = +inf; -inf (x = -inf) gives NaN through the log.
+  return metal::select(metal::select(r, x, d == 0.0f), u, u == metal::as_type<float>(0x7f800000u));
 }
 
 // softplus(x) = log(1 + e^x), written so that neither branch overflows.
@@ -577,4 +580,195 @@ FM_FUNC float fm_floor_divide(float a, float b) {
   const float near = metal::select(f, f + 1.0f, d - f > 0.5f);
   const float q = metal::select(near, fm_copysign(0.0f, a / b), d == 0.0f);
   return metal::select(q, a / b, b == 0.0f);
+}
+
+// ---------------------------------------------------------------- the Array API's elementwise
+// functions (asin ... logaddexp): branch-free as the helpers above, from fm_exp / fm_log_dd /
+// fm_log1p and Cephes' float minimax polynomials; special values as C99 / NumPy.
+
+// The sign bit of x as one comparison (true for -0 and negative NaNs).
+FM_FUNC bool fm_signbit(float x) { return metal::as_type<int32_t>(x) < 0; }
+
+// log x from its float-float log times a float-float constant c_hi + c_lo (log2, log10),
+// with log's special values.
+FM_FUNC float fm_log_scaled(float x, float c_hi, float c_lo) {
+  float lo;
+  const float hi = fm_log_dd(x, lo);
+  const float p = hi * c_hi;
+  const float y = p + (metal::fma(hi, c_hi, -p) + (hi * c_lo + lo * c_hi));
+  const float inf = metal::as_type<float>(0x7f800000u);
+  const float nan = metal::as_type<float>(0x7fc00000u);
+  float r = metal::select(y, -inf, x == 0.0f);
+  r = metal::select(r, nan, !(x >= 0.0f));  // x < 0 or NaN
+  return metal::select(r, inf, x == inf);
+}
+FM_FUNC float fm_log2(float x) { return fm_log_scaled(x, 1.44269502163f, 1.925963033500011e-08f); }
+FM_FUNC float fm_log10(float x) { return fm_log_scaled(x, 0.434294492006f, -1.0103049952192578e-08f); }
+
+// e^x - 1 by Kahan's trick: (u - 1) x / log u with u = e^x rounded, whose rounding error
+// cancels in the quotient; x itself where u rounds to 1, -1 where u - 1 does.
+FM_FUNC float fm_expm1(float x) {
+  const float u = fm_exp(x);
+  const float d = u - 1.0f;
+  const float l = fm_log(metal::select(u, 2.0f, d == 0.0f));  // no 0 / 0 where u == 1
+  const float r = d * (x / l);
+  float y = metal::select(r, x, d == 0.0f);
+  y = metal::select(y, -1.0f, d == -1.0f);
+  return metal::select(y, u, u == metal::as_type<float>(0x7f800000u));  // overflow: inf
+}
+
+// sinh and cosh: from expm1 / exp below |x| = 10, e^(|x| - ln2) (a float-float exponent) above,
+// where e^-|x| is below half an ulp.
+FM_FUNC float fm_exp_minus_ln2(float a) {
+  float err;
+  const float hi = fm_two_sum(a, -0.693147182465f, err);
+  return fm_exp_dd(hi, err + 1.9046542121259336e-09f);
+}
+FM_FUNC float fm_sinh(float x) {
+  const float a = metal::fabs(x);
+  const float e = fm_expm1(metal::select(a, 0.0f, a > 10.0f));
+  const float small = 0.5f * (e + e / (e + 1.0f));
+  return fm_copysign(metal::select(small, fm_exp_minus_ln2(a), a > 10.0f), x);
+}
+FM_FUNC float fm_cosh(float x) {
+  const float a = metal::fabs(x);
+  const float e = fm_exp(metal::select(a, 0.0f, a > 10.0f));
+  return metal::select(0.5f * (e + 1.0f / e), fm_exp_minus_ln2(a), a > 10.0f);
+}
+
+// tan x = sin / cos after fm_sin's reduction: s / c, or -c / s in odd quadrants.
+FM_FUNC float fm_tan(float x) {
+  float r, r_lo;
+  int32_t q;
+  fm_rem_pio2(x, r, r_lo, q);
+  const float s = fm_sin_poly(r, r_lo);
+  const float c = fm_cos_poly(r, r_lo);
+  // [s/c, -c/s, s/c, -c/s][q & 3] on the bits (fm_quadrant), as fm_sin: no select on q.
+  const float y = fm_quadrant(s, c, uint32_t(q)) / fm_quadrant(c, -s, uint32_t(q));
+  return metal::select(metal::select(y, x, x == 0.0f), x - x, !metal::isfinite(x));
+}
+
+// asin of 0 <= s <= 0.5 with z = s * s (Cephes asinf's polynomial).
+FM_FUNC float fm_asin_core(float s, float z) {
+  float p = 4.2163199048e-2f;
+  p = fm_mad(p, z, 2.4181311049e-2f);
+  p = fm_mad(p, z, 4.5470025998e-2f);
+  p = fm_mad(p, z, 7.4953002686e-2f);
+  p = fm_mad(p, z, 1.6666752422e-1f);
+  return fm_mad(s * z, p, s);
+}
+// asin: above 1/2, pi/2 - 2 asin(sqrt((1 - |x|) / 2)); |x| > 1 gives NaN through the sqrt.
+FM_FUNC float fm_asin(float x) {
+  const float a = metal::fabs(x);
+  const bool big = a > 0.5f;
+  const float z = metal::select(a * a, 0.5f * (1.0f - a), big);
+  const float s = metal::select(a, metal::sqrt(z), big);
+  const float t = fm_asin_core(s, z);
+  const float r = metal::select(t, (1.57079637f - 2.0f * t) - 4.37113883e-08f, big);
+  return fm_copysign(r, x);
+}
+// acos as Cephes acosf: 2 asin(sqrt((1 - x) / 2)) above 1/2, pi - that below -1/2,
+// pi/2 - asin x between (pi and pi/2 as float-floats).
+FM_FUNC float fm_acos(float x) {
+  const float a = metal::fabs(x);
+  const bool big = a > 0.5f;
+  const float z = metal::select(x * x, 0.5f * (1.0f - a), big);
+  const float s = metal::select(x, metal::sqrt(z), big);
+  const float t = fm_asin_core(metal::fabs(s), z);
+  const float mid = (1.57079637f - fm_copysign(t, s)) - 4.37113883e-08f;
+  const float far = metal::select(2.0f * t, (3.14159274f - 2.0f * t) - 8.74227766e-08f, x < 0.0f);
+  return metal::select(mid, far, big);
+}
+
+// atan of 0 <= a (Cephes atanf: reduced to |t| <= tan(pi/8) by pi/4 or pi/2 offsets).
+FM_FUNC float fm_atan_abs(float a) {
+  const bool big = a > 2.414213562373095f;
+  const bool mid = a > 0.4142135623730950f;
+  const float t = metal::select(metal::select(a, (a - 1.0f) / (a + 1.0f), mid), -1.0f / a, big);
+  const float y0 = metal::select(metal::select(0.0f, 0.785398185f, mid), 1.57079637f, big);
+  const float y0_lo = metal::select(metal::select(0.0f, -2.18556941e-08f, mid), -4.37113883e-08f, big);
+  const float z = t * t;
+  float p = 8.05374449538e-2f;
+  p = fm_mad(p, z, -1.38776856032e-1f);
+  p = fm_mad(p, z, 1.99777106478e-1f);
+  p = fm_mad(p, z, -3.33329491539e-1f);
+  return y0 + (fm_mad(t * z, p, t) + y0_lo);
+}
+FM_FUNC float fm_atan(float x) { return fm_copysign(fm_atan_abs(metal::fabs(x)), x); }
+
+// atan2(y, x) as C99: atan(min / max of |x|, |y|), then reflected by pi/2 - r where |y| > |x|,
+// pi - r where x has its sign bit set (-0 included), and given y's sign.
+FM_FUNC float fm_atan2(float y, float x) {
+  const float ax = metal::fabs(x);
+  const float ay = metal::fabs(y);
+  const bool steep = ay > ax;
+  const float mx = metal::select(ax, ay, steep);
+  const float mn = metal::select(ay, ax, steep);
+  float q = mn / mx;
+  q = metal::select(q, 0.0f, mx == 0.0f);                              // both zero
+  q = metal::select(q, 1.0f, mn == metal::as_type<float>(0x7f800000u));  // both infinite
+  float r = fm_atan_abs(q);
+  r = metal::select(r, (1.57079637f - r) - 4.37113883e-08f, steep);
+  r = metal::select(r, (3.14159274f - r) - 8.74227766e-08f, fm_signbit(x));
+  r = fm_copysign(r, y);
+  return metal::select(metal::select(r, x, metal::isnan(x)), y, metal::isnan(y));
+}
+
+// asinh |x| = log1p(a + a^2 / (1 + sqrt(1 + a^2))), log a + ln2 past 2^30 (where a^2 would
+// overflow and the +1 is below an ulp).
+FM_FUNC float fm_asinh(float x) {
+  const float a = metal::fabs(x);
+  const bool huge = a > 1073741824.0f;
+  const float as = metal::select(a, 1.0f, huge);
+  const float aa = as * as;
+  const float small = fm_log1p(as + aa / (1.0f + metal::sqrt(1.0f + aa)));
+  const float r = metal::select(small, fm_log(a) + 0.693147182f, huge);
+  return fm_copysign(r, x);
+}
+// acosh x = log1p(t + sqrt(2t + t^2)), t = x - 1 (exact near 1); log x + ln2 past 2^30;
+// NaN below 1.
+FM_FUNC float fm_acosh(float x) {
+  const bool huge = x > 1073741824.0f;
+  const float t = metal::select(x, 2.0f, huge) - 1.0f;
+  const float small = fm_log1p(t + metal::sqrt(fm_mad(t, t, 2.0f * t)));
+  const float r = metal::select(small, fm_log(x) + 0.693147182f, huge);
+  return metal::select(r, metal::as_type<float>(0x7fc00000u), x < 1.0f);
+}
+// atanh x = log1p(2a / (1 - a)) / 2 with x's sign; +-inf at +-1, NaN beyond.
+FM_FUNC float fm_atanh(float x) {
+  const float a = metal::fabs(x);
+  const float r = 0.5f * fm_log1p((2.0f * a) / (1.0f - a));
+  return fm_copysign(metal::select(r, metal::as_type<float>(0x7fc00000u), a > 1.0f), x);
+}
+
+// hypot without overflow or underflow in between: max * sqrt(1 + (min / max)^2); inf if
+// either is infinite (NaN or not), NaN otherwise where either is NaN.
+FM_FUNC float fm_hypot(float x, float y) {
+  const float a = metal::fabs(x);
+  const float b = metal::fabs(y);
+  const float inf = metal::as_type<float>(0x7f800000u);
+  const bool a_big = a > b;
+  const float m = metal::select(b, a, a_big);
+  const float n = metal::select(a, b, a_big);
+  const float q = n / metal::select(m, 1.0f, m == 0.0f);
+  float h = m * metal::sqrt(fm_mad(q, q, 1.0f));
+  h = metal::select(h, inf, a == inf);
+  return metal::select(h, inf, b == inf);
+}
+
+// log(e^x + e^y) = max + log1p(e^-|x - y|); x + ln2 where x == y (infinities included).
+FM_FUNC float fm_logaddexp(float x, float y) {
+  const float m = fm_maximum(x, y);
+  const float r = m + fm_log1p(fm_exp_nonpos(-metal::fabs(x - y)));
+  return metal::select(r, x + 0.693147182f, x == y);
+}
+
+// floor / ceil / trunc through rint (fm_floor: one instruction, no libm call); zeros keep
+// their sign as C's.
+FM_FUNC float fm_ceil(float x) { return -fm_floor(-x); }
+FM_FUNC float fm_trunc(float x) { return metal::select(fm_floor(x), -fm_floor(-x), x < 0.0f); }
+// NumPy's sign: -1, 0 (+0 for -0 too), 1; NaN stays NaN.
+FM_FUNC float fm_sign(float x) {
+  const float z = metal::select(x, 0.0f, x == 0.0f);
+  return metal::select(metal::select(z, 1.0f, x > 0.0f), -1.0f, x < 0.0f);
 }

@@ -61,9 +61,10 @@ def check_gradient(f_fm, f_np, inputs, device, rtol=3e-3, atol=3e-3):
 # ----------------------------------------------------------------------------- elementwise
 DIFFERENTIABLE = [s for s in OPS if s.differentiable]
 # Domains away from the kinks and poles (the kinks have their own tests below).
-POSITIVE = {"log", "sqrt", "reciprocal", "power"}
+POSITIVE = {"log", "sqrt", "reciprocal", "power", "log1p", "log2", "log10"}
 PROBABILITY = {"bce", "bce_grad"}
-AWAY_FROM_ZERO = {"relu", "abs", "maximum", "minimum"}
+AWAY_FROM_ZERO = {"relu", "abs", "maximum", "minimum", "hypot", "atan2"}
+INSIDE_UNIT = {"asin", "acos", "atanh"}  # poles at +-1
 
 
 def _sample(name, shape):
@@ -71,6 +72,12 @@ def _sample(name, shape):
         return RNG.uniform(0.05, 0.95, shape)
     if name in POSITIVE:
         return RNG.uniform(0.5, 2.0, shape)
+    if name in INSIDE_UNIT:
+        return RNG.uniform(-0.9, 0.9, shape)
+    if name == "acosh":  # pole at 1
+        return RNG.uniform(1.2, 3.0, shape)
+    if name == "tan":  # poles at +-pi/2
+        return RNG.uniform(-1.2, 1.2, shape)
     x = RNG.uniform(-2.0, 2.0, shape)
     if name in AWAY_FROM_ZERO:
         x = np.where(np.abs(x) < 0.05, 0.5, x)

@@ -15,12 +15,15 @@ from references import numpy_reference
 
 RNG = np.random.default_rng(7)
 SECOND = [s for s in OPS if s.differentiable and s.public]
-POSITIVE = {"log", "sqrt", "reciprocal", "power", "divide"}
-AWAY_FROM_ZERO = {"relu", "abs", "maximum", "minimum"}
+POSITIVE = {"log", "sqrt", "reciprocal", "power", "divide", "log1p", "log2", "log10"}
+AWAY_FROM_ZERO = {"relu", "abs", "maximum", "minimum", "hypot", "atan2"}
+DOMAINS = {"asin": (-0.8, 0.8), "acos": (-0.8, 0.8), "atanh": (-0.8, 0.8),
+           "acosh": (1.3, 3.0), "tan": (-1.1, 1.1)}  # away from the poles
 
 
 def _sample(name, shape):
-    x = RNG.uniform(0.5, 2.0, shape) if name in POSITIVE else RNG.uniform(-2.0, 2.0, shape)
+    lo, hi = DOMAINS.get(name, (0.5, 2.0) if name in POSITIVE else (-2.0, 2.0))
+    x = RNG.uniform(lo, hi, shape)
     if name in AWAY_FROM_ZERO:
         x = np.where(np.abs(x) < 0.1, 0.7, x)
     return x

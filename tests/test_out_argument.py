@@ -81,10 +81,10 @@ def _case(name: str, rng, device) -> Case:
     if name in ("matmul", "dot"):
         return Case([_values(rng, (6, 6)), _values(rng, (6, 6))],
                     lambda f, a, out: f(a[0], a[1], out=out), lambda a, b: a @ b)
-    if name in ("concatenate", "stack"):
+    if name in ("concatenate", "stack", "cat"):  # cat: torch.cat's name for concatenate
         return Case([_values(rng, SHAPE), _values(rng, SHAPE)],
                     lambda f, a, out: f([a[0], a[1]], out=out),
-                    lambda a, b: getattr(np, name)([a, b]))
+                    lambda a, b: getattr(np, {"cat": "concatenate"}.get(name, name))([a, b]))
     if name == "divmod":
         return Case([_values(rng, SHAPE), _values(rng, SHAPE)],
                     lambda f, a, out: f(a[0], a[1], out=out),

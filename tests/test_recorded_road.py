@@ -79,6 +79,45 @@ CALLS = {
     "fourier_series": lambda x, y, d: fm.fourier_series(x, y[0], y[1]),
     "gradient": lambda x, y, d: fm.gradient(x, axis=1),
     "derivative": lambda x, y, d: fm.derivative(x),
+    # The Array API standard's functions and PyTorch's names (ops/standard.py, ops/habits.py)
+    "concat": lambda x, y, d: fm.concat([x, y], axis=1),
+    "cat": lambda x, y, d: fm.cat([x, y], dim=1),
+    "permute_dims": lambda x, y, d: fm.permute_dims(x, (1, 0)),
+    "pow": lambda x, y, d: fm.pow(x, y),
+    "clip": lambda x, y, d: fm.clip(x, 0.8, y),
+    "clamp": lambda x, y, d: fm.clamp(x, min=y),
+    "all": lambda x, y, d: fm.all(x - 1.0, axis=0),
+    "any": lambda x, y, d: fm.any(x - 1.0),
+    "broadcast_to": lambda x, y, d: fm.broadcast_to(x, (2, 3, 4)),
+    "broadcast_arrays": lambda x, y, d: fm.broadcast_arrays(y[0], x)[0],
+    "flip": lambda x, y, d: fm.flip(x, axis=0),
+    "roll": lambda x, y, d: fm.roll(x, 1, axis=1),
+    "repeat": lambda x, y, d: fm.repeat(x, [1, 0, 2], axis=0),
+    "tile": lambda x, y, d: fm.tile(x, (2, 1)),
+    "tril": lambda x, y, d: fm.tril(x),
+    "triu": lambda x, y, d: fm.triu(x, k=1),
+    "meshgrid": lambda x, y, d: fm.meshgrid(x[0], y[:, 0])[0],
+    "take": lambda x, y, d: fm.take(x, [0, 2, 2], axis=1),
+    "tensordot": lambda x, y, d: fm.tensordot(x, y, axes=([1], [1])),
+    "vecdot": lambda x, y, d: fm.vecdot(x, y),
+    "matrix_transpose": lambda x, y, d: fm.matrix_transpose(x),
+    "flatten": lambda x, y, d: fm.flatten(x),
+    "unsqueeze": lambda x, y, d: fm.unsqueeze(x, -1),
+    "split": lambda x, y, d: fm.split(x, 3, dim=1)[1],
+    "chunk": lambda x, y, d: fm.chunk(x, 2)[1],
+    "logical_not": lambda x, y, d: fm.logical_not(x),
+    "logical_and": lambda x, y, d: fm.logical_and(x, y),
+    "logical_or": lambda x, y, d: fm.logical_or(x, y),
+    "logical_xor": lambda x, y, d: fm.logical_xor(x, y),
+    "count_nonzero": lambda x, y, d: fm.count_nonzero(x),
+    "argsort": lambda x, y, d: fm.argsort(x),
+    "sort": lambda x, y, d: fm.sort(x, axis=0, descending=True),
+    "searchsorted": lambda x, y, d: fm.searchsorted(fm.sort(x[0]), y),
+    "unique_values": lambda x, y, d: fm.unique_values(x),
+    "unique_counts": lambda x, y, d: fm.unique_counts(x)[1],
+    "unique_inverse": lambda x, y, d: fm.unique_inverse(x)[1],
+    "unique_all": lambda x, y, d: fm.unique_all(x)[0],
+    "nonzero": lambda x, y, d: fm.nonzero(x - 1.0)[1],
     # The gradients themselves (the per-layer API before autograd): not differentiable.
     "conv2d_backward": lambda x, y, d: fm.conv2d_backward(
         x.reshape(1, 1, 3, 4)[..., :2, :3], x.reshape(1, 1, 3, 4), y.reshape(1, 1, 3, 4)[..., :2, :2])[0],
@@ -95,8 +134,14 @@ NOT_OPS = {"Array", "asarray", "default_device", "devices", "empty", "ones", "ze
            "set_default_device", "synchronize", "arange", "linspace", "full", "zeros_like",
            "ones_like", "full_like", "empty_like", "grad", "value_and_grad", "no_grad",
            "enable_grad", "is_grad_enabled", "set_grad_enabled", "argmax", "argmin", "manual_seed",
-           "save", "load", "compile", "CompileWarning"}
-PIECEWISE_CONSTANT = {s.name for s in OPS if s.public and not s.grads}
+           "save", "load", "compile", "CompileWarning",
+           # dtype introspection; creation and random draws (they make leaves)
+           "finfo", "iinfo", "isdtype", "result_type", "can_cast", "eye", "randn", "rand",
+           "randint", "randn_like", "rand_like", "from_numpy"}
+# all / any: reductions of comparisons (bool in PyTorch).
+PIECEWISE_CONSTANT = {s.name for s in OPS if s.public and not s.grads} | {
+    "all", "any", "logical_not", "logical_and", "logical_or", "logical_xor",
+    "unique_values", "unique_all"}  # unique: which values is an index decision
 
 
 def _public_functions():

@@ -39,6 +39,16 @@ from .ops.training import (dropout, dropout_backward, log_softmax, log_softmax_b
 from .ops.normalization import logsumexp, softmax
 from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
                          mse_loss, nll_loss)
+# The Array API standard's names and PyTorch's function names (beside NumPy's above).
+from .ops.standard import (__array_api_version__, float16, float32, int64, finfo, iinfo,
+                           isdtype, result_type, can_cast, concat, permute_dims, pow, clip,
+                           all, any, broadcast_to, broadcast_arrays, flip, roll, repeat, tile,
+                           eye, tril, triu, meshgrid, take, tensordot, vecdot,
+                           matrix_transpose, logical_not, logical_and, logical_or, logical_xor,
+                           count_nonzero, argsort, sort, searchsorted, unique_values,
+                           unique_counts, unique_inverse, unique_all, nonzero)  # noqa: A004
+from .ops.habits import (cat, clamp, flatten, unsqueeze, split, chunk, randn, rand, randint,
+                         randn_like, rand_like, from_numpy)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
 from . import autograd, data, distributed, nn, optim, random
 from .serialization import load, save
@@ -97,6 +107,16 @@ __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
     "manual_seed", "save", "load", "autograd", "data", "distributed", "nn", "optim",
     "random",
+    # the Array API standard (standard.py): its version, dtypes, introspection, functions
+    "__array_api_version__", "float16", "float32", "int64", "finfo", "iinfo", "isdtype",
+    "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",
+    "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril", "triu",
+    "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "logical_not", "logical_and",
+    "logical_or", "logical_xor", "count_nonzero", "argsort", "sort", "searchsorted",
+    "unique_values", "unique_counts", "unique_inverse", "unique_all", "nonzero",
+    # PyTorch's function names (habits.py)
+    "cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
+    "randn_like", "rand_like", "from_numpy",
 ]
 
 

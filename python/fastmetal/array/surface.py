@@ -20,17 +20,25 @@ Array return, NumPy's intp); int64 Arrays support views and indexing, `copy`, `a
 `to`, `numpy`/`__array__`/buffer protocol/DLPack, comparisons (with int64 Arrays, NumPy
 integer arrays and Python ints: exact, in int64; with floats: in float32, after converting
 on the device) giving float32 masks, integer arithmetic (`+ - * // % **`, maximum,
-minimum, abs: wrapping as NumPy), `sum`/`prod`/`max`/`min` (int64) and
+minimum, abs: wrapping as NumPy), `sum`/`prod`/`max`/`min`/`argmax`/`argmin` (exact) and
 `mean` (float32); the float functions (`exp`, ...) convert them to float32. So
 `(logits.argmax(1) == labels).mean()` stays on the device.
 
 Reductions (`sum`, `mean`, `max`, `min`, `argmax`, `argmin`, `var`, `std`) and `@` call
 the functions of the same name (`fastmetal.sum`, `fastmetal.matmul`, ...: ops/reductions.py
 and ops/linalg.py), so the methods are differentiable as the functions are.
+
+PyTorch's tensor habits sit beside NumPy's where they do not clash (the section "PyTorch's
+habits, the Array API" below): `a.size` is NumPy's int and callable as PyTorch's `size()`;
+`view`, `unsqueeze`, `flatten(start_dim, end_dim)`, `dim=`/`keepdim=`, the elementwise
+functions as methods, `float()`/`half()`/`long()`, `cpu()`, `clone()`, `split`, `chunk`,
+`eq`/`lt`/..., `mm`, `__format__`, `.data`; `transpose(d0, d1)` of an array of more than two
+dimensions swaps two axes as PyTorch's (NumPy would refuse two axes there).
 """
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -38,10 +46,12 @@ import numpy as np
 from .._core import Array
 from ..autograd import tape
 from ..autograd.tape import Node
-from ..ops import creation, linalg, manipulation, reductions, views
+from ..ops import creation, habits, linalg, manipulation, reductions, standard, views
 from ..ops.arithmetic import divmod as _divmod
 from ..ops.devices import HOST_VISIBLE as _HOST_VISIBLE
 from ..ops.devices import host_visible as _host_visible
+from ..ops.devices import devices as _core_devices
+from ..ops import layouts
 from ..ops.elementwise import FUNCTIONS
 
 # The operators call the public functions (which record gradients), never _core directly.
@@ -118,17 +128,27 @@ def _rmatmul(self: Array, other: Any) -> Any:
 
 
 def _reduction(name: str, with_ddof: bool) -> Callable[..., Any]:
-    def method(self: Array, axis: Any = None, keepdims: bool = False) -> Any:
-        return _planned(name, name)(self, axis=axis, keepdims=keepdims)
+    # dim= / keepdim=: PyTorch's spellings (the functions resolve them; max / min with them
+    # return PyTorch's (values, indices)).
+    def method(self: Array, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
+               keepdim: Any = None) -> Any:
+        if dim is None and keepdim is None:
+            return _planned(name, name)(self, axis=axis, keepdims=keepdims)
+        return _planned(name, name)(self, axis=axis, keepdims=keepdims, dim=dim,
+                                    keepdim=keepdim)
 
-    def method_ddof(self: Array, axis: Any = None, ddof: int = 0,
-                    keepdims: bool = False) -> Any:
-        return _planned(name, name)(self, axis=axis, ddof=ddof, keepdims=keepdims)
+    def method_ddof(self: Array, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
+                    correction: Any = None, dim: Any = None, keepdim: Any = None,
+                    unbiased: Any = None) -> Any:
+        return _planned(name, name)(self, axis=axis, ddof=ddof, keepdims=keepdims,
+                                    correction=correction, dim=dim, keepdim=keepdim,
+                                    unbiased=unbiased)
 
     chosen: Callable[..., Any] = method_ddof if with_ddof else method
     chosen.__name__ = chosen.__qualname__ = name
     chosen.__doc__ = (f"fastmetal.{name}(self, axis=axis, keepdims=keepdims"
-                      f"{', ddof=ddof' if with_ddof else ''}).")
+                      f"{', ddof=ddof, correction=correction' if with_ddof else ''}); "
+                      f"dim= / keepdim= as PyTorch's.")
     return chosen
 
 
@@ -307,14 +327,15 @@ def _divmod_operator(reflected: bool) -> Callable[[Array, Any], Any]:
     return op
 
 
-def _prod(self: Array, axis: Any = None, keepdims: bool = False) -> Any:
-    """fastmetal.prod(self, axis=axis, keepdims=keepdims)."""
-    return reductions.prod(self, axis=axis, keepdims=keepdims)
+def _prod(self: Array, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
+          keepdim: Any = None) -> Any:
+    """fastmetal.prod(self, axis=axis, keepdims=keepdims) (dim= / keepdim= as PyTorch's)."""
+    return reductions.prod(self, axis=axis, keepdims=keepdims, dim=dim, keepdim=keepdim)
 
 
-def _cumsum(self: Array, axis: Any = None) -> Any:
-    """fastmetal.cumsum(self, axis=axis)."""
-    return reductions.cumsum(self, axis=axis)
+def _cumsum(self: Array, axis: Any = None, *, dim: Any = None) -> Any:
+    """fastmetal.cumsum(self, axis=axis) (dim= as PyTorch's)."""
+    return reductions.cumsum(self, axis=axis, dim=dim)
 
 
 def _permute(self: Array, *dims: Any) -> Array:
@@ -355,6 +376,336 @@ def _has_array(objs: Any) -> bool:
         if isinstance(o, (list, tuple)) and _has_array(o):
             return True
     return False
+
+
+# ----------------------------------------------------------------------------- PyTorch's habits, the Array API
+# `a.size` stays NumPy's int (the element count); calling it is PyTorch's size():
+# `a.size()` the shape, `a.size(dim)` one dimension. An int subclass carries the shape.
+class Size(int):
+    """The number of elements (an int, as NumPy's ``ndarray.size``), callable as PyTorch's
+    ``Tensor.size``: ``a.size()`` is the shape tuple, ``a.size(dim)`` one dimension
+    (negative dims count from the end)."""
+
+    def __call__(self, dim: Any = None) -> Any:
+        shape = tuple(self._of.shape)
+        if dim is None:
+            return shape
+        nd = len(shape)
+        if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"[fastmetal.Array.size] expected dim to be an int, got "
+                            f"{type(dim).__name__}")
+        if not -nd <= dim < nd:
+            raise IndexError(f"[fastmetal.Array.size] expected dim in [{-nd}, {nd}) for an "
+                             f"array of dimension {nd}, got {dim}")
+        return shape[dim]
+
+    def __reduce__(self) -> tuple:  # pickles as the plain int it is
+        return int, (int(self),)
+
+
+_core_size = Array.size
+
+
+def _size(self: Array) -> Size:
+    n = Size(_core_size.__get__(self))
+    n._of = self  # the shape is read only when called
+    return n
+
+
+def _view(self: Array, *shape: Any) -> Array:
+    """The same memory in another shape, as ``torch.Tensor.view`` (one dimension may be -1):
+    RuntimeError where the strides do not allow a view (use ``reshape``, which copies
+    then). ``view(dtype)`` (reinterpreting bits) is not supported."""
+    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer, tuple, list)):
+        raise TypeError(f"[fastmetal.Array.view] expected a shape (ints or one tuple), got "
+                        f"{shape[0]!r} (view(dtype) is not supported; use astype)")
+    where = "fastmetal.Array.view"
+    target = layouts.resolve_shape(self.size, layouts.parse_shape(shape, where), where)
+    if layouts.nocopy_reshape((self._offset, self.shape, self._strides), target) is None:
+        raise RuntimeError(f"[{where}] expected an Array whose strides allow shape {target} "
+                           f"without a copy, got shape {tuple(self.shape)} with strides "
+                           f"{tuple(self._strides)} (use .reshape(...), which copies)")
+    return views.reshape(self, target)
+
+
+def _view_as(self: Array, other: Array) -> Array:
+    """``self.view(other.shape)``, as ``torch.Tensor.view_as``."""
+    return _view(self, tuple(other.shape))
+
+
+def _reshape_as(self: Array, other: Array) -> Array:
+    """``self.reshape(other.shape)``, as ``torch.Tensor.reshape_as``."""
+    return views.reshape(self, tuple(other.shape))
+
+
+def _expand(self: Array, *sizes: Any) -> Array:
+    """A broadcast view to ``sizes`` (-1 keeps a dimension), as ``torch.Tensor.expand``."""
+    where = "fastmetal.Array.expand"
+    target = list(layouts.parse_shape(sizes, where))
+    lead = len(target) - self.ndim
+    for i in range(max(lead, 0), len(target)):
+        if target[i] == -1:
+            target[i] = self.shape[i - lead]
+    if lead < 0 or any(d < 0 for d in target):
+        raise ValueError(f"[{where}] expected sizes that {tuple(self.shape)} broadcasts to "
+                         f"(-1 only for existing dimensions), got {tuple(sizes)}")
+    return standard.broadcast_to(self, tuple(target))
+
+
+def _expand_as(self: Array, other: Array) -> Array:
+    """``self.expand(other.shape)``, as ``torch.Tensor.expand_as``."""
+    return standard.broadcast_to(self, tuple(other.shape))
+
+
+def _flatten(self: Array, start_dim: Any = 0, end_dim: int = -1) -> Array:
+    """NumPy's ``flatten()`` (a 1-D copy; ``flatten('C')``), or with dims PyTorch's
+    ``flatten(start_dim=0, end_dim=-1)``: those axes merged (a view where possible)."""
+    if isinstance(start_dim, str):  # NumPy's flatten(order)
+        if start_dim != "C":
+            raise ValueError(f"[fastmetal.Array.flatten] expected order 'C', got {start_dim!r}")
+        return views.flatten(self)
+    if start_dim == 0 and end_dim == -1:
+        return views.flatten(self)
+    return habits.flatten(self, start_dim, end_dim)
+
+
+def _squeeze(self: Array, axis: Any = None, *, dim: Any = None) -> Array:
+    """A view without axes of length 1 (all, or those in ``axis``; ``dim=`` is PyTorch's
+    spelling). Naming an axis whose length is not 1 is a ValueError, as NumPy's."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError("[fastmetal.Array.squeeze] expected axis= or dim= (the same "
+                            "argument), got both")
+        axis = dim
+    return views.squeeze(self, axis)
+
+
+def _unsupported_dtype(name: str, dtype: str) -> Callable[..., Any]:
+    def method(self: Array) -> Array:
+        raise TypeError(f"[fastmetal.Array.{name}] expected a dtype fastmetal Arrays have "
+                        f"(float32, float16, int64), got {dtype}: fastmetal has no {dtype} "
+                        f"Arrays yet; use .float(), .half() or .long()")
+    method.__name__ = name
+    method.__doc__ = (f"PyTorch's ``Tensor.{name}()`` (to {dtype}): a TypeError until "
+                      f"fastmetal has {dtype} Arrays.")
+    return method
+
+
+def _cast(name: str, dtype: str) -> Callable[..., Any]:
+    def method(self: Array) -> Array:
+        return self if self.dtype == dtype else views.astype(self, dtype)
+    method.__name__ = name
+    method.__doc__ = (f"This Array in {dtype} (itself if it is already), as PyTorch's "
+                      f"``Tensor.{name}()``.")
+    return method
+
+
+def _named(device: str) -> str:
+    return device
+
+
+def _cpu(self: Array) -> Array:
+    """This Array on the cpu device (itself if it is there), as ``torch.Tensor.cpu``."""
+    return views.to(self, device="cpu")
+
+
+def _cuda(self: Array, device: Any = None) -> Array:
+    """This Array on the cuda device, as ``torch.Tensor.cuda`` (PyTorch's method names the
+    device); RuntimeError where this fastmetal has no cuda device."""
+    gpu = _named(device="cuda")
+    if device not in (None, 0, gpu, f"{gpu}:0"):
+        raise ValueError(f"[fastmetal.Array.cuda] expected device None or 0 (one GPU), got "
+                         f"{device!r}")
+    if gpu not in _core_devices():
+        raise RuntimeError(f"[fastmetal.Array.cuda] expected a cuda device, got none (this "
+                           f"fastmetal's devices: {_core_devices()})")
+    return views.to(self, device=gpu)
+
+
+def _to(self: Array, *args: Any, **kwargs: Any) -> Array:
+    """This Array on a device and/or in a dtype, as ``torch.Tensor.to``: ``to(device)``,
+    ``to(dtype)``, ``to(device, dtype)``, ``to(other_array)`` or by name (``device=``,
+    ``dtype=``); itself where nothing changes."""
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("copy", None)
+    if kwargs:
+        raise TypeError(f"[fastmetal.Array.to] expected device= and dtype=, got "
+                        f"{sorted(kwargs)}")
+    for arg in args:
+        if isinstance(arg, Array):
+            device, dtype = arg.device, arg.dtype
+        elif isinstance(arg, str) and arg in _core_devices():
+            device = arg
+        else:
+            dtype = arg
+    out = self
+    if dtype is not None and np.dtype(dtype) != self.dtype:
+        out = views.astype(out, dtype)
+    return views.to(out, device) if device is not None else out
+
+
+def _transpose(self: Array, *axes: Any) -> Array:
+    """The axes permuted (reversed when none are given), as NumPy's ``transpose``; two axes
+    of an array of more than two dimensions are swapped, as PyTorch's ``transpose(d0, d1)``."""
+    if len(axes) == 2 and self.ndim > 2 and all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+            for d in axes):
+        return manipulation.swapaxes(self, axes[0], axes[1])
+    return views.transpose(self, *axes)
+
+
+def _contiguous(self: Array) -> Array:
+    """Itself if C-contiguous, else a contiguous copy, as ``torch.Tensor.contiguous``."""
+    return self if views.contiguous(self) else views.contiguous_copy(self)
+
+
+def _t(self: Array) -> Array:
+    """The transpose of a 0-, 1- or 2-D Array (a view), as ``torch.Tensor.t``."""
+    if self.ndim > 2:
+        raise ValueError(f"[fastmetal.Array.t] expected an array of dimension <= 2, got "
+                         f"{self.ndim} (use .transpose(...) or .mT)")
+    return views.transpose(self)
+
+
+def _mm(self: Array, other: Any) -> Array:
+    """The matrix product of two 2-D Arrays, as ``torch.Tensor.mm``."""
+    if self.ndim != 2 or not isinstance(other, Array) or other.ndim != 2:
+        raise ValueError(f"[fastmetal.Array.mm] expected two 2-D Arrays, got dimensions "
+                         f"{self.ndim} and {getattr(other, 'ndim', type(other).__name__)}")
+    return _planned("matmul", "mm")(self, other)
+
+
+def _matmul_method(self: Array, other: Any) -> Array:
+    """``self @ other``, as ``torch.Tensor.matmul``."""
+    return _planned("matmul", "matmul")(self, other)
+
+
+def _format(self: Array, spec: str) -> str:
+    """``f"{a:.4f}"`` for one-element Arrays (formats the value, as PyTorch's 0-d tensors
+    and NumPy's scalars); other Arrays take only the empty format."""
+    if self.size == 1:
+        return format(_item(self), spec)
+    if spec:
+        raise TypeError(f"[fastmetal.Array.__format__] expected a one-element Array for "
+                        f"format spec {spec!r}, got shape {tuple(self.shape)}")
+    return str(self)
+
+
+def _data(self: Array) -> Array:
+    """The same memory outside the graph (``detach()``), as PyTorch's ``Tensor.data``."""
+    return tape.detach(self)
+
+
+def _fill_(self: Array, value: Any) -> Array:
+    """Every element set to ``value`` in place, as ``torch.Tensor.fill_`` (refused for an
+    Array that requires grad, outside ``no_grad()``)."""
+    views.setitem(self, Ellipsis, value)
+    return self
+
+
+def _zero_(self: Array) -> Array:
+    """Every element set to 0 in place, as ``torch.Tensor.zero_``."""
+    return _fill_(self, 0)
+
+
+def _mT(self: Array) -> Array:
+    """The last two axes swapped (a view), as the Array API's ``mT``."""
+    return standard.matrix_transpose(self)
+
+
+def _to_device(self: Array, device: str, /, *, stream: Any = None) -> Array:
+    """This Array on ``device`` (itself if it is there), as the Array API's ``to_device``."""
+    if stream is not None:
+        raise ValueError(f"[fastmetal.Array.to_device] expected stream=None, got {stream!r}")
+    return views.to(self, device)
+
+
+def _array_namespace(self: Array, /, *, api_version: Optional[str] = None) -> Any:
+    """The fastmetal module, as the Array API's ``__array_namespace__``."""
+    if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
+        raise ValueError(f"[fastmetal.Array.__array_namespace__] expected api_version None or "
+                         f"one of 2021.12 ... 2024.12, got {api_version!r}")
+    return sys.modules[__name__.split(".")[0]]  # the package (the top layer: no import)
+
+
+def _all(self: Array, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
+         keepdim: Any = None) -> Array:
+    """fastmetal.all(self, axis=axis, keepdims=keepdims) (a float mask until bool)."""
+    return standard.all(self, axis=axis, keepdims=keepdims, dim=dim, keepdim=keepdim)
+
+
+def _any(self: Array, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
+         keepdim: Any = None) -> Array:
+    """fastmetal.any(self, axis=axis, keepdims=keepdims) (a float mask until bool)."""
+    return standard.any(self, axis=axis, keepdims=keepdims, dim=dim, keepdim=keepdim)
+
+
+def _method(fn: Callable[..., Any], doc: str) -> Callable[..., Any]:
+    def method(self: Array, *args: Any, **kwargs: Any) -> Any:
+        return fn(self, *args, **kwargs)
+    method.__doc__ = doc
+    return method
+
+
+# Elementwise functions as methods (a.exp(), a.pow(2), ...): every public unary op of the
+# table but those PyTorch keeps in torch.nn.functional; binary ones take `other`.
+_UNARY_METHODS = ("sigmoid", "relu", "tanh", "exp", "log", "sin", "cos", "sqrt", "abs",
+                  "negative", "square", "reciprocal", "tan", "asin", "acos", "atan", "sinh",
+                  "cosh", "asinh", "acosh", "atanh", "log1p", "expm1", "log2", "log10",
+                  "floor", "ceil", "trunc", "round", "sign", "isnan", "isinf", "isfinite")
+_BINARY_METHODS = {"pow": "power", "add": "add", "sub": "subtract", "mul": "multiply",
+                   "div": "divide", "maximum": "maximum", "minimum": "minimum",
+                   "remainder": "remainder", "atan2": "atan2", "hypot": "hypot",
+                   "logaddexp": "logaddexp", "eq": "equal", "ne": "not_equal", "lt": "less",
+                   "le": "less_equal", "gt": "greater", "ge": "greater_equal"}
+
+
+def _unary_method(name: str) -> Callable[..., Any]:
+    def method(self: Array) -> Any:
+        return _F[name](self)
+    method.__doc__ = f"fastmetal.{name}(self)."
+    return method
+
+
+def _binary_method(name: str) -> Callable[..., Any]:
+    def method(self: Array, other: Any) -> Any:
+        return _F[name](self, other)
+    method.__doc__ = f"fastmetal.{name}(self, other)."
+    return method
+
+
+def _habit_methods() -> dict:
+    methods: dict = {
+        "size": property(_size, doc=Size.__doc__),
+        "view": _view, "view_as": _view_as, "reshape_as": _reshape_as, "expand": _expand,
+        "expand_as": _expand_as, "flatten": _flatten, "squeeze": _squeeze,
+        "unsqueeze": _method(habits.unsqueeze, "fastmetal.unsqueeze(self, dim)."),
+        "split": _method(habits.split, "fastmetal.split(self, split_size_or_sections, dim=0)."),
+        "chunk": _method(habits.chunk, "fastmetal.chunk(self, chunks, dim=0)."),
+        "clamp": _method(habits.clamp, "fastmetal.clamp(self, min=None, max=None)."),
+        "clip": _method(standard.clip, "fastmetal.clip(self, min=None, max=None)."),
+        "all": _all, "any": _any,
+        "float": _cast("float", "float32"), "half": _cast("half", "float16"),
+        "long": _cast("long", "int64"), "double": _unsupported_dtype("double", "float64"),
+        "int": _unsupported_dtype("int", "int32"), "bool": _unsupported_dtype("bool", "bool"),
+        "to": _to, "clone": views.contiguous_copy, "transpose": _transpose,
+        "contiguous": _contiguous, "t": _t, "mm": _mm, "matmul": _matmul_method,
+        "neg": _unary_method("negative"),
+        "numel": lambda self: _core_size.__get__(self), "dim": lambda self: self.ndim,
+        "__format__": _format, "data": property(_data, doc=_data.__doc__),
+        "fill_": _fill_, "zero_": _zero_,
+        "mT": property(_mT, doc=_mT.__doc__), "to_device": _to_device,
+        "__array_namespace__": _array_namespace,
+    }
+    methods.update(cpu=_cpu, cuda=_cuda)
+    methods["numel"].__doc__ = "The number of elements, as ``torch.Tensor.numel``."
+    methods["dim"].__doc__ = "The number of dimensions, as ``torch.Tensor.dim``."
+    for name in _UNARY_METHODS:
+        methods[name] = _unary_method(name)
+    for name, fn in _BINARY_METHODS.items():
+        methods[name] = _binary_method(fn)
+    return methods
 
 
 # ----------------------------------------------------------------------------- autograd
@@ -453,6 +804,7 @@ def _install() -> None:
         methods[f"__{dunder}__"] = _binary_operator(op, reflected=False)
     for name in _REDUCTIONS:
         methods[name] = _reduction(name, with_ddof=name in ("var", "std"))
+    methods.update(_habit_methods())  # PyTorch's habits and the Array API (above)
     for name, fn in methods.items():
         if callable(fn) and not isinstance(fn, property):
             fn.__qualname__ = f"Array.{name}"

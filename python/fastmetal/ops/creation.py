@@ -20,11 +20,103 @@ import numpy as np
 from .. import _core
 from .dtypes import DTYPES as _DTYPES
 from .dtypes import native_dtype
+from .devices import HOST_VISIBLE
 from .._core import Array
-# The C++ constructors are the public functions of these names (no gradient: they make leaves).
-from .._core import asarray, empty, ones, zeros  # noqa: F401
 
-__all__ = ["arange", "linspace", "full", "zeros_like", "ones_like", "full_like", "empty_like"]
+__all__ = ["asarray", "zeros", "ones", "empty", "arange", "linspace", "full", "zeros_like",
+           "ones_like", "full_like", "empty_like"]
+
+
+# ----------------------------------------------------------------------------- asarray, zeros, ...
+def asarray(obj: Any, dtype: Any = None, device: Optional[str] = None,
+            copy: Optional[bool] = None) -> Array:
+    """An Array of ``obj`` (an Array, NumPy array, buffer, nested sequence or number) in
+    ``dtype`` on ``device``, as the Array API's ``asarray``: ``copy=None`` shares memory
+    where it can (NumPy data on host-visible devices, an Array already of that dtype and
+    device) and copies otherwise; ``copy=True`` always copies; ``copy=False`` never does and
+    raises ValueError where a copy would be needed (another dtype or device, a sequence)."""
+    if copy is None:
+        return _core.asarray(obj, dtype=dtype, device=device)
+    if not isinstance(copy, (bool, np.bool_)):
+        raise TypeError(f"[fastmetal.asarray] expected copy to be True, False or None, got "
+                        f"{copy!r}")
+    if copy:
+        if isinstance(obj, Array):
+            result = _core.asarray(obj, dtype=dtype, device=device)
+            return _core.unary("copy", result) if _shares(result, obj) else result
+        return _core.asarray(np.array(obj, copy=True), dtype=dtype, device=device)
+    result = _core.asarray(obj, dtype=dtype, device=device)
+    if isinstance(obj, Array) and _shares(result, obj):
+        return result
+    if isinstance(obj, np.ndarray) and (obj.size == 0 and result.dtype == obj.dtype or
+                                        _shares(result, obj)):
+        return result
+    raise ValueError(f"[fastmetal.asarray] expected an object usable without a copy "
+                     f"(copy=False), got a {type(obj).__name__} that needs one for device "
+                     f"'{result.device}' and dtype {result.dtype} (copy=None allows it)")
+
+
+def _shares(a: Array, b: Any) -> bool:
+    """Whether Array `a` is `b` or views memory of `b` (an Array or NumPy array); only
+    host-visible memory can be compared, so device memory elsewhere counts as not shared."""
+    if a is b:
+        return True
+    if a.device not in HOST_VISIBLE or (isinstance(b, Array) and b.device != a.device):
+        return False
+    if not a.size:
+        return False
+    return bool(np.shares_memory(a.numpy(), b.numpy() if isinstance(b, Array) else b))
+
+
+def _sizes(args: tuple, where: str) -> tuple:
+    """(shape, dtype, device) of zeros(2, 3), zeros((2, 3)), zeros([2, 3]) and NumPy's
+    positional zeros(shape, dtype)."""
+    if not args:
+        raise TypeError(f"[fastmetal.{where}] expected a shape (zeros(2, 3) or zeros((2, 3))), "
+                        f"got none")
+    if isinstance(args[0], (int, np.integer)) and not isinstance(args[0], (bool, np.bool_)):
+        for d in args:
+            if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+                raise TypeError(f"[fastmetal.{where}] expected sizes as ints (or one shape "
+                                f"tuple), got {args!r}")
+        return tuple(int(d) for d in args), None, None
+    if len(args) > 3:
+        raise TypeError(f"[fastmetal.{where}] expected (shape, dtype, device) or sizes as "
+                        f"ints, got {len(args)} positional arguments")
+    rest = list(args[1:]) + [None] * (3 - len(args))
+    return args[0], rest[0], rest[1]
+
+
+def _made(where: str, maker: Any, args: tuple, dtype: Any, device: Any,
+          requires_grad: bool) -> Array:
+    shape, pos_dtype, pos_device = _sizes(args, where)
+    if pos_dtype is not None and dtype is not None or pos_device is not None and \
+            device is not None:
+        raise TypeError(f"[fastmetal.{where}] expected dtype and device once each, got them "
+                        f"both by position and by name")
+    dtype = pos_dtype if dtype is None else dtype
+    device = pos_device if device is None else device
+    out = maker(shape, dtype=np.float32 if dtype is None else dtype, device=device)
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def zeros(*shape: Any, dtype: Any = None, device: Optional[str] = None,
+          requires_grad: bool = False) -> Array:
+    """A new Array of zeros (float32 by default), as ``numpy.zeros(shape, dtype)`` and
+    ``torch.zeros(*size)``: the shape as one tuple or as ints."""
+    return _made("zeros", _core.zeros, shape, dtype, device, requires_grad)
+
+
+def ones(*shape: Any, dtype: Any = None, device: Optional[str] = None,
+         requires_grad: bool = False) -> Array:
+    """A new Array of ones, as :func:`zeros` (``ones(2, 3)`` or ``ones((2, 3))``)."""
+    return _made("ones", _core.ones, shape, dtype, device, requires_grad)
+
+
+def empty(*shape: Any, dtype: Any = None, device: Optional[str] = None,
+          requires_grad: bool = False) -> Array:
+    """A new uninitialised Array, as :func:`zeros` (``empty(2, 3)`` or ``empty((2, 3))``)."""
+    return _made("empty", _core.empty, shape, dtype, device, requires_grad)
 
 
 
@@ -112,11 +204,13 @@ def _filled(shape: Any, value: Any, dtype: np.dtype, device: Optional[str]) -> A
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None, *,
-         device: Optional[str] = None) -> Array:
-    """A new Array of ``shape`` filled with ``fill_value``, as ``numpy.full``: the dtype of
-    the value by default (an int: int64; a float or bool: float32)."""
+         device: Optional[str] = None, requires_grad: bool = False) -> Array:
+    """A new Array of ``shape`` (a tuple, or one int) filled with ``fill_value``, as
+    ``numpy.full`` and ``torch.full``: the dtype of the value by default (an int: int64; a
+    float or bool: float32)."""
     inferred = _fill_value_dtype(fill_value, "fastmetal.full")
-    return _filled(shape, fill_value, _target_dtype(dtype, inferred, "full"), device)
+    out = _filled(shape, fill_value, _target_dtype(dtype, inferred, "full"), device)
+    return out.requires_grad_(True) if requires_grad else out
 
 
 def _like(a: Any, dtype: Any, shape: Any, device: Optional[str], where: str):

@@ -1,6 +1,10 @@
 """Reductions with NumPy's names, arguments and semantics: ``sum, mean, var, std, max,
 min, argmax, argmin`` over ``axis=None | int | tuple of ints`` (negative axes count from
-the end), with ``keepdims`` and, for ``var``/``std``, ``ddof``.
+the end), with ``keepdims`` and, for ``var``/``std``, ``ddof``. PyTorch's spellings are accepted beside
+NumPy's: ``dim=`` for ``axis``, ``keepdim=`` for ``keepdims``, and for ``var``/``std`` the
+Array API's ``correction=`` (and PyTorch's ``unbiased=``) for ``ddof`` (NumPy's default, 0,
+stays the default). ``max``/``min`` called with ``dim=`` or ``keepdim=`` return PyTorch's
+``(values, indices)`` pair; with ``axis`` (or positionally) NumPy's values.
 
 NumPy in, NumPy out (a NumPy scalar for a full reduction, as NumPy); a ``fastmetal.Array``
 in gives a ``fastmetal.Array`` on its device. ``argmax``/``argmin`` return int64 indices
@@ -24,6 +28,7 @@ NaN with NumPy's ``RuntimeWarning`` ("Mean of empty slice"; ``var``/``std`` warn
 from __future__ import annotations
 
 import warnings
+from collections import namedtuple
 from typing import Any
 
 import math
@@ -39,6 +44,43 @@ from .elementwise import FUNCTIONS as E
 __all__ = ["sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod", "cumsum"]
 
 _builtin_sum = sum
+
+# What max / min return when called with PyTorch's dim= / keepdim= (torch.return_types.max).
+values_indices = namedtuple("values_indices", ["values", "indices"])
+
+
+def _torch_axis(name: str, axis: Any, keepdims: Any, dim: Any, keepdim: Any) -> tuple:
+    """(axis, keepdims) from NumPy's and PyTorch's spellings (one of each at most)."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError(f"[fastmetal.{name}] expected axis= or dim= (the same argument), "
+                            f"got both: axis={axis!r}, dim={dim!r}")
+        axis = dim
+    if keepdim is not None:
+        if keepdims:
+            raise TypeError(f"[fastmetal.{name}] expected keepdims= or keepdim= (the same "
+                            f"argument), got both")
+        keepdims = keepdim
+    return axis, keepdims
+
+
+def _torch_ddof(name: str, ddof: Any, correction: Any, unbiased: Any) -> Any:
+    """ddof from NumPy's ddof, the Array API's correction or PyTorch's unbiased."""
+    given = [n for n, v in (("correction", correction), ("unbiased", unbiased)) if v is not None]
+    if len(given) > 1 or (given and ddof != 0):
+        raise TypeError(f"[fastmetal.{name}] expected one of ddof=, correction= and unbiased=, "
+                        f"got {', '.join((['ddof'] if ddof != 0 else []) + given)}")
+    if unbiased is not None:
+        if not isinstance(unbiased, (bool, np.bool_)):
+            raise TypeError(f"[fastmetal.{name}] expected unbiased to be True or False, got "
+                            f"{unbiased!r}")
+        return 1 if unbiased else 0
+    return ddof if correction is None else correction
+
+
+def _ctx_axis(ctx: Any) -> tuple:
+    """The (axis, keepdims) a recorded reduction used (NumPy's or PyTorch's spelling)."""
+    return _torch_axis("backward", ctx.axis, ctx.keepdims, ctx.dim, ctx.keepdim)
 
 
 def _check_dtype(name: str, dtype: Any) -> None:
@@ -82,72 +124,84 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
 
 # Each reduction is declared with its gradient beside it (fastmetal._declare.op).
 @op(grads=("a",), higher_order=True)
-def sum(a, axis=None, dtype=None, out=None, keepdims=False):  # noqa: A001
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
     """Sum of the elements over ``axis`` (all by default), as ``numpy.sum``."""
+    axis, keepdims = _torch_axis("sum", axis, keepdims, dim, keepdim)
     return _reduce("sum", a, axis, dtype, out, keepdims)
 
 
 @sum.vjp
 def _sum_vjp(ctx, g):
-    return _spread(g, ctx.shapes["a"], ctx.axis, ctx.keepdims)
+    axis, keepdims = _ctx_axis(ctx)
+    return _spread(g, ctx.shapes["a"], axis, keepdims)
 
 
 @op(grads=("a",), higher_order=True)
-def mean(a, axis=None, dtype=None, out=None, keepdims=False):
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):
     """Arithmetic mean over ``axis``, as ``numpy.mean`` (NaN for an empty axis)."""
+    axis, keepdims = _torch_axis("mean", axis, keepdims, dim, keepdim)
     return _reduce("mean", a, axis, dtype, out, keepdims)
 
 
 @mean.vjp
 def _mean_vjp(ctx, g):
     shape = ctx.shapes["a"]
-    return _spread(g * (1.0 / _count(shape, ctx.axis)), shape, ctx.axis, ctx.keepdims)
+    axis, keepdims = _ctx_axis(ctx)
+    return _spread(g * (1.0 / _count(shape, axis)), shape, axis, keepdims)
 
 
 @op(grads=("a",), saves=("a",), higher_order=True)
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    """Variance ``sum((x - mean)**2) / (N - ddof)`` over ``axis``, as ``numpy.var``."""
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correction=None,
+        dim=None, keepdim=None, unbiased=None):
+    """Variance ``sum((x - mean)**2) / (N - ddof)`` over ``axis``, as ``numpy.var``
+    (``correction=`` is the Array API's name for ``ddof``; PyTorch's ``unbiased=True`` is
+    ``ddof=1``; the default stays NumPy's 0)."""
+    axis, keepdims = _torch_axis("var", axis, keepdims, dim, keepdim)
+    ddof = _torch_ddof("var", ddof, correction, unbiased)
     return _reduce("var", a, axis, dtype, out, keepdims, ddof)
 
 
 @var.vjp
 def _var_vjp(ctx, g):
     shape = ctx.shapes["a"]
-    centred = ctx.a - mean(ctx.a, ctx.axis, keepdims=True)
-    scale = 2.0 / (_count(shape, ctx.axis) - ctx.ddof)
-    return _spread(g, shape, ctx.axis, ctx.keepdims) * centred * scale
+    axis, keepdims = _ctx_axis(ctx)
+    ddof = _torch_ddof("var", ctx.ddof, ctx.correction, ctx.unbiased)
+    centred = ctx.a - mean(ctx.a, axis, keepdims=True)
+    scale = 2.0 / (_count(shape, axis) - ddof)
+    return _spread(g, shape, axis, keepdims) * centred * scale
 
 
 @op(grads=("a",), saves=("a", "out"), higher_order=True)
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    """Standard deviation, the square root of :func:`var`, as ``numpy.std``."""
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correction=None,
+        dim=None, keepdim=None, unbiased=None):
+    """Standard deviation, the square root of :func:`var`, as ``numpy.std`` (``correction=``
+    and ``unbiased=`` as :func:`var`)."""
+    axis, keepdims = _torch_axis("std", axis, keepdims, dim, keepdim)
+    ddof = _torch_ddof("std", ddof, correction, unbiased)
     return _reduce("std", a, axis, dtype, out, keepdims, ddof)
 
 
 @std.vjp
 def _std_vjp(ctx, g):
     shape = ctx.shapes["a"]
-    centred = ctx.a - mean(ctx.a, ctx.axis, keepdims=True)
-    n = _count(shape, ctx.axis) - ctx.ddof
-    return _spread(g / (ctx.out * n), shape, ctx.axis, ctx.keepdims) * centred
+    axis, keepdims = _ctx_axis(ctx)
+    centred = ctx.a - mean(ctx.a, axis, keepdims=True)
+    n = _count(shape, axis) - _torch_ddof("std", ctx.ddof, ctx.correction, ctx.unbiased)
+    return _spread(g / (ctx.out * n), shape, axis, keepdims) * centred
 
 
-@op(grads=("a",), saves=("a", "out"), higher_order=True)
-def max(a, axis=None, out=None, keepdims=False):  # noqa: A001
-    """Largest element over ``axis``, NaN if any is NaN, as ``numpy.max``. Gradient: split
-    evenly among the elements equal to the maximum (as ``torch.amax``)."""
+@op(grads=("a",), saves=("a", "out"), higher_order=True, name="max", public=False)
+def _amax(a, axis=None, out=None, keepdims=False):
     return _reduce("max", a, axis, None, out, keepdims)
 
 
-@op(grads=("a",), saves=("a", "out"), higher_order=True)
-def min(a, axis=None, out=None, keepdims=False):  # noqa: A001
-    """Smallest element over ``axis``, NaN if any is NaN, as ``numpy.min``. Gradient: split
-    evenly among the elements equal to the minimum (as ``torch.amin``)."""
+@op(grads=("a",), saves=("a", "out"), higher_order=True, name="min", public=False)
+def _amin(a, axis=None, out=None, keepdims=False):
     return _reduce("min", a, axis, None, out, keepdims)
 
 
-@max.vjp
-@min.vjp
+@_amax.vjp
+@_amin.vjp
 def _extreme_vjp(ctx, g):
     shape = ctx.shapes["a"]
     winners = _core.binary("equal", ctx.a, _spread(ctx.out, shape, ctx.axis, ctx.keepdims))
@@ -155,19 +209,55 @@ def _extreme_vjp(ctx, g):
     return _spread(g, shape, ctx.axis, ctx.keepdims) * winners / ties
 
 
-def argmax(a, axis=None, out=None, *, keepdims=False):
+def max(a, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
+    """Largest element over ``axis``, NaN if any is NaN, as ``numpy.max``. Gradient: split
+    evenly among the elements equal to the maximum (as ``torch.amax``). With PyTorch's
+    ``dim=`` or ``keepdim=``: PyTorch's ``(values, indices)`` pair (``.values``,
+    ``.indices``), as ``torch.max(x, dim=...)``."""
+    torch_style = dim is not None or keepdim is not None
+    axis, keepdims = _torch_axis("max", axis, keepdims, dim, keepdim)
+    values = _amax(a, axis, out, keepdims)
+    return values_indices(values, argmax(a, axis, keepdims=keepdims)) if torch_style else values
+
+
+def min(a, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
+    """Smallest element over ``axis``, NaN if any is NaN, as ``numpy.min``; with ``dim=`` or
+    ``keepdim=`` PyTorch's ``(values, indices)`` pair, as :func:`max`."""
+    torch_style = dim is not None or keepdim is not None
+    axis, keepdims = _torch_axis("min", axis, keepdims, dim, keepdim)
+    values = _amin(a, axis, out, keepdims)
+    return values_indices(values, argmin(a, axis, keepdims=keepdims)) if torch_style else values
+
+
+def _arg_extreme(name: str, a: Any, axis: Any, out: Any, keepdims: bool) -> Any:
+    if isinstance(a, _core.Array) and a.dtype == np.int64 and out is None:
+        # Exact for int64 (float32 would merge neighbours above 2**24): the first position
+        # equal to the int64 max / min, found as the first 1.0 of the equality mask.
+        flat = a.reshape(-1) if axis is None else a
+        extreme = _reduce("max" if name == "argmax" else "min", flat, axis, None, None, True)
+        index = _reduce("argmax", _core.binary("equal", flat, extreme), axis, None, None,
+                        keepdims and axis is not None)
+        return index.reshape((1,) * a.ndim) if keepdims and axis is None else index
+    return _reduce(name, a, axis, None, out, keepdims)
+
+
+def argmax(a, axis=None, out=None, *, keepdims=False, dim=None, keepdim=None):
     """Index (int64) of the first largest element along ``axis`` (of the flattened array
-    when ``axis`` is None); the first NaN wins, as ``numpy.argmax``."""
-    return _reduce("argmax", a, axis, None, out, keepdims)
+    when ``axis`` is None); the first NaN wins, as ``numpy.argmax``. int64 input is exact.
+    ``dim=`` / ``keepdim=``: PyTorch's spellings of ``axis`` / ``keepdims``."""
+    axis, keepdims = _torch_axis("argmax", axis, keepdims, dim, keepdim)
+    return _arg_extreme("argmax", a, axis, out, keepdims)
 
 
-def argmin(a, axis=None, out=None, *, keepdims=False):
-    """Index (int64) of the first smallest element, as ``numpy.argmin``."""
-    return _reduce("argmin", a, axis, None, out, keepdims)
+def argmin(a, axis=None, out=None, *, keepdims=False, dim=None, keepdim=None):
+    """Index (int64) of the first smallest element, as ``numpy.argmin`` (``dim=`` /
+    ``keepdim=`` as :func:`argmax`)."""
+    axis, keepdims = _torch_axis("argmin", axis, keepdims, dim, keepdim)
+    return _arg_extreme("argmin", a, axis, out, keepdims)
 
 
 @op(grads=("a",), saves=("a", "out"))
-def prod(a, axis=None, dtype=None, out=None, keepdims=False):
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):
     """Product of the elements over ``axis`` (all by default), as ``numpy.prod``: 1 for an
     empty axis; float32 products in float32 (float16 input: computed in float32, returned as
     float16), int64 products wrapping on overflow as NumPy's. On the device: one
@@ -175,6 +265,7 @@ def prod(a, axis=None, dtype=None, out=None, keepdims=False):
     not NumPy's: results agree to float32 rounding, not bit for bit)."""
     if dtype is not None and np.dtype(dtype) not in (np.float32, np.int64):
         raise TypeError(f"[fastmetal.prod] expected dtype None, float32 or int64, got {dtype!r}")
+    axis, keepdims = _torch_axis("prod", axis, keepdims, dim, keepdim)
     return _core._reduce("prod", a, axis, bool(keepdims), 0.0, out)
 
 
@@ -184,22 +275,25 @@ def _prod_vjp(ctx, g):
     # p' = prod(x + z) (zeros taken as 1): p' / x where the slice has no zero, p' at the
     # zero of a slice with exactly one, 0 elsewhere.
     x, shape = ctx.a, ctx.shapes["a"]
+    axis, keepdims = _ctx_axis(ctx)
     zeros = E["equal"](x, 0.0)
-    count = _reduce("sum", zeros, ctx.axis, None, None, True)
-    others = _reduce("prod", E["add"](x, zeros), ctx.axis, None, None, True)
+    count = _reduce("sum", zeros, axis, None, None, True)
+    others = _reduce("prod", E["add"](x, zeros), axis, None, None, True)
     safe = E["add"](x, zeros)
     grad = E["divide"](others, safe) * E["equal"](count, 0.0) * (1.0 - zeros) + \
         others * zeros * E["equal"](count, 1.0)
-    return _spread(g, shape, ctx.axis, ctx.keepdims) * grad
+    return _spread(g, shape, axis, keepdims) * grad
 
 
 @op(grads=("a",), higher_order=True)
-def cumsum(a, axis=None, dtype=None, out=None):
+def cumsum(a, axis=None, dtype=None, out=None, *, dim=None):
     """Cumulative sum along ``axis`` (of the flattened array when ``axis`` is None), as
     ``numpy.cumsum``, in the input's dtype (float32, float16 or int64; other inputs as
     float32). Each line is summed in order, as NumPy does, so the results are NumPy's bit
     for bit (float16: each partial sum rounded to float16, as NumPy; int64: wrapping).
-    An ``Array`` in gives an ``Array`` on its device, NumPy in gives NumPy."""
+    An ``Array`` in gives an ``Array`` on its device, NumPy in gives NumPy. ``dim=``:
+    PyTorch's spelling of ``axis``."""
+    axis, _ = _torch_axis("cumsum", axis, False, dim, None)
     if dtype is not None:
         want = np.dtype(dtype)
         have = a.dtype if isinstance(a, _core.Array) else None
@@ -213,10 +307,11 @@ def cumsum(a, axis=None, dtype=None, out=None):
 def _cumsum_vjp(ctx, g):
     # Each input adds into every later output: the reversed cumulative sum of g.
     shape = ctx.shapes["a"]
-    flat = ctx.axis is None
+    axis, _ = _ctx_axis(ctx) if ctx.dim is not None else (ctx.axis, False)
+    flat = axis is None
     if flat:
         g = g.reshape(-1)
-    axis = 0 if flat else int(ctx.axis) % len(shape)
+    axis = 0 if flat else int(axis) % len(shape)
     rev = (slice(None),) * axis + (slice(None, None, -1),)
     back = cumsum(g[rev], axis)[rev]
     return back.reshape(shape) if flat else back

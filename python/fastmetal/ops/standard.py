@@ -1,0 +1,689 @@
+"""The Array API standard's functions (2024.12) that fastmetal builds from its own ops, under
+the standard's names and signatures, beside the NumPy names that exist (``concat`` and
+``concatenate``, ``pow`` and ``power``, ``permute_dims`` and ``transpose``), and the dtype
+introspection (``finfo``, ``iinfo``, ``isdtype``, ``result_type``, ``can_cast``).
+
+Everything here is made of differentiable ops (views, indexing, ``where``, ``concatenate``,
+``matmul``, the elementwise table), so the gradients follow without vjps of their own, except
+``clip``, declared with its gradient beside it. Nothing loops over elements in Python; the only
+host work is index bookkeeping (``repeat`` with per-element counts, ``eye``/``tril``/``triu``
+masks, built by NumPy once and copied to the device).
+
+dtypes: the Arrays' dtypes are float32, float16 and int64 (``fastmetal.float32`` ...).
+``all``/``any`` and ``isnan``/``isinf``/``isfinite`` return fastmetal's float masks (1.0 /
+0.0, as the comparisons do) until fastmetal has a bool dtype; then they will return bool.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+import numbers
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .. import _core
+from .._core import Array
+from ..autograd.declare import op
+from . import layouts, linalg, manipulation, reductions, views
+from .dtypes import DTYPES
+from .elementwise import FUNCTIONS as _F
+
+__all__ = ["__array_api_version__", "float16", "float32", "int64", "finfo", "iinfo", "isdtype",
+           "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",
+           "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril",
+           "triu", "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "logical_not",
+           "logical_and", "logical_or", "logical_xor", "count_nonzero", "argsort", "sort",
+           "searchsorted", "unique_values", "unique_counts", "unique_inverse", "unique_all",
+           "nonzero"]
+
+# The version of the standard these names follow (Array.__array_namespace__ returns fastmetal).
+__array_api_version__ = "2024.12"
+
+# The dtypes Arrays have, as NumPy dtypes (what Array.dtype returns, so they compare and hash
+# alike).
+float16 = np.dtype(np.float16)
+float32 = np.dtype(np.float32)
+int64 = np.dtype(np.int64)
+
+
+def _require(a: Any, where: str, name: str = "x") -> None:
+    if not isinstance(a, Array):
+        raise TypeError(f"[fastmetal.{where}] expected {name} to be a fastmetal.Array, got "
+                        f"{type(a).__name__}")
+
+
+def _as_dtype(obj: Any, where: str, name: str = "dtype") -> np.dtype:
+    if isinstance(obj, Array):
+        return obj.dtype
+    try:
+        return np.dtype(obj)
+    except TypeError:
+        raise TypeError(f"[fastmetal.{where}] expected {name} to be a dtype or a "
+                        f"fastmetal.Array, got {obj!r}") from None
+
+
+# ----------------------------------------------------------------------------- dtypes
+def finfo(type: Any) -> np.finfo:  # noqa: A002 (the standard's name)
+    """Machine limits of a floating dtype (or of an Array's dtype), as ``numpy.finfo``
+    (``bits``, ``eps``, ``max``, ``min``, ``smallest_normal``, ``dtype``)."""
+    d = _as_dtype(type, "finfo", "type")
+    if d.kind != "f":
+        raise TypeError(f"[fastmetal.finfo] expected a floating dtype, got {d} (use "
+                        f"fastmetal.iinfo for integers)")
+    return np.finfo(d)
+
+
+def iinfo(type: Any) -> np.iinfo:  # noqa: A002 (the standard's name)
+    """Machine limits of an integer dtype (or of an Array's dtype), as ``numpy.iinfo``
+    (``bits``, ``max``, ``min``, ``dtype``)."""
+    d = _as_dtype(type, "iinfo", "type")
+    if d.kind not in "iu":
+        raise TypeError(f"[fastmetal.iinfo] expected an integer dtype, got {d} (use "
+                        f"fastmetal.finfo for floating dtypes)")
+    return np.iinfo(d)
+
+
+_KINDS = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral": "iu",
+          "real floating": "f", "complex floating": "c", "numeric": "iufc"}
+
+
+def isdtype(dtype: Any, kind: Any) -> bool:
+    """Whether ``dtype`` is of ``kind``: a dtype, one of the standard's kind names ('bool',
+    'signed integer', 'unsigned integer', 'integral', 'real floating', 'complex floating',
+    'numeric') or a tuple of them."""
+    if isinstance(dtype, Array):
+        raise TypeError("[fastmetal.isdtype] expected a dtype, got a fastmetal.Array (pass "
+                        "its .dtype)")
+    d = _as_dtype(dtype, "isdtype")
+    if isinstance(kind, tuple):
+        return builtins.any(isdtype(d, k) for k in kind)
+    if isinstance(kind, str):
+        if kind not in _KINDS:
+            raise ValueError(f"[fastmetal.isdtype] expected kind to be a dtype or one of "
+                             f"{sorted(_KINDS)}, got {kind!r}")
+        return d.kind in _KINDS[kind]
+    return d == _as_dtype(kind, "isdtype", "kind")
+
+
+def _promote(a: np.dtype, b: np.dtype) -> np.dtype:
+    """Two of fastmetal's dtypes as its elementwise ops promote them: equal ones stay,
+    anything else computes in float32 (float16 + float32, int64 + float)."""
+    return a if a == b else float32
+
+
+def result_type(*arrays_and_dtypes: Any) -> np.dtype:
+    """The dtype fastmetal's elementwise ops give for these operands (Arrays, dtypes and, as
+    the standard allows since 2023.12, Python scalars, which take the other operands' dtype):
+    the same dtype stays, float16 with float32 or int64 with a float gives float32."""
+    if not arrays_and_dtypes:
+        raise ValueError("[fastmetal.result_type] expected at least one array or dtype, got "
+                         "none")
+    strong, weak = [], []
+    for x in arrays_and_dtypes:
+        if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+            weak.append(x)
+            continue
+        d = _as_dtype(x, "result_type", "each argument")
+        if d not in DTYPES:
+            raise TypeError(f"[fastmetal.result_type] expected fastmetal's dtypes (float32, "
+                            f"float16, int64), got {d}")
+        strong.append(d)
+    if not strong:
+        return float32 if builtins.any(isinstance(w, float) for w in weak) else int64
+    out = strong[0]
+    for d in strong[1:]:
+        out = _promote(out, d)
+    if out == int64 and builtins.any(isinstance(w, float) for w in weak):
+        return float32
+    return out
+
+
+def can_cast(from_: Any, to: Any, /) -> bool:
+    """Whether ``from_`` (a dtype or Array) converts to dtype ``to`` without losing values
+    by the promotion rules (``numpy.can_cast`` with casting='safe')."""
+    return bool(np.can_cast(_as_dtype(from_, "can_cast", "from_"),
+                            _as_dtype(to, "can_cast", "to"), casting="safe"))
+
+
+# ----------------------------------------------------------------------------- renamed NumPy functions
+def concat(arrays: Any, /, *, axis: Optional[int] = 0) -> Any:
+    """Join ``arrays`` along ``axis`` (flattened first when ``axis`` is None): the Array
+    API's name for :func:`fastmetal.concatenate`."""
+    return manipulation.concatenate(arrays, axis=axis)
+
+
+def permute_dims(x: Any, /, axes: Sequence[int]) -> Any:
+    """``x`` with its axes in the order ``axes`` (a view): the Array API's name for
+    :func:`fastmetal.transpose` with axes."""
+    _require(x, "permute_dims")
+    return manipulation.permute(x, tuple(axes))
+
+
+def pow(x1: Any, x2: Any, /) -> Any:  # noqa: A001 (the standard's name)
+    """``x1 ** x2``, with NumPy broadcasting: the Array API's name for
+    :func:`fastmetal.power`."""
+    return _F["power"](x1, x2)
+
+
+def matrix_transpose(x: Any, /) -> Array:
+    """The last two axes swapped (a view), as ``Array.mT``."""
+    _require(x, "matrix_transpose")
+    if x.ndim < 2:
+        raise ValueError(f"[fastmetal.matrix_transpose] expected an array of dimension >= 2, "
+                         f"got {x.ndim}")
+    return manipulation.swapaxes(x, -1, -2)
+
+
+# ----------------------------------------------------------------------------- clip
+def _bound(v: Any, where: str, name: str) -> Any:
+    if v is None or isinstance(v, Array):
+        return v
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.ndarray,
+                                                             np.generic, list, tuple)):
+        raise TypeError(f"[fastmetal.{where}] expected {name} to be a real number, an array "
+                        f"or None, got {type(v).__name__}")
+    return v
+
+
+@op(grads=("x", "min", "max"), saves=("x", "min", "max"), higher_order=True)
+def clip(x: Any, /, min: Any = None, max: Any = None) -> Any:  # noqa: A002
+    """``x`` limited to ``[min, max]`` (either may be None: no limit; numbers or arrays,
+    broadcast), as the Array API's ``clip``, ``numpy.clip`` and ``torch.clamp``:
+    ``minimum(maximum(x, min), max)``, so ``max`` wins where ``min > max``; NaN stays NaN.
+    Gradient: to ``x`` where ``min <= x <= max``, to ``min`` where ``x < min`` and to
+    ``max`` where the result is ``max`` (ties go to ``x``, as PyTorch's)."""
+    min, max = _bound(min, "clip", "min"), _bound(max, "clip", "max")
+    if not isinstance(x, (Array, np.ndarray, np.generic, numbers.Real, list, tuple)):
+        raise TypeError(f"[fastmetal.clip] expected x to be a fastmetal.Array or array-like, "
+                        f"got {type(x).__name__}")
+    out = x if min is None else _F["maximum"](x, min)
+    out = out if max is None else _F["minimum"](out, max)
+    if out is x:  # neither bound: a copy, as NumPy's
+        out = _F["copy"](x)
+    return out
+
+
+@clip.vjp
+def _clip_vjp(ctx: Any, g: Array) -> tuple:
+    x, lo, hi = ctx.x, ctx.min, ctx.max
+    m = x if lo is None else _F["maximum"](x, lo)
+    below_hi = 1.0 if hi is None else _F["less_equal"](m, hi)
+    gx = g * below_hi
+    if lo is not None:
+        gx = gx * _F["greater_equal"](x, lo)
+    g_lo = g * below_hi * _F["less"](x, lo) if lo is not None and ctx.needs[1] else None
+    g_hi = g * _F["greater"](m, hi) if hi is not None and ctx.needs[2] else None
+    return gx, g_lo, g_hi
+
+
+# ----------------------------------------------------------------------------- all / any
+def all(x: Any, /, *, axis: Any = None, keepdims: bool = False, dim: Any = None,  # noqa: A001
+        keepdim: Any = None) -> Any:
+    """Whether every element along ``axis`` is nonzero (NaN counts as nonzero), as the
+    Array API's ``all``: 1.0 / 0.0 in a float32 mask until fastmetal has bool (then bool);
+    an empty reduction gives 1.0. ``dim=`` / ``keepdim=``: PyTorch's spellings."""
+    _require(x, "all")
+    axis, keepdims = reductions._torch_axis("all", axis, keepdims, dim, keepdim)
+    zeros = reductions.sum(_F["equal"](x, 0), axis=axis, keepdims=keepdims)
+    return _F["equal"](zeros, 0.0)
+
+
+def any(x: Any, /, *, axis: Any = None, keepdims: bool = False, dim: Any = None,  # noqa: A001
+        keepdim: Any = None) -> Any:
+    """Whether any element along ``axis`` is nonzero (NaN counts as nonzero), as the Array
+    API's ``any``: a float32 mask (1.0 / 0.0) until fastmetal has bool; an empty reduction
+    gives 0.0."""
+    _require(x, "any")
+    axis, keepdims = reductions._torch_axis("any", axis, keepdims, dim, keepdim)
+    nonzero = reductions.sum(_F["not_equal"](x, 0), axis=axis, keepdims=keepdims)
+    return _F["greater"](nonzero, 0.0)
+
+
+# ----------------------------------------------------------------------------- broadcasting
+def _shape_arg(shape: Any, where: str) -> tuple:
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"[fastmetal.{where}] expected shape to be a tuple of ints, got "
+                        f"{type(shape).__name__}")
+    return tuple(layouts.as_int(d, f"fastmetal.{where}", "dimension") for d in shape)
+
+
+def broadcast_to(x: Any, /, shape: Any) -> Array:
+    """``x`` broadcast to ``shape`` as a view (stride 0 along new or size-1 axes; no copy),
+    as the Array API's and NumPy's ``broadcast_to``; differentiable (the gradient is summed
+    back). ValueError where the shapes are not compatible."""
+    _require(x, "broadcast_to")
+    target = _shape_arg(shape, "broadcast_to")
+    if builtins.any(d < 0 for d in target):
+        raise ValueError(f"[fastmetal.broadcast_to] expected non-negative dimensions, got "
+                         f"shape {target}")
+    lead = len(target) - x.ndim
+    if lead < 0 or builtins.any(n != 1 and n != t for n, t in zip(x.shape, target[lead:])):
+        raise ValueError(f"[fastmetal.broadcast_to] expected a shape that {tuple(x.shape)} "
+                         f"broadcasts to, got {target}")
+    if tuple(x.shape) == target:
+        return views.reshape(x, target)  # a view of the same shape (reshape records it)
+    return reductions._broadcast_to(x, target)
+
+
+def broadcast_arrays(*arrays: Any) -> list:
+    """The arrays broadcast against each other (views), as the Array API's
+    ``broadcast_arrays``."""
+    for a in arrays:
+        _require(a, "broadcast_arrays", "every argument")
+    try:
+        shape = np.broadcast_shapes(*(tuple(a.shape) for a in arrays))
+    except ValueError:
+        raise ValueError(f"[fastmetal.broadcast_arrays] expected shapes that broadcast "
+                         f"together, got {[tuple(a.shape) for a in arrays]}") from None
+    return [broadcast_to(a, shape) for a in arrays]
+
+
+def meshgrid(*arrays: Any, indexing: str = "xy") -> list:
+    """Coordinate arrays from 1-D arrays, as the Array API's and NumPy's ``meshgrid``
+    (``indexing='xy'``: the first two axes swapped; ``'ij'``: matrix indexing). Each result
+    is a broadcast view of its input (no copy)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"[fastmetal.meshgrid] expected indexing 'xy' or 'ij', got "
+                         f"{indexing!r}")
+    for a in arrays:
+        _require(a, "meshgrid", "every argument")
+        if a.ndim != 1:
+            raise ValueError(f"[fastmetal.meshgrid] expected 1-D arrays, got dimension "
+                             f"{a.ndim}")
+    n = len(arrays)
+    sizes = [a.shape[0] for a in arrays]
+    if indexing == "xy" and n > 1:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    out = []
+    for i, a in enumerate(arrays):
+        axis = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and n > 1 else i
+        shape = [1] * n
+        shape[axis] = a.shape[0]
+        out.append(broadcast_to(views.reshape(a, tuple(shape)), tuple(sizes)))
+    return out
+
+
+# ----------------------------------------------------------------------------- rearranging
+def _axes_arg(axis: Any, ndim: int, where: str) -> tuple:
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    out = tuple(layouts.normalize_axis(a, ndim, f"fastmetal.{where}") for a in items)
+    if len(set(out)) != len(out):
+        raise ValueError(f"[fastmetal.{where}] expected distinct axes, got {axis!r}")
+    return out
+
+
+def flip(x: Any, /, *, axis: Any = None) -> Array:
+    """``x`` with the order of elements reversed along ``axis`` (all axes by default), as
+    the Array API's ``flip``: a view with negative strides (no copy)."""
+    _require(x, "flip")
+    axes = _axes_arg(axis, x.ndim, "flip")
+    key = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(x.ndim))
+    return views.getitem(x, key)
+
+
+def roll(x: Any, /, shift: Any, *, axis: Any = None) -> Array:
+    """Elements shifted by ``shift`` along ``axis`` (those past the end come back at the
+    start), as the Array API's and NumPy's ``roll``; ``axis=None`` rolls the flattened array.
+    ``shift`` and ``axis`` may be tuples of the same length."""
+    _require(x, "roll")
+    if axis is None:
+        if isinstance(shift, (tuple, list)):
+            raise ValueError("[fastmetal.roll] expected an int shift when axis is None, got "
+                             f"{shift!r}")
+        return views.reshape(roll(views.reshape(x, -1), shift, axis=0), tuple(x.shape))
+    shifts = tuple(shift) if isinstance(shift, (tuple, list)) else (shift,)
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    if len(shifts) != len(axes):
+        raise ValueError(f"[fastmetal.roll] expected as many shifts as axes, got shift="
+                         f"{shift!r} and axis={axis!r}")
+    out = x
+    for s, a in zip(shifts, axes):
+        ax = layouts.normalize_axis(a, x.ndim, "fastmetal.roll")
+        n = x.shape[ax]
+        k = layouts.as_int(s, "fastmetal.roll", "shift") % n if n else 0
+        if k == 0:
+            continue
+        head = (slice(None),) * ax
+        out = manipulation.concatenate([out[head + (slice(n - k, None),)],
+                                        out[head + (slice(0, n - k),)]], axis=ax)
+    return out if out is not x else views.contiguous_copy(x)
+
+
+def repeat(x: Any, repeats: Any, /, *, axis: Optional[int] = None) -> Array:
+    """Each element repeated ``repeats`` times along ``axis`` (of the flattened array when
+    None), as the Array API's and NumPy's ``repeat``. An int: a broadcast and reshape on the
+    device; per-element counts (a sequence or int64 array, read on the host to build the
+    gather index): one gather. (PyTorch's ``Tensor.repeat`` is :func:`tile`.)"""
+    _require(x, "repeat")
+    if axis is None:
+        x, axis = views.reshape(x, -1), 0
+    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.repeat")
+    if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, (bool, np.bool_)):
+        r = int(repeats)
+        if r < 0:
+            raise ValueError(f"[fastmetal.repeat] expected repeats >= 0, got {r}")
+        shape = tuple(x.shape)
+        wide = views.expand_dims(x, ax + 1)
+        target = shape[:ax + 1] + (r,) + shape[ax + 1:]
+        merged = shape[:ax] + (shape[ax] * r,) + shape[ax + 1:]
+        return views.reshape(broadcast_to(wide, target), merged)
+    counts = np.asarray(repeats.numpy() if isinstance(repeats, Array) else repeats)
+    if counts.dtype.kind not in "iu" or counts.ndim != 1:
+        raise TypeError(f"[fastmetal.repeat] expected repeats to be an int or a 1-D sequence "
+                        f"of ints, got {counts.dtype} of dimension {counts.ndim}")
+    if counts.shape[0] != x.shape[ax]:
+        raise ValueError(f"[fastmetal.repeat] expected {x.shape[ax]} repeats (one per element "
+                         f"along axis {ax}), got {counts.shape[0]}")
+    if (counts < 0).any():
+        raise ValueError("[fastmetal.repeat] expected repeats >= 0, got a negative one")
+    index = _core.asarray(np.repeat(np.arange(x.shape[ax], dtype=np.int64), counts),
+                          dtype=np.int64, device=x.device)
+    return take(x, index, axis=ax)
+
+
+def tile(x: Any, repetitions: Any, /) -> Array:
+    """``x`` repeated ``repetitions[i]`` times along each axis, as the Array API's
+    ``tile``, ``numpy.tile`` and ``torch.Tensor.repeat``: a broadcast and one reshape."""
+    _require(x, "tile")
+    reps = _shape_arg(repetitions, "tile")
+    if builtins.any(r < 0 for r in reps):
+        raise ValueError(f"[fastmetal.tile] expected repetitions >= 0, got {reps}")
+    nd = builtins.max(len(reps), x.ndim)
+    reps = (1,) * (nd - len(reps)) + reps
+    shape = (1,) * (nd - x.ndim) + tuple(x.shape)
+    spread = views.reshape(x, tuple(v for n in shape for v in (1, n)))
+    target = tuple(v for r, n in zip(reps, shape) for v in (r, n))
+    return views.reshape(broadcast_to(spread, target), tuple(r * n for r, n in zip(reps, shape)))
+
+
+def take(x: Any, indices: Any, /, *, axis: Optional[int] = None) -> Array:
+    """Elements of ``x`` at ``indices`` (an int64 array or sequence of ints; negative ones
+    count from the end) along ``axis``, as the Array API's and NumPy's ``take``: one gather
+    on the device (differentiable; repeated indices add their gradients). ``axis`` may be
+    left out for 1-D ``x``."""
+    _require(x, "take")
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError(f"[fastmetal.take] expected axis for an array of dimension "
+                             f"{x.ndim} (only 1-D arrays may leave it out)")
+        axis = 0
+    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.take")
+    if not isinstance(indices, Array):
+        host = np.asarray(indices)
+        if host.dtype.kind not in "iu" or host.ndim > 1:
+            raise TypeError(f"[fastmetal.take] expected integer indices of dimension <= 1, "
+                            f"got {host.dtype} of dimension {host.ndim}")
+        indices = _core.asarray(host.astype(np.int64), dtype=np.int64, device=x.device)
+    elif indices.dtype != np.int64:
+        raise TypeError(f"[fastmetal.take] expected int64 indices, got {indices.dtype}")
+    return views.getitem(x, (slice(None),) * ax + (indices,))
+
+
+# ----------------------------------------------------------------------------- creation
+def eye(n_rows: int, n_cols: Optional[int] = None, /, *, k: int = 0, dtype: Any = None,
+        device: Optional[str] = None) -> Array:
+    """A 2-D array with ones on the ``k``-th diagonal and zeros elsewhere, as the Array
+    API's and NumPy's ``eye`` (float32 by default)."""
+    where = "fastmetal.eye"
+    rows = layouts.as_int(n_rows, where, "n_rows")
+    cols = rows if n_cols is None else layouts.as_int(n_cols, where, "n_cols")
+    if rows < 0 or cols < 0:
+        raise ValueError(f"[{where}] expected non-negative sizes, got ({rows}, {cols})")
+    target = float32 if dtype is None else np.dtype(dtype)
+    if target not in DTYPES:
+        raise TypeError(f"[{where}] expected dtype float32, float16 or int64, got {dtype!r}")
+    host = np.eye(rows, cols, k=layouts.as_int(k, where, "k"), dtype=target)
+    return _core.asarray(host, dtype=target, device=device)
+
+
+def _triangle(x: Any, k: Any, upper: bool) -> Array:
+    where = "triu" if upper else "tril"
+    _require(x, where)
+    if x.ndim < 2:
+        raise ValueError(f"[fastmetal.{where}] expected an array of dimension >= 2, got "
+                         f"{x.ndim}")
+    k = layouts.as_int(k, f"fastmetal.{where}", "k")
+    rows, cols = x.shape[-2], x.shape[-1]
+    keep = np.tri(rows, cols, k - 1 if upper else k, dtype=np.float32)
+    if upper:
+        keep = 1.0 - keep
+    mask = _core.asarray(keep, dtype=np.float32, device=x.device)
+    return manipulation.where(mask, x, 0)
+
+
+def tril(x: Any, /, *, k: int = 0) -> Array:
+    """``x`` with the elements above the ``k``-th diagonal of its last two axes set to zero,
+    as the Array API's ``tril`` (``where`` with a mask: NaN above the diagonal becomes 0)."""
+    return _triangle(x, k, upper=False)
+
+
+def triu(x: Any, /, *, k: int = 0) -> Array:
+    """``x`` with the elements below the ``k``-th diagonal of its last two axes set to zero,
+    as the Array API's ``triu``."""
+    return _triangle(x, k, upper=True)
+
+
+# ----------------------------------------------------------------------------- products
+def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2) -> Array:
+    """Sum of products over ``axes`` (an int: the last ``axes`` of ``x1`` with the first of
+    ``x2``; or two sequences of axes), as the Array API's and NumPy's ``tensordot``: a
+    transpose, a reshape and one matmul."""
+    _require(x1, "tensordot", "x1")
+    _require(x2, "tensordot", "x2")
+    where = "fastmetal.tensordot"
+    if isinstance(axes, (int, np.integer)):
+        n = layouts.as_int(axes, where, "axes")
+        if n < 0 or n > x1.ndim or n > x2.ndim:
+            raise ValueError(f"[{where}] expected 0 <= axes <= {builtins.min(x1.ndim, x2.ndim)}, "
+                             f"got {n}")
+        a1, a2 = tuple(range(x1.ndim - n, x1.ndim)), tuple(range(n))
+    else:
+        try:
+            first, second = axes
+        except (TypeError, ValueError):
+            raise TypeError(f"[{where}] expected axes to be an int or two sequences of axes, "
+                            f"got {axes!r}") from None
+        first = first if isinstance(first, (tuple, list)) else (first,)
+        second = second if isinstance(second, (tuple, list)) else (second,)
+        if len(first) != len(second):
+            raise ValueError(f"[{where}] expected as many axes of x1 as of x2, got {axes!r}")
+        a1 = tuple(layouts.normalize_axis(a, x1.ndim, where) for a in first)
+        a2 = tuple(layouts.normalize_axis(a, x2.ndim, where) for a in second)
+    for i, j in zip(a1, a2):
+        if x1.shape[i] != x2.shape[j]:
+            raise ValueError(f"[{where}] expected summed axes of equal length, got "
+                             f"{x1.shape[i]} (x1 axis {i}) and {x2.shape[j]} (x2 axis {j})")
+    free1 = [i for i in range(x1.ndim) if i not in a1]
+    free2 = [j for j in range(x2.ndim) if j not in a2]
+    k = math.prod(x1.shape[i] for i in a1)
+    m = math.prod(x1.shape[i] for i in free1)
+    n = math.prod(x2.shape[j] for j in free2)
+    left = views.reshape(manipulation.permute(x1, tuple(free1) + a1), (m, k))
+    right = views.reshape(manipulation.permute(x2, a2 + tuple(free2)), (k, n))
+    return views.reshape(linalg.matmul(left, right),
+                         tuple(x1.shape[i] for i in free1) + tuple(x2.shape[j] for j in free2))
+
+
+def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
+    """Dot products of the vectors along ``axis`` of ``x1`` and ``x2`` (broadcast together),
+    as the Array API's ``vecdot`` (real dtypes: no conjugation)."""
+    _require(x1, "vecdot", "x1")
+    _require(x2, "vecdot", "x2")
+    if axis >= 0 or x1.ndim == 0 or x2.ndim == 0:
+        raise ValueError(f"[fastmetal.vecdot] expected a negative axis (counted from the end, "
+                         f"as the standard asks) of arrays of dimension >= 1, got axis={axis}")
+    n1 = x1.shape[axis] if -x1.ndim <= axis else None
+    n2 = x2.shape[axis] if -x2.ndim <= axis else None
+    if n1 is None or n2 is None or n1 != n2:
+        raise ValueError(f"[fastmetal.vecdot] expected both arrays to have the same length "
+                         f"along axis {axis}, got shapes {tuple(x1.shape)} and "
+                         f"{tuple(x2.shape)}")
+    return reductions.sum(_F["multiply"](x1, x2), axis=axis)
+
+
+# ----------------------------------------------------------------------------- logical
+def logical_not(x: Any, /) -> Array:
+    """1.0 where ``x`` is zero, else 0.0 (NaN is nonzero), as the Array API's
+    ``logical_not``: a float32 mask until fastmetal has bool."""
+    _require(x, "logical_not")
+    return _F["equal"](x, 0)
+
+
+def _truth(x: Any, where: str, name: str) -> Array:
+    if isinstance(x, (str, bytes, complex)) or x is None:
+        raise TypeError(f"[fastmetal.{where}] expected {name} to be a fastmetal.Array or a "
+                        f"real number, got {type(x).__name__}")
+    return _F["not_equal"](x, 0)
+
+
+def logical_and(x1: Any, x2: Any, /) -> Array:
+    """1.0 where both are nonzero, broadcast, as the Array API's ``logical_and`` (a float32
+    mask until fastmetal has bool)."""
+    return _F["multiply"](_truth(x1, "logical_and", "x1"), _truth(x2, "logical_and", "x2"))
+
+
+def logical_or(x1: Any, x2: Any, /) -> Array:
+    """1.0 where either is nonzero, broadcast, as the Array API's ``logical_or``."""
+    return _F["maximum"](_truth(x1, "logical_or", "x1"), _truth(x2, "logical_or", "x2"))
+
+
+def logical_xor(x1: Any, x2: Any, /) -> Array:
+    """1.0 where exactly one is nonzero, broadcast, as the Array API's ``logical_xor``."""
+    return _F["not_equal"](_truth(x1, "logical_xor", "x1"), _truth(x2, "logical_xor", "x2"))
+
+
+def count_nonzero(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> Array:
+    """The number of nonzero elements (NaN counts) along ``axis``, as an int64 Array, as the
+    Array API's ``count_nonzero`` (summed on the device)."""
+    _require(x, "count_nonzero")
+    return reductions.sum(_F["not_equal"](x, 0), axis=axis, keepdims=keepdims).astype(int64)
+
+
+# ----------------------------------------------------------------------------- sorting, searching
+# The orders are found by NumPy on the host (a copy of the data where the device's memory is
+# not host-visible): index results only, which have no gradient. sort's values are then
+# gathered on the device from x, so sort is differentiable.
+def _host(x: Array) -> np.ndarray:
+    return np.asarray(x.numpy())
+
+
+def _index_array(host: np.ndarray, device: str) -> Array:
+    return _core.asarray(np.ascontiguousarray(host, dtype=np.int64), dtype=np.int64,
+                         device=device)
+
+
+def argsort(x: Any, /, *, axis: int = -1, descending: bool = False,
+            stable: bool = True) -> Array:
+    """int64 indices that sort ``x`` along ``axis`` (NaN last), as the Array API's
+    ``argsort``; ``descending`` keeps equal elements in their order (stable either way).
+    Computed by NumPy on the host (``kind="stable"``): an index result, not differentiable;
+    the indices are copied to ``x``'s device."""
+    _require(x, "argsort")
+    if x.ndim == 0:
+        raise ValueError("[fastmetal.argsort] expected an array of dimension >= 1, got a 0-d "
+                         "array")
+    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.argsort")
+    h = _host(x)
+    if descending:
+        # Ascending stable order of the reversed array, reversed: descending keys with equal
+        # ones in their original order; then NaN moved back to the end (stably).
+        n = h.shape[ax]
+        order = n - 1 - np.flip(np.argsort(np.flip(h, axis=ax), axis=ax, kind="stable"),
+                                axis=ax)
+        if h.dtype.kind == "f":
+            nan = np.take_along_axis(np.isnan(h), order, axis=ax)
+            order = np.take_along_axis(order, np.argsort(nan, axis=ax, kind="stable"), axis=ax)
+    else:
+        order = np.argsort(h, axis=ax, kind="stable")
+    return _index_array(order, x.device)
+
+
+def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Array:
+    """``x`` sorted along ``axis`` (NaN last), as the Array API's ``sort``: the order from
+    :func:`argsort` (NumPy on the host), the values gathered on the device from ``x``, so the
+    gradient flows back to the elements' places."""
+    _require(x, "sort")
+    order = argsort(x, axis=axis, descending=descending, stable=stable)
+    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.sort")
+    # flat positions of the sorted elements in x's C order: one 1-D gather
+    h = order.numpy()
+    grids = np.indices(h.shape, sparse=True)
+    index = list(grids)
+    index[ax] = h
+    flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*index)), h.shape) if h.size else \
+        np.zeros(h.shape, np.int64)
+    gathered = take(views.reshape(x, -1), _index_array(flat.reshape(-1), x.device), axis=0)
+    return views.reshape(gathered, tuple(x.shape))
+
+
+def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None) -> Array:
+    """int64 insertion points of ``x2`` in the sorted 1-D ``x1``, as the Array API's
+    ``searchsorted`` (``side`` 'left' or 'right'; ``sorter``: indices that sort ``x1``).
+    Computed by NumPy on the host: an index result, not differentiable."""
+    _require(x1, "searchsorted", "x1")
+    if x1.ndim != 1:
+        raise ValueError(f"[fastmetal.searchsorted] expected a 1-D x1, got dimension {x1.ndim}")
+    if side not in ("left", "right"):
+        raise ValueError(f"[fastmetal.searchsorted] expected side 'left' or 'right', got "
+                         f"{side!r}")
+    values = _host(x2) if isinstance(x2, Array) else np.asarray(x2)
+    order = None if sorter is None else (_host(sorter) if isinstance(sorter, Array)
+                                         else np.asarray(sorter))
+    return _index_array(np.searchsorted(_host(x1), values, side=side, sorter=order),
+                        x1.device)
+
+
+def _unique(x: Any, where: str, **want: bool) -> tuple:
+    _require(x, where)
+    h = _host(x).reshape(-1)
+    return np.unique(h, equal_nan=False, **want)
+
+
+def unique_values(x: Any, /) -> Array:
+    """The distinct values of ``x`` (flattened, sorted; each NaN distinct), as the Array
+    API's ``unique_values``. Found by NumPy on the host and copied to ``x``'s device; not
+    differentiable (the values are data of x, but which ones is an index decision)."""
+    values = _unique(x, "unique_values")
+    return _core.asarray(values, dtype=x.dtype, device=x.device)
+
+
+def unique_counts(x: Any, /) -> tuple:
+    """``(values, counts)``: :func:`unique_values` and how often each occurs (int64), as the
+    Array API's ``unique_counts`` (NumPy on the host)."""
+    values, counts = _unique(x, "unique_counts", return_counts=True)
+    return (_core.asarray(values, dtype=x.dtype, device=x.device),
+            _index_array(counts, x.device))
+
+
+def unique_inverse(x: Any, /) -> tuple:
+    """``(values, inverse_indices)``: :func:`unique_values` and, in ``x``'s shape, the index
+    of each element's value, as the Array API's ``unique_inverse`` (NumPy on the host)."""
+    values, inverse = _unique(x, "unique_inverse", return_inverse=True)
+    return (_core.asarray(values, dtype=x.dtype, device=x.device),
+            _index_array(inverse.reshape(x.shape), x.device))
+
+
+def unique_all(x: Any, /) -> tuple:
+    """``(values, indices, inverse_indices, counts)``, as the Array API's ``unique_all``
+    (``indices``: the first occurrence of each value in flattened ``x``; NumPy on the host)."""
+    values, first, inverse, counts = _unique(x, "unique_all", return_index=True,
+                                             return_inverse=True, return_counts=True)
+    return (_core.asarray(values, dtype=x.dtype, device=x.device),
+            _index_array(first, x.device), _index_array(inverse.reshape(x.shape), x.device),
+            _index_array(counts, x.device))
+
+
+def nonzero(x: Any, /) -> tuple:
+    """The indices of the nonzero elements of ``x`` (NaN counts), one int64 Array per
+    dimension in C order, as the Array API's ``nonzero`` (a 0-d ``x`` is a ValueError, as the
+    standard says). On the device, reading one count to the host to size the result."""
+    _require(x, "nonzero")
+    if x.ndim == 0:
+        raise ValueError("[fastmetal.nonzero] expected an array of dimension >= 1, got a 0-d "
+                         "array")
+    return manipulation.nonzero(x)
