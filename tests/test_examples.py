@@ -62,11 +62,13 @@ GPT_SMALL = ["--max-chars", "200000", "--layers", "2", "--d-model", "64", "--hea
 def test_char_transformer_learns(capsys):
     """One epoch (173 steps of 16 x 64 characters, ~10 s of 2 cores) of a 2-layer GPT on the
     standard library's sources brings the validation loss from ln(vocab) ~ 4.5 nats to
-    below 2.5 (the characters' unigram entropy is ~3.3)."""
+    below 2.8, well under the characters' unigram entropy (~3.3): it learned context. (The
+    text is the running Python's own library, so it differs between Pythons: 2.3-2.7 was
+    measured on two machines.)"""
     history = load("char_transformer").main(GPT_SMALL + ["--epochs", "1"])
     out = capsys.readouterr().out
     assert len(history.losses) == 173, out
-    assert history.losses[0] > 4.0 and history.val_losses[-1] < 2.5, out
+    assert history.losses[0] > 4.0 and history.val_losses[-1] < 2.8, out
 
 
 def _torch_gpt(torch, vocab, context, d, n_layer, n_head):

@@ -119,6 +119,12 @@ py::object dropout(py::handle x, std::uint32_t threshold, float scale, std::uint
 Array label_array(py::handle labels, Backend& be, const std::string& op, std::int64_t rows,
                   std::int64_t classes) {
   Array lab;
+  auto check = [&](const std::int64_t* lp, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i)
+      if (lp[i] < 0 || lp[i] >= classes)
+        throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
+  };
+  bool checked = false;
   if (is_array(labels)) {
     lab = labels.cast<const Array&>();
     if (lab.dtype != DType::int64)
@@ -135,27 +141,26 @@ Array label_array(py::handle labels, Backend& be, const std::string& op, std::in
     if (kind != 'i' && kind != 'u')
       throw TypeError(message(op, "expected labels with an integer dtype, got ",
                               std::string(py::str(arr.dtype()))));
+    // Checked here, from the host's copy (no wait for the device).
+    auto host = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    if (host.ndim() == 1 && host.shape(0) == rows) check(host.data(), rows);
+    checked = true;
     lab = to_array(arr, be, op, "labels", DType::int64);
   }
   if (lab.ndim() != 1 || lab.shape[0] != rows)
     throw ValueError(message(op, "expected ", rows, " labels, got ", lab.ndim(), "-D labels of ",
                              lab.size(), " values"));
+  if (checked) return lab;
   if (be.host_visible()) {
     be.wait_for_host(*lab.storage);
-    const std::int64_t* lp = reinterpret_cast<const std::int64_t*>(lab.host_data());
-    for (std::int64_t i = 0; i < rows; ++i)
-      if (lp[i] < 0 || lp[i] >= classes)
-        throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
+    check(reinterpret_cast<const std::int64_t*>(lab.host_data()), rows);
   } else if (capture::recording() == nullptr) {
     std::vector<std::int64_t> host(static_cast<std::size_t>(rows));
     {
       py::gil_scoped_release nogil;  // waits for the work that computes the labels
       be.copy_to_host(*lab.storage, lab.byte_offset(), host.data(), host.size() * sizeof(std::int64_t));
     }
-    const std::int64_t* lp = host.data();
-    for (std::int64_t i = 0; i < rows; ++i)
-      if (lp[i] < 0 || lp[i] >= classes)
-        throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
+    check(host.data(), rows);
   }
   return lab;
 }
