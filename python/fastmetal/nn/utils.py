@@ -44,13 +44,16 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             p = float(norm_type)
             total = None
             for g in grads:
-                part = _sum(E.power(E.abs(g.astype("float32")), p))
+                g32 = g if g.dtype == np.float32 else g.astype("float32")
+                # The 2-norm (the common case) as a sum of squares: two cheap ops, not
+                # abs + a general power (exp and log per element).
+                part = _sum(E.square(g32)) if p == 2.0 else _sum(E.power(E.abs(g32), p))
                 total = part if total is None else total + part
-            total = E.power(total, 1.0 / p)
+            total = E.sqrt(total) if p == 2.0 else E.power(total, 1.0 / p)
         if error_if_nonfinite and not math.isfinite(float(total.item())):
             raise RuntimeError(f"[{where}] expected a finite total norm of the gradients, got "
                                f"{total.item()}")
         scale = E.minimum(float(max_norm) / (total + 1e-6), 1.0)
         for g in grads:
-            E.multiply(g, scale.astype(g.dtype), out=g)
+            E.multiply(g, scale if g.dtype == np.float32 else scale.astype(g.dtype), out=g)
     return total
