@@ -72,3 +72,89 @@ def test_bad_input_names_the_argument():
         DataLoader(3)
     with pytest.raises(ValueError, match="same first dimension"):
         TensorDataset(X, Y[:3])
+
+
+def _prefetch_threads():
+    import threading
+    return [t for t in threading.enumerate() if t.name == "fastmetal-DataLoader-prefetch"]
+
+
+@pytest.mark.parametrize("tensor_dataset", [True, False])
+def test_prefetch_gives_the_same_batches_in_the_same_order(device, tensor_dataset):
+    class Squares(Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            return X[i], Y[i]
+    dataset = TensorDataset(X, Y) if tensor_dataset else Squares()
+    plain = DataLoader(dataset, batch_size=3, shuffle=True, device=device,
+                       generator=fm.random.Generator(4))
+    ahead = DataLoader(dataset, batch_size=3, shuffle=True, device=device, prefetch=True,
+                       generator=fm.random.Generator(4))
+    for (xa, ya), (xb, yb) in zip(plain, ahead, strict=True):
+        assert xb.device == device and yb.dtype == np.int64
+        np.testing.assert_array_equal(host(xa), host(xb))
+        np.testing.assert_array_equal(host(ya), host(yb))
+    assert not _prefetch_threads()
+
+
+def test_prefetch_prepares_the_next_batch_while_the_caller_works():
+    import threading
+    import time
+    prepared = []
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            time.sleep(0.05)
+            prepared.append((i, threading.current_thread().name))
+            return np.float32(i)
+    loader = DataLoader(Slow(), batch_size=1, prefetch=True)
+    it = iter(loader)
+    first = next(it)
+    time.sleep(0.3)  # the caller "trains": the next batch is prepared meanwhile
+    assert len(prepared) >= 2 and {n for _, n in prepared} == {"fastmetal-DataLoader-prefetch"}
+    assert [host(first)[0]] + [host(b)[0] for b in it] == [0.0, 1.0, 2.0, 3.0]
+    assert not _prefetch_threads()
+
+
+def test_prefetch_raises_the_datasets_exception_where_its_batch_would_come():
+    class Broken(Dataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            if i == 4:
+                raise KeyError(f"sample {i} is missing")
+            return np.float32(i)
+    got = []
+    with pytest.raises(KeyError, match="sample 4 is missing"):
+        for b in DataLoader(Broken(), batch_size=2, prefetch=True):
+            got.append(host(b).tolist())
+    assert got == [[0.0, 1.0], [2.0, 3.0]]
+    assert not _prefetch_threads()
+
+
+def test_prefetch_leaves_no_thread_behind_when_the_loop_stops_early():
+    loader = DataLoader(TensorDataset(np.arange(1000, dtype=np.float32)), batch_size=1,
+                        prefetch=True)
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    assert not _prefetch_threads()
+    with pytest.raises(ZeroDivisionError):
+        for _ in loader:
+            1 / 0
+    assert not _prefetch_threads()
+    it = iter(loader)
+    next(it)
+    it.close()
+    assert not _prefetch_threads()
+
+
+def test_prefetch_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"\[fastmetal.data.DataLoader\] expected prefetch"):
+        DataLoader(TensorDataset(X), prefetch="yes")

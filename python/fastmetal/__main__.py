@@ -3,7 +3,7 @@ float64 and time it against NumPy.
 
     python -m fastmetal                 what `info` prints, then checks and times each headline op
     python -m fastmetal info            version, devices, why a backend is missing, machine
-    python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d, matmul, gpu, mnist, vae, layers, ddp, attention, lstm, gpt (default: all)
+    python -m fastmetal bench [NAME]    full benchmarks: elementwise, fourier, conv2d, matmul, gpu, mnist, vae, layers, ddp, attention, lstm, gpt, resnet (default: all)
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import fastmetal as fm
 from fastmetal.benchmarks._timing import fmt_time, machine_summary, median_time
 
 BENCHMARKS = ("elementwise", "fourier", "conv2d", "matmul", "gpu", "mnist", "vae", "layers", "ddp",
-              "attention", "lstm", "gpt")
+              "attention", "lstm", "gpt",
+              "resnet")
 # A result is "ok" when its largest error, relative to the largest |value| of the float64
 # reference, is below this: float32 arithmetic over these sizes stays well inside it.
 OK_REL_ERR = 1e-4
@@ -112,7 +113,7 @@ def demo() -> int:
         print(f"  {name:<36} max rel err {err:.1e} {'ok ' if ok else 'BAD'}  fastmetal "
               f"{fmt_time(t_fm):>10} ({device})  {peer_name} {fmt_time(t_peer):>10} "
               f"({peer_threads} thread{'s' if peer_threads != 1 else ''})  ({t_peer / t_fm:.1f}x)")
-    print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d|matmul|gpu|mnist|vae|layers|ddp|attention|lstm|gpt]")
+    print("\nfull benchmarks: python -m fastmetal bench [elementwise|fourier|conv2d|matmul|gpu|mnist|vae|layers|ddp|attention|lstm|gpt|resnet]")
     return 1 if failures else 0
 
 

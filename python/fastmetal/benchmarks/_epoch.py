@@ -1,9 +1,13 @@
-"""What the training benchmarks (bench mnist, bench vae) share: their command line, one
-timed epoch, PyTorch's matching device, the results table and the tape's own time."""
+"""What the training benchmarks (bench mnist, vae, resnet) share: their command line, one
+timed epoch, each library timed in a process of its own, PyTorch's matching device, the
+results table and the tape's own time."""
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import subprocess
+import sys
 import time
 from typing import Any, Callable, Iterator
 
@@ -25,7 +29,45 @@ def parser(name: str, doc: str | None, data_default: str,
                     f"(default: {data_default})")
     ap.add_argument("--profile", action="store_true", help=profile_help)
     ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
+    add_worker_arguments(ap, ("epoch",))
     return ap
+
+
+_REPLY = "fastmetal-bench-reply: "  # the line a worker process answers on
+
+
+def add_worker_arguments(ap: argparse.ArgumentParser, parts: tuple) -> None:
+    """The hidden options of a worker process (one library's side of a benchmark)."""
+    ap.add_argument("--worker", choices=("fastmetal", "torch"), default=None,
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--part", choices=parts, default=parts[0], help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+
+
+def worker_reply(rows: Any) -> None:
+    """A worker's results, one JSON line on stdout for `in_process` to read."""
+    print(_REPLY + json.dumps(rows), flush=True)
+
+
+def in_process(name: str, library: str, part: str, argv: list) -> list:
+    """Runs one library's side of `bench name` in a fresh Python process (its own thread
+    pool, allocator and caches: neither library's warm state or threads disturb the other's
+    timing) and returns what it replied. PyTorch gets fastmetal's CPU thread count."""
+    cmd = [sys.executable, "-m", f"fastmetal.benchmarks.{name}", "--worker", library,
+           "--part", part, "--threads", str(fm._core._num_threads()), *argv]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    replies = [line for line in r.stdout.splitlines() if line.startswith(_REPLY)]
+    if r.returncode != 0 or not replies:
+        raise RuntimeError(f"[fastmetal bench {name}] expected the {library} worker to reply, "
+                           f"got exit status {r.returncode}:\n{r.stderr[-2000:]}")
+    return [tuple(row) if isinstance(row, list) else row
+            for row in json.loads(replies[-1][len(_REPLY):])]
+
+
+def forwarded(ns: argparse.Namespace) -> list:
+    """The parsed options of `parser` as a worker's command line."""
+    argv = ["--samples", str(ns.samples), "--device", ns.device]
+    return argv + (["--data", ns.data] if ns.data else [])
 
 
 def setup(ap: argparse.ArgumentParser, ns: argparse.Namespace, batch: int) -> tuple[str, Any]:
@@ -36,9 +78,10 @@ def setup(ap: argparse.ArgumentParser, ns: argparse.Namespace, batch: int) -> tu
     device = ns.device or fm.default_device()
     if device not in fm.devices():
         ap.error(f"--device: expected one of {fm.devices()}, got {device!r}")
-    torch = None if ns.no_torch else torch_or_none()
-    if torch is not None:
-        torch.set_num_threads(fm._core._num_threads())  # the same CPU threads for both
+    ns.device = device
+    torch = None if ns.no_torch or ns.worker == "fastmetal" else torch_or_none()
+    if torch is not None:  # the same CPU threads for both (a worker is told fastmetal's)
+        torch.set_num_threads(ns.threads if ns.worker else fm._core._num_threads())
     return device, torch
 
 

@@ -3,8 +3,8 @@
 The network of examples/mnist.py, ``fastmetal.models.mnist_cnn`` (conv 1->32, conv 32->64, max-pool, dropout, linear
 9216->128, linear 128->10, log-softmax; Adadelta lr 1.0; batch 64) trained for one epoch of
 ``--samples`` images (default 60,000, MNIST's training set) by fastmetal and by PyTorch with
-the same network and optimizer on the same device and the same number of CPU threads, in
-one run. Data: the MNIST training files of ``--data DIR`` when given, else synthetic
+the same network and optimizer on the same device and the same number of CPU threads, each
+in a process of its own (this one starts both). Data: the MNIST training files of ``--data DIR`` when given, else synthetic
 MNIST-shaped batches (the step time does not depend on the pixel values); batches are
 prepared before the clock starts, so no data loader is timed.
 
@@ -87,6 +87,30 @@ def torch_step(torch, device):
     return step
 
 
+def on_device(batches, device):
+    """Images already on the device, as PyTorch's (no host-to-device copy is timed)."""
+    return batches if device == "cpu" else [(fm.asarray(x, device=device), y)
+                                            for x, y in batches]
+
+
+def fastmetal_rows(device, batches, samples):
+    """fastmetal's row of the table: (name, seconds, samples)."""
+    step, *_ = fastmetal_step(device)
+    seconds, done = _epoch.run_epoch(step, on_device(batches, device), samples,
+                                     fm.synchronize, BATCH)
+    return [(f"fastmetal, {device}", seconds, done)]
+
+
+def torch_rows(torch, device, batches, samples):
+    """PyTorch's rows of the table, (name, seconds, samples) each: one now (eager), more as
+    more ways to run PyTorch are compared."""
+    tdev, tsync = _epoch.torch_device(torch, device)
+    tbatches = [(torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev))
+                for x, y in batches]
+    seconds, done = _epoch.run_epoch(torch_step(torch, tdev), tbatches, samples, tsync, BATCH)
+    return [(f"PyTorch {torch.__version__}, {tdev}", seconds, done)]
+
+
 def profile_fastmetal(device, batches, repeats=10):
     """Median milliseconds per batch of each layer's forward, the loss, backward() (with the
     tape's own bookkeeping: recording during the forward and walking the graph, apart from
@@ -149,28 +173,24 @@ def main(argv=None):
                        "fastmetal's time per layer")
     ns = ap.parse_args(argv)
     device, torch = _epoch.setup(ap, ns, BATCH)
+    if ns.worker:
+        batches = make_batches(ns.data, 0)
+        return _epoch.worker_reply(fastmetal_rows(device, batches, ns.samples)
+                                   if ns.worker == "fastmetal" else
+                                   torch_rows(torch, device, batches, ns.samples))
     print(f"MNIST example network, one epoch of {ns.samples:,} samples, batch {BATCH}, "
           f"Adadelta; {'MNIST files in ' + ns.data if ns.data else 'synthetic batches'}")
     print(f"machine: {machine_summary()}\n")
     batches = make_batches(ns.data, 0)
 
-    results = []
-    step, *_ = fastmetal_step(device)
-    # Images already on the device, as PyTorch's below (no host-to-device copy is timed).
-    fbatches = batches if device == "cpu" else [(fm.asarray(x, device=device), y)
-                                                for x, y in batches]
-    seconds, done = _epoch.run_epoch(step, fbatches, ns.samples, fm.synchronize, BATCH)
-    results.append((f"fastmetal, {device}", seconds, done))
+    argv_worker = _epoch.forwarded(ns)
+    results = _epoch.in_process("mnist", "fastmetal", "epoch", argv_worker)
     if torch is not None:
-        tdev, tsync = _epoch.torch_device(torch, device)
-        tbatches = [(torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev))
-                    for x, y in batches]
-        seconds, done = _epoch.run_epoch(torch_step(torch, tdev), tbatches, ns.samples, tsync,
-                                         BATCH)
-        results.append((f"PyTorch {torch.__version__}, {tdev}", seconds, done))
+        results += _epoch.in_process("mnist", "torch", "epoch", argv_worker)
     _epoch.print_table(results, BATCH, ns.samples, REFERENCE)
 
     if ns.profile:
+        fbatches = on_device(batches, device)
         if device != "cpu":
             queued, finished = host_vs_device(fastmetal_step(device)[0], fbatches)
             print(f"\nfastmetal on {device}: the host queues a step in {queued:.2f} ms, the "

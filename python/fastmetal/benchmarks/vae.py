@@ -3,7 +3,8 @@
 The network and loss of examples/vae.py (``fastmetal.models.VAE`` / ``vae_loss``: 784-400-20
 encoder, 20-400-784 decoder, BCE summed + KL; Adam lr 1e-3; batch 128) trained for one epoch
 of ``--samples`` images (default 60,000) by fastmetal and by PyTorch with the same model,
-loss and optimizer on the same device and the same number of CPU threads, in one run. Data:
+loss and optimizer on the same device and the same number of CPU threads, each in a process
+of its own (this one starts both). Data:
 the MNIST training files of ``--data DIR`` when given, else synthetic binarised digits (the
 step time does not depend on the pixel values); batches are on the device before the clock
 starts. Each step draws its eps ~ N(0, 1) on the device (fastmetal.random / torch.randn).
@@ -80,6 +81,23 @@ def torch_step(torch, device):
     return step
 
 
+def fastmetal_rows(device, batches, samples):
+    """fastmetal's row of the table: (name, seconds, samples)."""
+    fbatches = [(fm.asarray(x, device=device),) for x in batches]
+    seconds, done = _epoch.run_epoch(fastmetal_step(device), fbatches, samples,
+                                     fm.synchronize, BATCH)
+    return [(f"fastmetal, {device}", seconds, done)]
+
+
+def torch_rows(torch, device, batches, samples):
+    """PyTorch's rows of the table, (name, seconds, samples) each: one now (eager), more as
+    more ways to run PyTorch are compared."""
+    tdev, tsync = _epoch.torch_device(torch, device)
+    tbatches = [(torch.from_numpy(x).to(tdev),) for x in batches]
+    seconds, done = _epoch.run_epoch(torch_step(torch, tdev), tbatches, samples, tsync, BATCH)
+    return [(f"PyTorch {torch.__version__}, {tdev}", seconds, done)]
+
+
 def tape_time(device, batches, steps=20):
     """Median ms a step the tape itself takes: (recording, graph walk)."""
     step = fastmetal_step(device)
@@ -99,26 +117,24 @@ def main(argv=None):
                        "the tape's own time per step")
     ns = ap.parse_args(argv)
     device, torch = _epoch.setup(ap, ns, BATCH)
+    if ns.worker:
+        batches = make_batches(ns.data, 0)
+        return _epoch.worker_reply(fastmetal_rows(device, batches, ns.samples)
+                                   if ns.worker == "fastmetal" else
+                                   torch_rows(torch, device, batches, ns.samples))
     print(f"VAE example network, one epoch of {ns.samples:,} samples, batch {BATCH}, Adam; "
           f"{'MNIST files in ' + ns.data if ns.data else 'synthetic binarised digits'}")
     print(f"machine: {machine_summary()}\n")
     batches = make_batches(ns.data, 0)
 
-    results = []
-    fbatches = [(fm.asarray(x, device=device),) for x in batches]
-    seconds, done = _epoch.run_epoch(fastmetal_step(device), fbatches, ns.samples,
-                                     fm.synchronize, BATCH)
-    results.append((f"fastmetal, {device}", seconds, done))
+    argv_worker = _epoch.forwarded(ns)
+    results = _epoch.in_process("vae", "fastmetal", "epoch", argv_worker)
     if torch is not None:
-        tdev, tsync = _epoch.torch_device(torch, device)
-        tbatches = [(torch.from_numpy(x).to(tdev),) for x in batches]
-        seconds, done = _epoch.run_epoch(torch_step(torch, tdev), tbatches, ns.samples, tsync,
-                                         BATCH)
-        results.append((f"PyTorch {torch.__version__}, {tdev}", seconds, done))
+        results += _epoch.in_process("vae", "torch", "epoch", argv_worker)
 
     ours = _epoch.print_table(results, BATCH, ns.samples)
     if ns.profile:
-        record, walk = tape_time(device, fbatches)
+        record, walk = tape_time(device, [(fm.asarray(x, device=device),) for x in batches])
         print(f"\nautograd's own work per step (median of 20): recording {record:.2f} ms, "
               f"graph walk {walk:.2f} ms, of {1e3 * BATCH * ours:.2f} ms")
     return results

@@ -2,10 +2,13 @@
 dataset as fastmetal Arrays, shuffled by a seeded permutation (``fm.manual_seed`` or
 ``generator=`` fixes the order), optionally with a sampler (a ``DistributedSampler``,
 say). A ``TensorDataset``'s batch is gathered in one indexing step per array; any other
-dataset's samples are collated one by one (``default_collate``)."""
+dataset's samples are collated one by one (``default_collate``). With ``prefetch=True`` the
+next batch is prepared on a background thread while the caller works on the current one."""
 from __future__ import annotations
 
 import numbers
+import queue
+import threading
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -75,12 +78,18 @@ class DataLoader:
     ``generator``, a ``fastmetal.random.Generator``, else from fastmetal.random's own, so
     ``fm.manual_seed`` fixes it), or in a ``sampler``'s order (an iterable of indices, such
     as ``DistributedSampler``). Each batch is an Array (or a tuple of them) on ``device``
-    (default: the default device), or what ``collate_fn(list_of_samples)`` returns."""
+    (default: the default device), or what ``collate_fn(list_of_samples)`` returns.
+
+    ``prefetch=True`` (off by default) prepares the next batch on one background thread (the
+    dataset's ``__getitem__``, collation and the copy to the device) while the caller trains on
+    the current one: the same batches in the same order. An exception raised while preparing
+    a batch is raised by the iteration, where that batch would have come; leaving the loop
+    early (``break``, an exception in the caller) stops and joins the thread."""
 
     def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False,
                  sampler: Any = None, drop_last: bool = False,
                  collate_fn: Optional[Callable] = None, generator: Any = None,
-                 device: Optional[str] = None) -> None:
+                 device: Optional[str] = None, prefetch: bool = False) -> None:
         where = "fastmetal.data.DataLoader"
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise TypeError(f"[{where}] expected a dataset with __getitem__ and __len__, got "
@@ -94,6 +103,9 @@ class DataLoader:
         self.dataset, self.batch_size = dataset, int(batch_size)
         self.shuffle, self.sampler, self.drop_last = bool(shuffle), sampler, bool(drop_last)
         self.collate_fn, self.generator, self.device = collate_fn, generator, device
+        if not isinstance(prefetch, (bool, np.bool_)):
+            raise TypeError(f"[{where}] expected prefetch to be a bool, got {prefetch!r}")
+        self.prefetch = bool(prefetch)
 
     def _order(self) -> np.ndarray:
         if self.sampler is not None:
@@ -110,8 +122,13 @@ class DataLoader:
     def __iter__(self) -> Iterator[Any]:
         order = self._order()
         stop = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
-        for start in range(0, stop, self.batch_size):
-            yield self._batch(order[start:start + self.batch_size])
+        chunks = (order[start:start + self.batch_size]
+                  for start in range(0, stop, self.batch_size))
+        if not self.prefetch:
+            for indices in chunks:
+                yield self._batch(indices)
+            return
+        yield from _prefetched(self._batch, chunks)
 
     def _batch(self, indices: np.ndarray) -> Any:
         if self.collate_fn is None and isinstance(self.dataset, TensorDataset):
@@ -126,3 +143,47 @@ class DataLoader:
         if self.collate_fn is not None:
             return self.collate_fn(samples)
         return default_collate(samples, self.device)
+
+
+_DONE = object()
+
+
+def _prefetched(make: Callable[[np.ndarray], Any], chunks: Iterator[np.ndarray]) -> Iterator[Any]:
+    """make(chunk) for each chunk, one ahead, on a background thread. The queue holds one
+    finished batch, so at most two exist besides the caller's. The thread's exception comes
+    back through the queue; closing this generator (the caller left the loop) stops the
+    thread and joins it."""
+    ready: queue.Queue = queue.Queue(maxsize=1)
+    stopping = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stopping.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def work() -> None:
+        try:
+            for chunk in chunks:
+                if stopping.is_set() or not put(("batch", make(chunk))):
+                    return
+            put(("done", _DONE))
+        except BaseException as e:  # handed to the caller, raised there
+            put(("error", e))
+
+    thread = threading.Thread(target=work, name="fastmetal-DataLoader-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stopping.set()
+        thread.join()
