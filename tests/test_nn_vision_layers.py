@@ -230,8 +230,11 @@ def test_interpolate_1d_and_errors(device):
     backward_with(y, g)
     close(X.grad, nearest_backward_ref(g[:, :, None, :], (2, 3, 1, 5), None, 2.5)[:, :, 0],
           what="1-D grad")
-    with pytest.raises(ValueError, match=r"\[fastmetal.interpolate\] expected mode='nearest'"):
+    with pytest.raises(ValueError, match=r"\[fastmetal.interpolate\] expected a 4-D input for "
+                                         r"mode='bilinear', got shape \(2, 3, 5\)"):
         F.interpolate(x, size=4, mode="bilinear")
+    with pytest.raises(ValueError, match=r"\[fastmetal.interpolate\] expected mode to be one of"):
+        F.interpolate(x, size=4, mode="trilinear")
     with pytest.raises(ValueError, match=r"expected exactly one of size and scale_factor"):
         F.interpolate(x, size=4, scale_factor=2)
     with pytest.raises(ValueError, match=r"expected size to be one positive int or 1 of them"):

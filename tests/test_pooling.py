@@ -313,3 +313,175 @@ def test_against_torch(device, seed):
         g = r.standard_normal(y.shape).astype(np.float32)
         ty.backward(torch.tensor(g))
         np.testing.assert_allclose(host(bwd(g)), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------- avg_pool2d's options, (bi)linear interpolation
+F_ = fm.nn.functional
+
+
+def avg_options_ref(x, k, s, p, ceil_mode, count_include_pad, divisor_override):
+    """PyTorch's avg_pool2d (aten/src/ATen/native/cpu/AvgPoolKernel.cpp) in float64 loops."""
+    *lead, h, w = x.shape
+
+    def out_size(n, k, s, p):
+        o = (n + 2 * p - k + (s - 1 if ceil_mode else 0)) // s + 1
+        return o - 1 if ceil_mode and (o - 1) * s >= n + p else o
+    oh, ow = out_size(h, k, s, p), out_size(w, k, s, p)
+    out = np.zeros((*lead, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            hs, ws = i * s - p, j * s - p
+            he, we = min(hs + k, h + p), min(ws + k, w + p)
+            pool = (he - hs) * (we - ws)
+            hs, ws, he, we = max(hs, 0), max(ws, 0), min(he, h), min(we, w)
+            div = divisor_override or (pool if count_include_pad else (he - hs) * (we - ws))
+            out[..., i, j] = x[..., hs:he, ws:we].sum(axis=(-2, -1)) / div
+    return out
+
+
+def linear_ref(x, axis, n_out, scale_factor, align_corners):
+    """PyTorch's linear interpolation along one axis in float64 loops (the source index as
+    area_pixel_compute_source_index gives it)."""
+    n_in = x.shape[axis]
+    if n_in == n_out:  # PyTorch copies an axis whose size stays, whatever the scale
+        return x
+    xs = np.moveaxis(x, axis, -1)
+    out = np.zeros((*xs.shape[:-1], n_out))
+    for i in range(n_out):
+        if align_corners:
+            src = i * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            scale = 1.0 / scale_factor if scale_factor else n_in / n_out
+            src = max((i + 0.5) * scale - 0.5, 0.0)
+        i0 = min(int(src), n_in - 1)
+        i1 = i0 + 1 if i0 < n_in - 1 else i0
+        lam = src - i0
+        out[..., i] = (1 - lam) * xs[..., i0] + lam * xs[..., i1]
+    return np.moveaxis(out, -1, axis)
+
+
+AVG_OPTION_CASES = [  # (shape, k, s, p, ceil_mode, count_include_pad, divisor_override)
+    ((2, 3, 7, 9), 3, 2, 1, True, True, None),
+    ((2, 3, 7, 9), 3, 2, 1, False, False, None),
+    ((2, 3, 7, 9), 3, 2, 1, True, False, None),
+    ((1, 2, 5, 5), 2, 2, 0, True, True, None),     # a last window past the input
+    ((1, 2, 6, 4), 3, 3, 1, True, False, None),
+    ((3, 6, 6), 2, 1, 1, False, True, 3),          # 3-D input, divisor_override
+    ((1, 1, 1, 1), 1, 1, 0, True, False, None),    # size-1
+    ((2, 1, 4, 4), 4, 4, 2, True, False, 5),
+]
+
+
+@pytest.mark.parametrize("case", range(len(AVG_OPTION_CASES)))
+def test_avg_pool2d_options_against_float64(device, case):
+    shape, k, s, p, ceil, cip, div = AVG_OPTION_CASES[case]
+    r = np.random.default_rng(case)
+    x = r.standard_normal(shape).astype(np.float32)
+    xa = fm.asarray(x, device=device).requires_grad_()
+    y = F_.avg_pool2d(xa, k, s, p, ceil_mode=ceil, count_include_pad=cip,
+                      divisor_override=div)
+    want = avg_options_ref(x.astype(np.float64), k, s, p, ceil, cip, div)
+    close(y, want, f"avg_pool2d case {case}", rtol=1e-5, atol=1e-6)
+    # A linear map: the gradient is its adjoint, <f(x), g> = <x, f^T(g)>.
+    g = r.standard_normal(want.shape).astype(np.float32)
+    (y * fm.asarray(g, device=device)).sum().backward()
+    lhs = float((want * g).sum())
+    rhs = float((x.astype(np.float64) * host(xa.grad)).sum())
+    assert abs(lhs - rhs) <= 1e-5 * (1 + abs(lhs)), (lhs, rhs)
+    layer = fm.nn.AvgPool2d(k, s, p, ceil_mode=ceil, count_include_pad=cip, divisor_override=div)
+    close(layer(fm.asarray(x, device=device)), want, "AvgPool2d", rtol=1e-5, atol=1e-6)
+
+
+INTERP_CASES = [  # (shape, size, scale_factor, mode, align_corners)
+    ((2, 3, 5, 7), (9, 4), None, "bilinear", False),
+    ((2, 3, 5, 7), (9, 4), None, "bilinear", True),
+    ((1, 2, 4, 6), None, 2, "bilinear", False),
+    ((1, 2, 4, 6), None, (1.7, 0.6), "bilinear", False),
+    ((1, 2, 4, 6), None, 2.5, "bilinear", True),
+    ((1, 2, 3, 6), None, 1.3, "bilinear", False),     # the height keeps its size
+    ((1, 1, 1, 3), (4, 1), None, "bilinear", True),   # size-1 in and out
+    ((2, 3, 7), 12, None, "linear", False),
+    ((2, 3, 7), None, 0.5, "linear", True),
+]
+
+
+@pytest.mark.parametrize("case", range(len(INTERP_CASES)))
+def test_interpolate_linear_modes_against_float64(device, case):
+    shape, size, sf, mode, ac = INTERP_CASES[case]
+    r = np.random.default_rng(50 + case)
+    x = r.standard_normal(shape).astype(np.float32)
+    xa = fm.asarray(x, device=device).requires_grad_()
+    y = F_.interpolate(xa, size=size, scale_factor=sf, mode=mode, align_corners=ac)
+    spatial = shape[2:]
+    sizes = ((size,) * len(spatial) if isinstance(size, int) else size) if size is not None \
+        else tuple(math.floor(n * f) for n, f in
+                   zip(spatial, sf if isinstance(sf, tuple) else (sf,) * len(spatial)))
+    sfs = (None,) * len(spatial) if sf is None else \
+        (sf if isinstance(sf, tuple) else (sf,) * len(spatial))
+    want = x.astype(np.float64)
+    for ax, (n_out, f) in enumerate(zip(sizes, sfs)):
+        want = linear_ref(want, 2 + ax, n_out, f, ac)
+    close(y, want, f"interpolate case {case}", rtol=1e-5, atol=2e-6)
+    g = r.standard_normal(want.shape).astype(np.float32)
+    (y * fm.asarray(g, device=device)).sum().backward()
+    lhs = float((want * g).sum())
+    rhs = float((x.astype(np.float64) * host(xa.grad)).sum())
+    assert abs(lhs - rhs) <= 1e-5 * (1 + abs(lhs)), (lhs, rhs)
+    if mode == "bilinear":
+        up = fm.nn.Upsample(size=size, scale_factor=sf, mode=mode, align_corners=ac)
+        close(up(fm.asarray(x, device=device)), want, "Upsample", rtol=1e-5, atol=2e-6)
+
+
+def test_pooling_options_bad_input():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(TypeError, match=r"\[fastmetal.avg_pool2d\] expected ceil_mode"):
+        F_.avg_pool2d(x, 2, ceil_mode="yes")
+    with pytest.raises(ValueError, match=r"\[fastmetal.avg_pool2d\] expected divisor_override"):
+        F_.avg_pool2d(x, 2, divisor_override=0)
+    with pytest.raises(ValueError, match=r"\[fastmetal.avg_pool2d\] expected padding"):
+        F_.avg_pool2d(x, 2, padding=2, ceil_mode=True)
+    with pytest.raises(ValueError, match=r"\[fastmetal.interpolate\] expected mode"):
+        F_.interpolate(x, scale_factor=2, mode="bicubic")
+    with pytest.raises(ValueError, match=r"\[fastmetal.interpolate\] expected a 4-D input "
+                                         r"for mode='bilinear'"):
+        F_.interpolate(x[0], scale_factor=2, mode="bilinear")
+    with pytest.raises(ValueError, match=r"\[fastmetal.interpolate\] expected align_corners=None"):
+        F_.interpolate(x, scale_factor=2, align_corners=True)
+    with pytest.raises(TypeError, match=r"\[fastmetal.interpolate\] expected align_corners"):
+        F_.interpolate(x, scale_factor=2, mode="bilinear", align_corners=1)
+    with pytest.raises(ValueError, match=r"\[fastmetal.nn.Upsample\] expected mode"):
+        fm.nn.Upsample(scale_factor=2, mode="area")
+    with pytest.raises(TypeError, match=r"\[fastmetal.nn.AvgPool2d\] expected count_include_pad"):
+        fm.nn.AvgPool2d(2, count_include_pad=None)
+
+
+@needs_torch
+@pytest.mark.parametrize("seed", range(4))
+def test_pooling_options_and_bilinear_against_torch(device, seed):
+    Ft = torch.nn.functional
+    r = np.random.default_rng(700 + seed)
+    x = r.standard_normal((2, 3, int(r.integers(3, 11)), int(r.integers(3, 11)))).astype(np.float32)
+    h, w = x.shape[-2:]
+    cases = [
+        lambda F, t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        lambda F, t: F.avg_pool2d(t, 2, 3, 1, ceil_mode=True),
+        lambda F, t: F.avg_pool2d(t, (3, 2), (1, 2), (1, 0), count_include_pad=False),
+        lambda F, t: F.avg_pool2d(t, 2, 2, 1, divisor_override=3),
+        lambda F, t: F.interpolate(t, size=(2 * h - 1, w + 3), mode="bilinear",
+                                   align_corners=False),
+        lambda F, t: F.interpolate(t, size=(h // 2 + 1, 3 * w), mode="bilinear",
+                                   align_corners=True),
+        lambda F, t: F.interpolate(t, scale_factor=1.3, mode="bilinear"),
+    ]
+    for i, f in enumerate(cases):
+        tx = torch.tensor(x, requires_grad=True)
+        ty = f(Ft, tx)
+        xa = fm.asarray(x, device=device).requires_grad_()
+        y = f(F_, xa)
+        np.testing.assert_allclose(host(y), ty.detach().numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=f"case {i}")
+        g = r.standard_normal(tuple(ty.shape)).astype(np.float32)
+        ty.backward(torch.tensor(g))
+        (y * fm.asarray(g, device=device)).sum().backward()
+        np.testing.assert_allclose(host(xa.grad), tx.grad.numpy(), rtol=1e-5, atol=1e-5,
+                                   err_msg=f"case {i} gradient")
