@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 import fastmetal as fm
 from fastmetal import nn, optim
-from fastmetal.data import datasets
+from fastmetal.data import DataLoader, TensorDataset, datasets
 from fastmetal.models import mnist_cnn
 
 MEAN, STD = 0.1307, 0.3081  # of the MNIST training pixels, as in PyTorch's example
@@ -92,29 +92,26 @@ class History:
 
 
 def train_epoch(model: nn.Sequential, loss_fn: nn.CrossEntropyLoss,
-                optimizer: optim.Optimizer, x: npt.NDArray[np.float32],
-                y: npt.NDArray[np.int64], batch: int, rng: np.random.Generator, desc: str,
-                quiet: bool, history: History) -> float:
-    """One pass over (x, y) in shuffled batches; returns the seconds it took."""
+                optimizer: optim.Optimizer, loader: DataLoader, desc: str, quiet: bool,
+                history: History) -> float:
+    """One pass over the loader's shuffled batches; returns the seconds it took."""
     model.train()
-    order = rng.permutation(len(y))
-    progress = Progress(len(y), desc, quiet)
+    progress = Progress(len(loader.dataset), desc, quiet)
     seen = correct = 0
     start = time.perf_counter()
     pending = None  # the last step's (loss, output, labels), read after the next is queued
 
-    def report(loss: Any, out: Any, yb: npt.NDArray[Any]) -> None:
+    def report(loss: Any, out: Any, yb: Any) -> None:
         nonlocal seen, correct
         loss_value = float(np.asarray(loss))  # the host reads: waits for the device here
         history.losses.append(loss_value)
-        seen += len(yb)
-        correct += int(np.count_nonzero(np.asarray(out).argmax(1) == yb))
-        progress.update(len(yb), loss_value, correct / seen,
+        labels = np.asarray(yb)
+        seen += len(labels)
+        correct += int(np.count_nonzero(np.asarray(out).argmax(1) == labels))
+        progress.update(len(labels), loss_value, correct / seen,
                         seen / max(time.perf_counter() - start, 1e-9))
 
-    for i in range(0, len(y), batch):
-        idx = order[i:i + batch]
-        xb, yb = x[idx], y[idx]
+    for xb, yb in loader:
         out = model(xb)
         loss = loss_fn(out, yb)
         optimizer.zero_grad()
@@ -132,17 +129,17 @@ def train_epoch(model: nn.Sequential, loss_fn: nn.CrossEntropyLoss,
 
 
 def evaluate(model: nn.Sequential, x: npt.NDArray[np.float32], y: npt.NDArray[np.int64],
-             batch: int = 1000) -> tuple[float, float]:
+             device: str, batch: int = 1000) -> tuple[float, float]:
     """(mean loss, accuracy) on (x, y), dropout off."""
     model.eval()
     total_loss = 0.0
     correct = 0
-    for i in range(0, len(y), batch):
-        with fm.no_grad():  # nothing to differentiate: record nothing
-            out = np.asarray(model(x[i:i + batch]), dtype=np.float64)
-        yb = y[i:i + batch]
-        total_loss -= float(out[np.arange(len(yb)), yb].sum())
-        correct += int(np.count_nonzero(out.argmax(1) == yb))
+    with fm.no_grad():  # nothing to differentiate: record nothing
+        for xb, yb in DataLoader(TensorDataset(x, y), batch_size=batch, device=device):
+            out = np.asarray(model(xb), dtype=np.float64)
+            labels = np.asarray(yb)
+            total_loss -= float(out[np.arange(len(labels)), labels].sum())
+            correct += int(np.count_nonzero(out.argmax(1) == labels))
     return total_loss / len(y), correct / len(y)
 
 
@@ -195,12 +192,14 @@ def main(argv: list[str] | None = None) -> History:
     loss_fn = nn.CrossEntropyLoss()
     optimizer = optim.Adadelta(model.parameters(), lr=ns.lr)
     scheduler = optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=ns.gamma)
-    rng = np.random.default_rng(ns.seed)
+    # Shuffled batches on the device, the next one prepared while a step runs.
+    loader = DataLoader(TensorDataset(xtr, ytr), batch_size=ns.batch_size, shuffle=True,
+                        generator=fm.random.Generator(ns.seed), device=device, prefetch=True)
     history = History()
     for epoch in range(1, ns.epochs + 1):
-        seconds = train_epoch(model, loss_fn, optimizer, xtr, ytr, ns.batch_size, rng,
-                              f"epoch {epoch}", ns.quiet, history)
-        test_loss, accuracy = evaluate(model, xte, yte)
+        seconds = train_epoch(model, loss_fn, optimizer, loader, f"epoch {epoch}", ns.quiet,
+                              history)
+        test_loss, accuracy = evaluate(model, xte, yte, device)
         scheduler.step()
         history.epoch_seconds.append(seconds)
         history.test_accuracy.append(accuracy)

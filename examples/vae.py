@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 import fastmetal as fm
 from fastmetal import nn, optim
-from fastmetal.data import datasets
+from fastmetal.data import DataLoader, TensorDataset, datasets
 from fastmetal.models import VAE, vae_loss
 
 
@@ -57,16 +57,14 @@ def progress_bar(total: int, desc: str, quiet: bool) -> Any:
     return tqdm(total=total, desc=desc, unit="sample", unit_scale=True, leave=False)
 
 
-def train_epoch(model: VAE, optimizer: optim.Optimizer, x: npt.NDArray[np.float32],
-                batch: int, rng: np.random.Generator, desc: str, quiet: bool) -> float:
-    """One pass over x in shuffled batches; returns the mean loss per sample."""
+def train_epoch(model: VAE, optimizer: optim.Optimizer, loader: DataLoader, desc: str,
+                quiet: bool) -> float:
+    """One pass over the loader's shuffled batches; returns the mean loss per sample."""
     model.train()
-    order = rng.permutation(len(x))
-    bar = progress_bar(len(x), desc, quiet)
+    bar = progress_bar(len(loader.dataset), desc, quiet)
     total = 0.0
     pending = None  # the last step's loss, read after the next step is queued
-    for i in range(0, len(x), batch):
-        xb = x[order[i:i + batch]]
+    for xb in loader:
         recon, mu, logvar = model(xb)
         loss = vae_loss(recon, xb, mu, logvar)
         optimizer.zero_grad()
@@ -82,16 +80,15 @@ def train_epoch(model: VAE, optimizer: optim.Optimizer, x: npt.NDArray[np.float3
         total += pending.item()
     if bar is not None:
         bar.close()
-    return total / len(x)
+    return total / len(loader.dataset)
 
 
-def test_loss(model: VAE, x: npt.NDArray[np.float32], batch: int = 1000) -> float:
+def test_loss(model: VAE, x: npt.NDArray[np.float32], device: str, batch: int = 1000) -> float:
     """Mean loss per sample on x (eps drawn as in training, as PyTorch's example)."""
     model.eval()
     total = 0.0
     with fm.no_grad():
-        for i in range(0, len(x), batch):
-            xb = x[i:i + batch]
+        for xb in DataLoader(TensorDataset(x), batch_size=batch, device=device):
             recon, mu, logvar = model(xb)
             total += vae_loss(recon, xb, mu, logvar).item()
     return total / len(x)
@@ -166,14 +163,15 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     fm.random.seed(ns.seed)
     model = VAE(ns.seed, device)
     optimizer = optim.Adam(model.parameters(), lr=ns.lr)
-    rng = np.random.default_rng(ns.seed)
+    # Shuffled batches on the device, the next one prepared while a step runs.
+    loader = DataLoader(TensorDataset(train), batch_size=ns.batch_size, shuffle=True,
+                        generator=fm.random.Generator(ns.seed), device=device, prefetch=True)
     history: dict[str, list[float]] = {"train": [], "test": [], "seconds": []}
     for epoch in range(1, ns.epochs + 1):
         start = time.perf_counter()
-        train_loss = train_epoch(model, optimizer, train, ns.batch_size, rng,
-                                 f"epoch {epoch}", ns.quiet)
+        train_loss = train_epoch(model, optimizer, loader, f"epoch {epoch}", ns.quiet)
         seconds = time.perf_counter() - start
-        loss = test_loss(model, test)
+        loss = test_loss(model, test, device)
         history["train"].append(train_loss)
         history["test"].append(loss)
         history["seconds"].append(seconds)

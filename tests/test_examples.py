@@ -28,7 +28,7 @@ def test_fourier_then_differentiate_is_accurate():
 
 
 @pytest.mark.parametrize("name", ["train_small_cnn", "fourier_then_differentiate", "mnist",
-                                  "dask_fourier", "char_transformer"])
+                                  "dask_fourier", "char_transformer", "resnet"])
 def test_example_help_shows_every_default(name):
     """`--help` of each example names every option's default (ArgumentDefaultsHelpFormatter
     shows it only for options with a help text: an option without one would lose it)."""

