@@ -178,3 +178,16 @@ def test_resume_gives_the_uninterrupted_result(tmp_path, monkeypatch):
         np.testing.assert_allclose(b["model"][key].numpy(), value.numpy(), rtol=1e-6,
                                    atol=1e-7, err_msg=key)
     assert b["optimizer"]["state"].keys() == a["optimizer"]["state"].keys()
+
+
+def test_bench_resnet_runs_each_library_in_its_own_process(capsys):
+    from fastmetal.benchmarks import resnet as bench
+    results = bench.main(["--steps", "1", "--device", "cpu", "--no-torch"])
+    assert [r[0] for r in results] == ["fastmetal, cpu"] and results[0][2] == 128
+    out = capsys.readouterr().out
+    assert "s/epoch (50k)" in out and "(128, 64, 8, 8)" in out
+    if torch is not None:  # PyTorch's side answers from a worker process too
+        from fastmetal.benchmarks import _epoch
+        rows = _epoch.in_process("resnet", "torch", "batchnorm", ["--device", "cpu"])
+        assert [tuple(r[0]) for r in rows] == list(bench.BN_SHAPES)
+        assert all(r[1] > 0 and r[2] > 0 for r in rows)

@@ -287,6 +287,8 @@ def main(argv: Any = None) -> Any:
     if ns.worker:
         return worker(ns)
     torch = None if ns.no_torch else _epoch.torch_or_none()
+    if torch is not None:  # as the workers (for the machine line below)
+        torch.set_num_threads(fm._core._num_threads())
     print(f"ResNet-20 training step, batch {BATCH} of (3, 32, 32), cross-entropy, SGD momentum "
           f"0.9 + weight decay 5e-4; {ns.steps} steps after 3 warm-up, each library in its "
           "own process")
