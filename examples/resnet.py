@@ -44,9 +44,10 @@ CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], np.float32)
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 
-def _unpickle(path: str) -> dict:
+def _unpickle(path: str) -> dict[bytes, Any]:
     with open(path, "rb") as f:
-        return pickle.load(f, encoding="bytes")
+        batch: dict[bytes, Any] = pickle.load(f, encoding="bytes")
+    return batch
 
 
 def load_cifar10(data_dir: str) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64],
@@ -128,7 +129,7 @@ class History:
         self.test_loss: list[float] = []
         self.test_accuracy: list[float] = []
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, list[float]]:
         return {k: list(v) for k, v in vars(self).items()}
 
 

@@ -10,7 +10,8 @@ process of its own (this one starts both), so neither's thread pool or allocator
 other's timing. Then the BatchNorm2d forward (training mode) and backward passes alone at
 ResNet-20's three shapes, the same way.
 
-    python -m fastmetal bench resnet [--steps 20] [--device cpu] [--profile] [--no-torch]
+    python -m fastmetal bench resnet [--steps 20] [--rounds 1] [--device cpu] [--profile]
+                                     [--no-torch]
 
 ``--profile`` adds where fastmetal's step goes: each kind of layer's forward, backward() (and
 of it the tape's own bookkeeping), the loss and the optimizer step.
@@ -274,12 +275,16 @@ def main(argv: Any = None) -> Any:
     ap.add_argument("--steps", type=int, default=20, help="timed training steps (default 20)")
     ap.add_argument("--device", default=None, help="fastmetal device (default: the default "
                     "device); PyTorch runs on the matching one (cpu, cuda, or mps for metal)")
+    ap.add_argument("--rounds", type=int, default=1, help="run each library's step process "
+                    "this many times, alternating, and report the median (noisy machines)")
     ap.add_argument("--profile", action="store_true", help="fastmetal's time per kind of layer")
     ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
     _epoch.add_worker_arguments(ap, ("step", "batchnorm"))
     ns = ap.parse_args(argv)
     if ns.steps < 1:
         ap.error(f"--steps: expected at least 1, got {ns.steps}")
+    if ns.rounds < 1:
+        ap.error(f"--rounds: expected at least 1, got {ns.rounds}")
     device = ns.device or fm.default_device()
     if device not in fm.devices():
         ap.error(f"--device: expected one of {fm.devices()}, got {device!r}")
@@ -294,9 +299,14 @@ def main(argv: Any = None) -> Any:
           "own process")
     print(f"machine: {machine_summary()}\n")
     argv_common = ["--steps", str(ns.steps), "--device", device]
-    results = _epoch.in_process("resnet", "fastmetal", "step", argv_common)
-    if torch is not None:
-        results += _epoch.in_process("resnet", "torch", "step", argv_common)
+    libraries = ("fastmetal",) + (("torch",) if torch is not None else ())
+    runs: dict = {lib: [] for lib in libraries}
+    for _ in range(ns.rounds):  # alternating, so a change in the machine's load hits both
+        for lib in libraries:
+            runs[lib] += _epoch.in_process("resnet", lib, "step", argv_common)
+    results = [sorted(runs[lib], key=lambda r: r[1])[(ns.rounds - 1) // 2] for lib in libraries]
+    if ns.rounds > 1:
+        print(f"(the median of {ns.rounds} alternating runs of each library's process)")
     ours = results[0][1] / results[0][2]
     print(f"{'':34} {'ms/step':>9} {'s/epoch (50k)':>14} {'images/s':>9} "
           f"{'fastmetal speed-up':>19}")
