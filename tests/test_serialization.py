@@ -89,3 +89,18 @@ def test_truncated_or_foreign_files_are_a_value_error(tmp_path):
     for name in ("cut.safetensors", "foreign.npz"):
         with pytest.raises(ValueError, match=r"\[fastmetal.load\] expected a safetensors file"):
             fm.load(tmp_path / name)
+
+
+def test_zero_dimensional_arrays_keep_their_shape(tmp_path, device):
+    """A BatchNorm's num_batches_tracked is 0-d: it comes back 0-d, so load_state_dict (which
+    checks shapes) takes the checkpoint of a model with BatchNorm."""
+    bn = fm.nn.BatchNorm2d(3, device=device)
+    bn(fm.asarray(np.ones((2, 3, 2, 2), np.float32), device=device))
+    fm.save({"model": bn.state_dict(), "scalar": np.array(2.5, np.float32)},
+            tmp_path / "bn.safetensors")
+    back = fm.load(tmp_path / "bn.safetensors", device=device)
+    assert back["model"]["num_batches_tracked"].shape == () and back["scalar"].shape == ()
+    assert int(back["model"]["num_batches_tracked"].numpy()) == 1
+    fresh = fm.nn.BatchNorm2d(3, device=device)
+    fresh.load_state_dict(back["model"])
+    assert int(fresh.num_batches_tracked.numpy()) == 1

@@ -36,7 +36,10 @@ def _flatten(obj: Any, prefix: str, arrays: dict, where: str) -> Any:
             out[name] = _flatten(value, f"{prefix}.{name}" if prefix else name, arrays, where)
         return {"dict": out, "keys": [type(k).__name__ for k in obj]}
     if isinstance(obj, (Array, np.ndarray)):
-        host = np.ascontiguousarray(obj.numpy() if isinstance(obj, Array) else obj)
+        value = obj.numpy() if isinstance(obj, Array) else obj
+        # ascontiguousarray makes a 0-d array 1-d: keep the shape (a BatchNorm's
+        # num_batches_tracked is 0-d, and load_state_dict checks shapes).
+        host = np.ascontiguousarray(value).reshape(value.shape)
         if prefix in arrays:
             raise ValueError(f"[{where}] expected distinct dotted keys, got {prefix!r} twice "
                              "(a nested key and a key with dots that spell the same path)")

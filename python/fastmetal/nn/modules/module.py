@@ -333,8 +333,9 @@ class Module:
         with no_grad():
             for name, host in values.items():
                 p = own[name]
-                value = asarray(np.ascontiguousarray(host).astype(p.dtype), dtype=p.dtype,
-                                device=p.device)
+                # (ascontiguousarray would make a 0-d buffer 1-d: the shape is kept)
+                value = asarray(np.ascontiguousarray(host).reshape(host.shape).astype(p.dtype),
+                                dtype=p.dtype, device=p.device)
                 if p.dtype.kind == "f":
                     copy(value, out=p)
                 else:  # an integer buffer (num_batches_tracked): replaced
