@@ -29,6 +29,9 @@ def parser(name: str, doc: str | None, data_default: str,
                     f"(default: {data_default})")
     ap.add_argument("--profile", action="store_true", help=profile_help)
     ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time fastmetal.compile(step), and PyTorch's torch.compile(step) "
+                         "and torch.compile(step, mode='reduce-overhead') (CUDA graphs)")
     add_worker_arguments(ap, ("epoch",))
     return ap
 
@@ -67,7 +70,26 @@ def in_process(name: str, library: str, part: str, argv: list) -> list:
 def forwarded(ns: argparse.Namespace) -> list:
     """The parsed options of `parser` as a worker's command line."""
     argv = ["--samples", str(ns.samples), "--device", ns.device]
+    argv += ["--compile"] if getattr(ns, "compile", False) else []
     return argv + (["--data", ns.data] if ns.data else [])
+
+
+def torch_compiled_rows(torch: Any, make_step: Callable[[], Callable[..., Any]], batches: list,
+                        samples: int, sync: Callable[[], Any], batch: int, tdev: str) -> list:
+    """PyTorch's torch.compile rows (default mode, then reduce-overhead: CUDA graphs), each
+    from a fresh model (make_step); compilation happens in the warm-up steps, untimed. A mode
+    that fails here (no C++ compiler for inductor, say) is reported on stderr and left out."""
+    rows = []
+    for mode in (None, "reduce-overhead"):
+        name = f"torch.compile{'(' + mode + ')' if mode else ''}, {tdev}"
+        try:
+            step = torch.compile(make_step(), mode=mode)
+            seconds, done = run_epoch(step, batches, samples, sync, batch)
+        except Exception as e:  # noqa: BLE001  (a peer's failure is reported, not fatal)
+            print(f"[bench] {name} failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+            continue
+        rows.append((name, seconds, done))
+    return rows
 
 
 def setup(ap: argparse.ArgumentParser, ns: argparse.Namespace, batch: int) -> tuple[str, Any]:

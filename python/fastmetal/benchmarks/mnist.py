@@ -8,7 +8,7 @@ in a process of its own (this one starts both). Data: the MNIST training files o
 MNIST-shaped batches (the step time does not depend on the pixel values); batches are
 prepared before the clock starts, so no data loader is timed.
 
-    python -m fastmetal bench mnist [--samples 60000] [--device cpu] [--profile]
+    python -m fastmetal bench mnist [--samples 60000] [--device cpu] [--profile] [--compile]
 
 ``--profile`` adds where fastmetal's step time goes: the forward of each layer, backward()
 (and of it, autograd's own bookkeeping),
@@ -93,22 +93,34 @@ def on_device(batches, device):
                                             for x, y in batches]
 
 
-def fastmetal_rows(device, batches, samples):
-    """fastmetal's row of the table: (name, seconds, samples)."""
+def fastmetal_rows(device, batches, samples, compiled=False):
+    """fastmetal's rows of the table: (name, seconds, samples); with ``compiled`` also the
+    step under fastmetal.compile (images and labels as device Arrays, its inputs)."""
     step, *_ = fastmetal_step(device)
     seconds, done = _epoch.run_epoch(step, on_device(batches, device), samples,
                                      fm.synchronize, BATCH)
-    return [(f"fastmetal, {device}", seconds, done)]
+    rows = [(f"fastmetal, {device}", seconds, done)]
+    if compiled:
+        arrays = [(fm.asarray(x, device=device), fm.asarray(y, dtype="int64", device=device))
+                  for x, y in batches]
+        seconds, done = _epoch.run_epoch(fm.compile(fastmetal_step(device)[0]), arrays,
+                                         samples, fm.synchronize, BATCH)
+        rows.append((f"fastmetal.compile, {device}", seconds, done))
+    return rows
 
 
-def torch_rows(torch, device, batches, samples):
-    """PyTorch's rows of the table, (name, seconds, samples) each: one now (eager), more as
-    more ways to run PyTorch are compared."""
+def torch_rows(torch, device, batches, samples, compiled=False):
+    """PyTorch's rows of the table, (name, seconds, samples) each: eager, and with
+    ``compiled`` torch.compile and torch.compile(mode="reduce-overhead")."""
     tdev, tsync = _epoch.torch_device(torch, device)
     tbatches = [(torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev))
                 for x, y in batches]
     seconds, done = _epoch.run_epoch(torch_step(torch, tdev), tbatches, samples, tsync, BATCH)
-    return [(f"PyTorch {torch.__version__}, {tdev}", seconds, done)]
+    rows = [(f"PyTorch {torch.__version__}, {tdev}", seconds, done)]
+    if compiled:
+        rows += _epoch.torch_compiled_rows(torch, lambda: torch_step(torch, tdev), tbatches,
+                                           samples, tsync, BATCH, tdev)
+    return rows
 
 
 def profile_fastmetal(device, batches, repeats=10):
@@ -175,9 +187,9 @@ def main(argv=None):
     device, torch = _epoch.setup(ap, ns, BATCH)
     if ns.worker:
         batches = make_batches(ns.data, 0)
-        return _epoch.worker_reply(fastmetal_rows(device, batches, ns.samples)
+        return _epoch.worker_reply(fastmetal_rows(device, batches, ns.samples, ns.compile)
                                    if ns.worker == "fastmetal" else
-                                   torch_rows(torch, device, batches, ns.samples))
+                                   torch_rows(torch, device, batches, ns.samples, ns.compile))
     print(f"MNIST example network, one epoch of {ns.samples:,} samples, batch {BATCH}, "
           f"Adadelta; {'MNIST files in ' + ns.data if ns.data else 'synthetic batches'}")
     print(f"machine: {machine_summary()}\n")
@@ -195,6 +207,11 @@ def main(argv=None):
             queued, finished = host_vs_device(fastmetal_step(device)[0], fbatches)
             print(f"\nfastmetal on {device}: the host queues a step in {queued:.2f} ms, the "
                   f"device finishes one every {finished:.2f} ms (100 steps)")
+            if ns.compile:
+                arrays = [(x, fm.asarray(y, dtype="int64", device=device)) for x, y in fbatches]
+                queued, finished = host_vs_device(fm.compile(fastmetal_step(device)[0]), arrays)
+                print(f"fastmetal.compile on {device}: the host queues a step in {queued:.2f} "
+                      f"ms, the device finishes one every {finished:.2f} ms (100 steps)")
         prof = profile_fastmetal(device, fbatches)
         inside = {k: prof.pop(k) for k in list(prof) if k.startswith("autograd")}
         total = sum(prof.values())

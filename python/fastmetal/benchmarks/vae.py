@@ -10,7 +10,7 @@ step time does not depend on the pixel values); batches are on the device before
 starts. Each step draws its eps ~ N(0, 1) on the device (fastmetal.random / torch.randn).
 Times are wall-clock seconds of the whole epoch (after 3 warm-up steps), synchronised.
 
-    python -m fastmetal bench vae [--samples 60000] [--device cpu] [--profile]
+    python -m fastmetal bench vae [--samples 60000] [--device cpu] [--profile] [--compile]
 
 ``--profile`` adds the tape's own time (recording during the forward, walking the graph in
 backward) per step.
@@ -81,21 +81,31 @@ def torch_step(torch, device):
     return step
 
 
-def fastmetal_rows(device, batches, samples):
-    """fastmetal's row of the table: (name, seconds, samples)."""
+def fastmetal_rows(device, batches, samples, compiled=False):
+    """fastmetal's rows of the table: (name, seconds, samples); with ``compiled`` also the
+    step under fastmetal.compile."""
     fbatches = [(fm.asarray(x, device=device),) for x in batches]
     seconds, done = _epoch.run_epoch(fastmetal_step(device), fbatches, samples,
                                      fm.synchronize, BATCH)
-    return [(f"fastmetal, {device}", seconds, done)]
+    rows = [(f"fastmetal, {device}", seconds, done)]
+    if compiled:
+        seconds, done = _epoch.run_epoch(fm.compile(fastmetal_step(device)), fbatches, samples,
+                                         fm.synchronize, BATCH)
+        rows.append((f"fastmetal.compile, {device}", seconds, done))
+    return rows
 
 
-def torch_rows(torch, device, batches, samples):
-    """PyTorch's rows of the table, (name, seconds, samples) each: one now (eager), more as
-    more ways to run PyTorch are compared."""
+def torch_rows(torch, device, batches, samples, compiled=False):
+    """PyTorch's rows of the table, (name, seconds, samples) each: eager, and with
+    ``compiled`` torch.compile and torch.compile(mode="reduce-overhead")."""
     tdev, tsync = _epoch.torch_device(torch, device)
     tbatches = [(torch.from_numpy(x).to(tdev),) for x in batches]
     seconds, done = _epoch.run_epoch(torch_step(torch, tdev), tbatches, samples, tsync, BATCH)
-    return [(f"PyTorch {torch.__version__}, {tdev}", seconds, done)]
+    rows = [(f"PyTorch {torch.__version__}, {tdev}", seconds, done)]
+    if compiled:
+        rows += _epoch.torch_compiled_rows(torch, lambda: torch_step(torch, tdev), tbatches,
+                                           samples, tsync, BATCH, tdev)
+    return rows
 
 
 def tape_time(device, batches, steps=20):
@@ -119,9 +129,9 @@ def main(argv=None):
     device, torch = _epoch.setup(ap, ns, BATCH)
     if ns.worker:
         batches = make_batches(ns.data, 0)
-        return _epoch.worker_reply(fastmetal_rows(device, batches, ns.samples)
+        return _epoch.worker_reply(fastmetal_rows(device, batches, ns.samples, ns.compile)
                                    if ns.worker == "fastmetal" else
-                                   torch_rows(torch, device, batches, ns.samples))
+                                   torch_rows(torch, device, batches, ns.samples, ns.compile))
     print(f"VAE example network, one epoch of {ns.samples:,} samples, batch {BATCH}, Adam; "
           f"{'MNIST files in ' + ns.data if ns.data else 'synthetic binarised digits'}")
     print(f"machine: {machine_summary()}\n")
