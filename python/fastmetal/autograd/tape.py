@@ -457,18 +457,17 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
     profile = PROFILE
     started = time.perf_counter() if profile is not None else 0.0
     order = _topological(root)
-    pending: dict = {root: (gradient, borrowed)}
+    pending: dict = {root: gradient}
     # Leaves with hooks: edges still to come (a hook runs after the last), and which got any.
     hooked = _hooked_leaves(order, only) if _post_hooks else None
     with (enable_grad() if create_graph else no_grad()):
         try:
             for node in order:
-                entry = pending.pop(node, None)
-                if entry is None:
+                g = pending.pop(node, None)
+                if g is None:
                     if hooked:
                         _count_down(node, (None,) * len(node.edges), hooked)
                     continue  # no gradient reached it (its consumers' vjps returned None)
-                g, g_borrowed = entry
                 if node.retained is not None:
                     kept = node.retained()
                     if kept is not None:
@@ -486,12 +485,15 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
                         continue
                     shape, dtype = meta
                     fresh = sum_to(gi, shape, dtype, g.device)
-                    passed = g_borrowed or node.passes or gi is g
+                    # Borrowed (copied before it becomes a .grad): the incoming gradient
+                    # itself or, from a vjp that passes it on, a view of it (it may also be
+                    # another's, or the caller's). A gradient a vjp computed is its own,
+                    # even where the incoming one was the caller's.
+                    passed = node.passes or gi is g
                     borrowed_i = passed and fresh is gi
                     if type(edge) is Node:
                         prev = pending.get(edge)
-                        pending[edge] = (fresh, borrowed_i) if prev is None else \
-                            (_add(prev[0], fresh), False)
+                        pending[edge] = fresh if prev is None else _add(prev, fresh)
                     elif only is None or id(edge) in only:
                         _accumulate(edge, fresh, borrowed_i)
                 if hooked:
