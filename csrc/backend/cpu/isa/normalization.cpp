@@ -436,15 +436,40 @@ void batch_norm_backward(const BatchNormArgs& a, const float* g, const float* x,
       for (i64 c = t * cpt; c < std::min(C, (t + 1) * cpt); ++c) {
         const float m = mean[c], r = rstd[c];
         double sg = 0.0, sgx = 0.0;
-        for (i64 n = 0; n < N; ++n) {
-          double p, q;
-          const i64 off = (n * C + c) * S;
-          sum2_of(g + off, x + off, nullptr, S, [m](auto gv, auto xv, auto, auto& u, auto& v) {
-            u += gv;
-            v += gv * (xv - m);
-          }, p, q);
-          sg += p;
-          sgx += q;
+        if (S % VL == 0 && S < kBlock) {
+          // Short rows (8x8 maps: 64 floats): the lanes run on across the channel's rows and
+          // are carried into float64 about every kBlock elements, not at the end of each row.
+          VF u = {}, v = {};
+          i64 since_carry = 0;
+          for (i64 n = 0; n < N; ++n) {
+            const i64 off = (n * C + c) * S;
+            for (i64 i = 0; i < S; i += VL) {
+              const VF gv = load(g + off + i), xv = load(x + off + i);
+              u += gv;
+              v += gv * (xv - m);
+            }
+            since_carry += S;
+            if (since_carry >= kBlock) {
+              sg += double(lanes_sum(u));
+              sgx += double(lanes_sum(v));
+              u = VF{};
+              v = VF{};
+              since_carry = 0;
+            }
+          }
+          sg += double(lanes_sum(u));
+          sgx += double(lanes_sum(v));
+        } else {
+          for (i64 n = 0; n < N; ++n) {
+            double p, q;
+            const i64 off = (n * C + c) * S;
+            sum2_of(g + off, x + off, nullptr, S, [m](auto gv, auto xv, auto, auto& u, auto& v) {
+              u += gv;
+              v += gv * (xv - m);
+            }, p, q);
+            sg += p;
+            sgx += q;
+          }
         }
         float k1, k2, k3;
         coefficients(c, sg, sgx, k1, k2, k3);
