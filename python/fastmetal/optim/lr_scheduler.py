@@ -45,7 +45,10 @@ class LRScheduler:
         self.step()
 
     def get_lr(self):
-        raise NotImplementedError
+        # The one method a schedule defines (as torch's LRScheduler): the group lrs now.
+        raise NotImplementedError(f"[fastmetal.optim.lr_scheduler.{type(self).__name__}] "
+                                  "expected a get_lr() method returning one learning rate per "
+                                  "param group, got a subclass without one")
 
     def get_last_lr(self):
         """The learning rates the last ``step()`` set, one per param group."""
