@@ -1,10 +1,9 @@
-// The dtypes kernels run on. Everything else is converted (float64, ints, bool -> float32)
-// or rejected at the Python boundary (pyarray.cpp), as ops/arguments.h decides.
+// The dtypes an Array has: the Array API standard's bool, uint8, int32, int64, float16,
+// float32 and float64 (float64 on the backends with doubles: cpu and cuda, not metal).
 //
-// int64 is the index dtype: what argmax/argmin return (NumPy's intp on 64-bit platforms)
-// and what integer labels become when compared with them. Arrays of it support copies,
-// views, astype, comparisons and sum/mean; every float kernel refuses it (TypeError at the
-// Python boundary), since the elementwise table computes in float.
+// How ops treat them is decided in one place, ops/arguments.cpp (promotion, which kernels
+// compute which dtype). The enum's order is fixed (values travel in saved state and kernel
+// names use dtype_name): new dtypes go at the end.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,15 +11,41 @@
 
 namespace fm {
 
-enum class DType : std::uint8_t { float32, float16, int64 };
+enum class DType : std::uint8_t { float32, float16, int64, bool_, uint8, int32, float64 };
+constexpr int kDTypes = 7;
 
 inline std::size_t itemsize(DType t) {
-  return t == DType::float32 ? 4 : t == DType::float16 ? 2 : 8;
+  switch (t) {
+    case DType::float16: return 2;
+    case DType::int64:
+    case DType::float64: return 8;
+    case DType::bool_:
+    case DType::uint8: return 1;
+    default: return 4;  // float32, int32
+  }
 }
 inline const char* dtype_name(DType t) {
-  return t == DType::float32 ? "float32" : t == DType::float16 ? "float16" : "int64";
+  switch (t) {
+    case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::int64: return "int64";
+    case DType::bool_: return "bool";
+    case DType::uint8: return "uint8";
+    case DType::int32: return "int32";
+    default: return "float64";
+  }
 }
-inline bool is_float(DType t) { return t != DType::int64; }
-// Which dtype an op computes in and returns: the promotion tables of ops/arguments.cpp.
+// NumPy's dtype.kind: 'f' floating, 'i' signed integer, 'u' unsigned, 'b' bool.
+inline char dtype_kind(DType t) {
+  switch (t) {
+    case DType::int64:
+    case DType::int32: return 'i';
+    case DType::uint8: return 'u';
+    case DType::bool_: return 'b';
+    default: return 'f';
+  }
+}
+inline bool is_float(DType t) { return dtype_kind(t) == 'f'; }
+inline bool is_integer(DType t) { return dtype_kind(t) == 'i' || dtype_kind(t) == 'u'; }
 
 }  // namespace fm
