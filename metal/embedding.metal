@@ -30,6 +30,7 @@ kernel void embedding_forward(device const int64_t* ids [[buffer(0)]],
       weight[uint64_t(ids[p]) * uint64_t(a.dim) + uint64_t(j)];
 }
 
+FM_INSTANTIATE("embedding_forward_b1", embedding_forward, uchar);
 FM_INSTANTIATE("embedding_forward_b2", embedding_forward, ushort);
 FM_INSTANTIATE("embedding_forward_b4", embedding_forward, uint32_t);
 FM_INSTANTIATE("embedding_forward_b8", embedding_forward, uint64_t);

@@ -27,6 +27,14 @@
 #define FM_INSTANTIATE_CPU(name, func, ...) static_assert(true, name)
 #define FM_INSTANTIATE_DISCRETE(name, func, ...) static_assert(true, name)
 
+// Whether the target has double (Apple GPUs do not): code that names double, which only
+// FM_INSTANTIATE_DISCRETE instances use, sits under #if FM_HAS_DOUBLE.
+#if defined(__METAL_VERSION__)
+#define FM_HAS_DOUBLE 0
+#else
+#define FM_HAS_DOUBLE 1
+#endif
+
 // Helper functions called by kernels. On the CPU they must be inlined into the kernel's
 // loop or it does not vectorise (GCC otherwise keeps big helpers like fm_exp out of line);
 // on CUDA they must be device functions.

@@ -32,6 +32,7 @@ kernel void take(device const T* x [[buffer(0)]], device const int64_t* idx [[bu
   out[index_offset(a.view, 2, e)] = x[source_offset(idx, a, e)];
 }
 
+FM_INSTANTIATE("take_b1", take, uchar);
 FM_INSTANTIATE("take_b2", take, ushort);
 FM_INSTANTIATE("take_b4", take, uint32_t);
 FM_INSTANTIATE("take_b8", take, uint64_t);
@@ -45,6 +46,7 @@ kernel void put(device T* x [[buffer(0)]], device const int64_t* idx [[buffer(1)
   x[source_offset(idx, a, e)] = value[index_offset(a.view, 1, e)];
 }
 
+FM_INSTANTIATE("put_b1", put, uchar);
 FM_INSTANTIATE("put_b2", put, ushort);
 FM_INSTANTIATE("put_b4", put, uint32_t);
 FM_INSTANTIATE("put_b8", put, uint64_t);

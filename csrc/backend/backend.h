@@ -119,6 +119,9 @@ class Backend {
   // A GPU with its own memory across a bus (an NVIDIA card), as opposed to the CPU or a GPU
   // sharing the host's memory (Apple's).
   virtual bool discrete_gpu() const { return false; }
+  // Whether the device computes in double: float64 Arrays exist there (Apple GPUs have no
+  // double; there NumPy float64 input computes in float32).
+  virtual bool has_float64() const { return true; }
   // Which measured family of kernel shapes (GEMM tiles, Winograd, split-K: ops/conv2d.cpp)
   // suits the device. The discrete shapes were measured on an H100; a new discrete backend
   // opts in once measured, and until then takes the unified-memory shapes.

@@ -45,6 +45,15 @@ inline char dtype_kind(DType t) {
     default: return 'f';
   }
 }
+// Kernels that move elements without computing (take, put, where) exist per element width.
+inline const char* width_name(DType t) {
+  switch (itemsize(t)) {
+    case 1: return "b1";
+    case 2: return "b2";
+    case 4: return "b4";
+    default: return "b8";
+  }
+}
 inline bool is_float(DType t) { return dtype_kind(t) == 'f'; }
 inline bool is_integer(DType t) { return dtype_kind(t) == 'i' || dtype_kind(t) == 'u'; }
 

@@ -9,80 +9,120 @@
 namespace fm {
 namespace {
 
-constexpr DType f32 = DType::float32, f16 = DType::float16, i64 = DType::int64;
+constexpr DType f32 = DType::float32, f64 = DType::float64,
+                i64 = DType::int64, b8 = DType::bool_;
 
-// The promotion tables: row x, column y, in the order of enum Operand. Adding a dtype adds
-// an Operand, a row and a column. Python scalars are weak (NEP 50): they take the other
-// operand's dtype; NumPy integer data is float32 (the API's rule for host data), except
-// against an int64 Array, where it is exact as NumPy's int64. fastmetal has no float64:
-// where NumPy gives float64, float32.
-using Table = std::array<std::array<DType, kOperands>, kOperands>;
-
-// Arithmetic and comparisons (binary ops of the op table).
-//                     float32 float16 int64 host_int py_int py_float
-constexpr Table kBinary = {{{f32, f32, f32, f32, f32, f32},    // float32
-                            {f32, f16, f32, f32, f16, f16},    // float16
-                            {f32, f32, i64, i64, i64, f32},    // int64
-                            {f32, f32, i64, f32, f32, f32},    // host_integer
-                            {f32, f16, i64, f32, f32, f32},    // python_int
-                            {f32, f16, f32, f32, f32, f32}}};  // python_float
-
-// where(condition, x, y): integers (int64 Arrays, NumPy integers, Python ints) together
-// stay int64; otherwise the float operands decide, integers taking their dtype.
-//                     float32 float16 int64 host_int py_int py_float
-constexpr Table kWhere = {{{f32, f32, f32, f32, f32, f32},    // float32
-                           {f32, f16, f16, f16, f16, f16},    // float16
-                           {f32, f16, i64, i64, i64, f32},    // int64
-                           {f32, f16, i64, i64, i64, f32},    // host_integer
-                           {f32, f16, i64, i64, i64, f32},    // python_int
-                           {f32, f16, f32, f32, f32, f32}}};  // python_float
-
-// Unary ops: the operand's dtype; host and Python integers as float32.
-//                                       float32 float16 int64 host_int py_int py_float
-constexpr std::array<DType, kOperands> kUnary = {f32, f16, i64, f32, f32, f32};
-
-// Whether an elementwise op has int64 kernels; the others compute int64 operands in
-// float32 (converted on the device), as NumPy's run in float64.
-bool has_int64_kernel(const std::string& op, int arity) {
-  if (arity == 1) return op == "copy" || is_int64_unary(op);
-  return is_comparison(op) || is_int64_arithmetic(op);
+// Kinds in the order promotion joins them: bool < unsigned < signed < float.
+int kind_rank(DType t) {
+  switch (dtype_kind(t)) {
+    case 'b': return 0;
+    case 'u': return 1;
+    case 'i': return 2;
+    default: return 3;
+  }
 }
 
-DType without_int64(const std::string& op, int arity, DType t) {
-  return t == i64 && !has_int64_kernel(op, arity) ? f32 : t;
+// The weak scalars: the dtype a Python scalar of this kind takes alone.
+DType scalar_default(Operand s) {
+  return s == Operand::python_bool ? b8 : s == Operand::python_int ? i64 : f32;
+}
+bool is_weak(Operand x) { return int(x) >= kDTypes; }
+
+// Ops that compute in the float kernels only (the op table); integers and bool take float32.
+bool float_only(const std::string& op, int arity) {
+  if (op == "copy" || is_comparison(op)) return false;
+  return arity == 1 ? !is_int_unary(op) : !is_int_binary(op);
 }
 
-// Same-kind casting (NumPy's rule for out=): floats into floats, integers into integers
-// or floats; never into bool, unsigned or complex.
+// A bool operand in arithmetic: + and maximum are "or", * and minimum "and" (NumPy's bool
+// ufuncs, as the bitwise kernels compute them); - and unary minus are refused as NumPy does.
+bool bool_has(const std::string& op) {
+  return op == "add" || op == "multiply" || op == "maximum" || op == "minimum" ||
+         op == "bitwise_and" || op == "bitwise_or" || op == "bitwise_xor" ||
+         op == "bitwise_invert" || op == "copy";
+}
+
+DType compute_dtype(const std::string& op, int arity, DType t) {
+  if (is_comparison(op) || op == "copy") return t;
+  if (is_bitwise(op) || op == "bitwise_invert") {
+    if (is_float(t))
+      throw TypeError(message(op, "expected integer or bool operands, got ", dtype_name(t),
+                              " (bitwise ops are defined for integers and bool only)"));
+    if (t == b8 && (op == "left_shift" || op == "right_shift")) return i64;
+    return t;
+  }
+  if (t == b8) {
+    if (op == "subtract" || op == "negative")
+      throw TypeError(message(op, "expected numbers, got bool operands (", op,
+                              " of bools is not supported; use logical_xor or logical_not, or "
+                              ".astype() to a number first)"));
+    if (bool_has(op)) return b8;
+  }
+  if (!is_float(t) && float_only(op, arity)) return f32;
+  if (t == b8) return i64;  // floor_divide, remainder, power, abs, square of bools
+  return t;
+}
+
+// Same-kind casting (NumPy's rule for out=): into the same or a higher kind (bool <
+// unsigned < signed < float); never into complex.
 bool casts_to(DType result, char out_kind) {
-  return out_kind == 'f' || (result == i64 && out_kind == 'i');
+  const std::string order = "buif";
+  const auto to = order.find(out_kind);
+  return to != std::string::npos && int(to) >= kind_rank(result);
 }
 
 }  // namespace
 
+DType promote(DType x, DType y) {
+  if (x == y) return x;
+  const int kx = kind_rank(x), ky = kind_rank(y);
+  if (kx != ky) {
+    // Across kinds the higher kind wins; uint8 with a signed integer: the signed one (int32
+    // and int64 both hold every uint8).
+    return kx > ky ? x : y;
+  }
+  if (kx == 3) return (x == f64 || y == f64) ? f64 : f32;  // float16 with float32: float32
+  return i64 == x || i64 == y ? i64 : DType::int32;        // int32 with int64: int64
+}
+
+DType promote(Operand x, Operand y) {
+  const bool wx = is_weak(x), wy = is_weak(y);
+  if (wx && wy) return promote(scalar_default(x), scalar_default(y));
+  if (wx || wy) {
+    const DType strong = DType(int(wx ? y : x));
+    const Operand weak = wx ? x : y;
+    // The array's dtype, unless the scalar's kind is higher: an int with bool gives int64,
+    // a float with an integer or bool gives float32.
+    if (weak == Operand::python_float && !is_float(strong)) return f32;
+    if (weak == Operand::python_int && strong == b8) return i64;
+    return strong;
+  }
+  return promote(DType(int(x)), DType(int(y)));
+}
+
 DType unary_dtype(const std::string& op, Operand x) {
-  return without_int64(op, 1, kUnary[int(x)]);
+  return compute_dtype(op, 1, is_weak(x) ? scalar_default(x) : DType(int(x)));
 }
 
 DType binary_dtype(const std::string& op, Operand x, Operand y) {
-  return without_int64(op, 2, kBinary[int(x)][int(y)]);
+  return compute_dtype(op, 2, promote(x, y));
 }
 
-DType where_dtype(Operand x, Operand y) { return kWhere[int(x)][int(y)]; }
+DType where_dtype(Operand x, Operand y) { return promote(x, y); }
 
 DType elementwise_result_dtype(const std::string& op, DType compute) {
-  return compute == i64 && is_comparison(op) ? f32 : compute;
+  return is_comparison(op) ? b8 : compute;
 }
 
+DType on_device(DType t, bool has_float64) { return t == f64 && !has_float64 ? f32 : t; }
+
 ReduceDTypes reduce_dtypes(const std::string& op, DType input, const char* arg) {
-  if (op == "argmax" || op == "argmin") {
-    if (input == i64) throw int64_refused(op, arg, input);
-    return {f32, i64};
-  }
-  if (input == i64) {
-    if (op == "mean") return {i64, f32};
-    if (op == "sum" || op == "prod" || op == "max" || op == "min") return {i64, i64};
-    throw int64_refused(op, arg, input);
+  if (input == f64) return {f64, op == "argmax" || op == "argmin" ? i64 : f64};
+  if (op == "argmax" || op == "argmin") return {f32, i64};  // integers: exact below 2**24
+  if (!is_float(input)) {
+    if (op == "sum" || op == "prod") return {i64, i64};
+    if (op == "max" || op == "min") return {i64, input};
+    return {f32, f32};  // mean, var, std: float32, as PyTorch's default float
   }
   return {f32, input};  // float16: computed in float32, returned as float16
 }
@@ -94,10 +134,9 @@ void check_result_size(const std::string& op, const Shape& shape, DType dtype) {
 }
 
 TypeError int64_refused(const std::string& op, const char* arg, DType got) {
-  return TypeError(message(op, "expected a float32 or float16 array for ", arg, ", got an ",
-                           dtype_name(got), " fastmetal.Array (int64 Arrays support copies, "
-                           "views, astype, comparisons, arithmetic, sum, prod, max, min, mean "
-                           "and cumsum; convert with .astype('float32'))"));
+  return TypeError(message(op, "expected a floating-point array for ", arg, ", got a ",
+                           dtype_name(got), " fastmetal.Array (", op, " computes in float32 or "
+                           "float16; convert with .astype('float32'))"));
 }
 
 // ----------------------------------------------------------------------------- out=
@@ -130,10 +169,10 @@ void Output::validate(const std::string& op, const Shape& shape, DType dtype) {
   if (got != shape)
     throw ValueError(message(op, "expected out of shape ", shape_str(shape), ", got shape ",
                              shape_str(got)));
-  const char kind = fm_out ? (o.array.dtype == i64 ? 'i' : 'f') : o.dtype.kind;
+  const char kind = fm_out ? dtype_kind(o.array.dtype) : o.dtype.kind;
   if (!casts_to(dtype, kind))
-    throw ValueError(message(op, "expected out with ",
-                             dtype == i64 ? "an integer or floating" : "a floating", " dtype, got ",
+    throw ValueError(message(op, "expected out with a dtype ", dtype_name(dtype),
+                             " casts to (same kind or higher), got ",
                              fm_out ? std::string(dtype_name(o.array.dtype)) : o.dtype.name(),
                              " (the result is ", dtype_name(dtype), ")"));
 }

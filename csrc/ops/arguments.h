@@ -15,37 +15,47 @@
 namespace fm {
 
 // ----------------------------------------------------------------------------- dtypes
-// An operand as the promotion tables see it (the rows and columns of the tables).
+// An operand as promotion sees it: an Array's or NumPy array's dtype (strong: the first
+// seven, in DType's order), or a Python scalar (weak, NEP 50: it takes the other operand's
+// dtype where that dtype can hold its kind). NumPy scalars are strong, but np.float64,
+// which is a Python float, is weak as one (as PyTorch treats it).
 enum class Operand : std::uint8_t {
-  float32,       // float32 data (Array, NumPy array or scalar); float64 data, computed as float32
-  float16,       // float16 data
-  int64,         // an int64 fastmetal.Array
-  host_integer,  // NumPy integer or bool data: float32, except against an int64 Array
-  python_int,    // a Python int or bool: weak, takes the other operand's dtype
-  python_float,  // a Python float: weak
+  float32, float16, int64, bool_, uint8, int32, float64,  // DType's order
+  python_bool, python_int, python_float,
 };
-constexpr int kOperands = 6;
+inline Operand operand(DType t) { return Operand(int(t)); }
 
-// The dtype an elementwise op computes in (its operands are converted to it). An op without
-// an int64 kernel (metal/int64_math.metal, compare_*_int64) computes int64 in float32.
+// The Array API standard's promotion of two dtypes; across kinds (which the standard leaves
+// to the library), as PyTorch: bool joins any, an integer joins a float as that float.
+DType promote(DType x, DType y);
+// The dtype two operands promote to (weak scalars as above; two Python scalars: bool,
+// int64 or float32).
+DType promote(Operand x, Operand y);
+
+// The dtype an elementwise op computes in (its operands are converted to it): the promoted
+// dtype where the op has a kernel for it; integers and bool in float32 for the ops that
+// only compute in float (sin, divide, ...). TypeError for bool where NumPy refuses it
+// (subtract, negative) and for bitwise ops of floats.
 DType unary_dtype(const std::string& op, Operand x);
 DType binary_dtype(const std::string& op, Operand x, Operand y);
-// where(condition, x, y): the dtype of x and y (numpy.where's promotion, float32 at most).
+// where(condition, x, y): the dtype of x and y (promoted as above).
 DType where_dtype(Operand x, Operand y);
-// The dtype an elementwise op computing in `compute` returns: int64 comparisons give
-// float32 masks, everything else its computation dtype.
+// The dtype an elementwise op computing in `compute` returns: comparisons give bool,
+// everything else its computation dtype.
 DType elementwise_result_dtype(const std::string& op, DType compute);
+// A dtype the backend has: float64 is float32 where the device has no double (metal).
+DType on_device(DType t, bool has_float64);
 
 // Reductions: the dtype the input is computed in, and the result's (float16 in, float16
-// out: computed in float32; int64 kept for sum, prod, max, min; argmax/argmin: int64).
-// TypeError naming `arg` for an int64 input the reduction does not take.
+// out: computed in float32; integers and bool sum, prod and cumsum in int64, keep their
+// dtype in max and min, and give float32 means; argmax/argmin: int64).
+// TypeError naming `arg` for an input the reduction does not take.
 struct ReduceDTypes {
   DType compute, result;
 };
 ReduceDTypes reduce_dtypes(const std::string& op, DType input, const char* arg);
-// cumsum: in the input's dtype. matmul, linear and the other float32 ops: float32 (int64
-// Arrays refused: to_array's int64_refused).
-inline DType cumsum_dtype(DType input) { return input; }
+// cumsum: int64 for integers and bool (as NumPy), else the input's dtype.
+inline DType cumsum_dtype(DType input) { return is_float(input) ? input : DType::int64; }
 
 // A result of `shape` and `dtype` that cannot exist (more than 2**63 - 1 bytes) is refused
 // before any operand is converted (a broadcast operand may be huge when materialised).
@@ -56,13 +66,15 @@ void check_result_size(const std::string& op, const Shape& shape, DType dtype);
 // needed; exponents in device memory are not inspected.
 template <typename Smallest>
 void check_exponents(const std::string& op, DType compute, Smallest&& smallest) {
-  if (op != "power" || compute != DType::int64) return;
+  if (op != "power" || !is_integer(compute)) return;
   if (const std::optional<std::int64_t> s = smallest(); s && *s < 0)
-    throw ValueError(message(op, "expected non-negative exponents for an int64 base, got a ",
+    throw ValueError(message(op, "expected non-negative exponents for an ", dtype_name(compute),
+                             " base, got a ",
                              "negative one (Integers to negative integer powers are not allowed)"));
 }
 
-// The TypeError of an op that does not take int64 Arrays (argument `arg`).
+// The TypeError of an op that computes in float only, given an integer or bool Array
+// (argument `arg`).
 TypeError int64_refused(const std::string& op, const char* arg, DType got);
 
 // ----------------------------------------------------------------------------- out=

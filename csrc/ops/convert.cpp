@@ -57,59 +57,73 @@ bool is_comparison(const std::string& op) {
          op == "equal" || op == "not_equal";
 }
 
-void launch_compare_int64(const std::string& op, const Array& x, const Array& y,
-                          const Array& out) {
-  if (!is_comparison(op) || x.dtype != DType::int64 || y.dtype != DType::int64 ||
-      out.dtype != DType::float32)
-    throw TypeError(message(op, "expected a comparison of two int64 arrays into float32"));
+void launch_compare(const std::string& op, const Array& x, const Array& y, const Array& out) {
+  if (!is_comparison(op) || x.dtype != y.dtype || out.dtype != DType::bool_)
+    throw TypeError(message(op, "expected a comparison of two arrays of one dtype into bool, got ",
+                            dtype_name(x.dtype), " and ", dtype_name(y.dtype)));
   if (out.size() == 0) return;
   const Shape& shape = out.shape;
-  launch_view("compare_" + op + "_int64", {buf(x), buf(y), buf(out)}, shape,
+  launch_view(std::string("compare_") + op + "_" + dtype_name(x.dtype), {buf(x), buf(y), buf(out)},
+              shape,
               {broadcast_strides(x.shape, x.strides, shape),
                broadcast_strides(y.shape, y.strides, shape), out.strides});
 }
 
-bool is_int64_arithmetic(const std::string& op) {
+bool is_bitwise(const std::string& op) {
+  return op == "bitwise_and" || op == "bitwise_or" || op == "bitwise_xor" ||
+         op == "left_shift" || op == "right_shift";
+}
+
+bool is_int_binary(const std::string& op) {
   return op == "add" || op == "subtract" || op == "multiply" || op == "floor_divide" ||
-         op == "remainder" || op == "maximum" || op == "minimum" || op == "power";
+         op == "remainder" || op == "maximum" || op == "minimum" || op == "power" || is_bitwise(op);
 }
 
-bool is_int64_unary(const std::string& op) {
-  return op == "negative" || op == "abs" || op == "square";
+bool is_int_unary(const std::string& op) {
+  return op == "negative" || op == "abs" || op == "square" || op == "bitwise_invert";
 }
 
-void launch_binary_int64(const std::string& op, const Array& x, const Array& y,
-                         const Array& out) {
-  if (!is_int64_arithmetic(op) || x.dtype != DType::int64 || y.dtype != DType::int64 ||
-      out.dtype != DType::int64)
-    throw TypeError(message(op, "expected int64 arithmetic on two int64 arrays"));
+namespace {
+bool int_kernel_exists(const std::string& op, DType t, bool binary) {
+  if (t == DType::bool_)
+    return binary ? (op == "bitwise_and" || op == "bitwise_or" || op == "bitwise_xor")
+                  : op == "bitwise_invert";
+  return is_integer(t) && (binary ? is_int_binary(op) : is_int_unary(op));
+}
+}  // namespace
+
+void launch_binary_int(const std::string& op, const Array& x, const Array& y, const Array& out) {
+  if (x.dtype != y.dtype || out.dtype != x.dtype || !int_kernel_exists(op, x.dtype, true))
+    throw TypeError(message(op, "expected two ", dtype_name(out.dtype), " arrays for integer ",
+                            "arithmetic, got ", dtype_name(x.dtype), " and ", dtype_name(y.dtype)));
   if (out.size() == 0) return;
   const Shape& shape = out.shape;
-  launch_view("int64_" + op, {buf(x), buf(y), buf(out)}, shape,
+  launch_view(std::string(dtype_name(x.dtype)) + "_" + op, {buf(x), buf(y), buf(out)}, shape,
               {broadcast_strides(x.shape, x.strides, shape),
                broadcast_strides(y.shape, y.strides, shape), out.strides});
 }
 
-void launch_unary_int64(const std::string& op, const Array& x, const Array& out) {
-  if (!is_int64_unary(op) || x.dtype != DType::int64 || out.dtype != DType::int64)
-    throw TypeError(message(op, "expected an int64 unary op on an int64 array"));
+void launch_unary_int(const std::string& op, const Array& x, const Array& out) {
+  if (out.dtype != x.dtype || !int_kernel_exists(op, x.dtype, false))
+    throw TypeError(message(op, "expected an integer or bool array, got ", dtype_name(x.dtype)));
   if (out.size() == 0) return;
-  launch_view("int64_" + op, {buf(x), buf(out)}, x.shape,
-              {x.strides, Strides(x.shape.size(), 0), out.strides});
+  launch_view(std::string(dtype_name(x.dtype)) + "_" + op, {buf(x), buf(out)}, x.shape,
+              {broadcast_strides(x.shape, x.strides, out.shape), Strides(out.shape.size(), 0),
+               out.strides});
 }
 
-Array where(const Array& cond, const Array& x, const Array& y) {
+Array where(const Array& cond_in, const Array& x, const Array& y) {
   if (x.dtype != y.dtype)
     throw TypeError(message("where", "expected x and y of one dtype, got ", dtype_name(x.dtype),
                             " and ", dtype_name(y.dtype)));
-  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape, x.shape, "where"), y.shape,
+  const Shape shape = broadcast_shapes(broadcast_shapes(cond_in.shape, x.shape, "where"), y.shape,
                                        "where");
   Array out = Array::empty(x.backend(), shape, x.dtype, "where");
   if (out.size() == 0) return out;
+  const Array cond = cond_in.dtype == DType::bool_ ? cond_in : convert(cond_in, DType::bool_);
   launch_convert(y, out);  // y everywhere (launch_convert broadcasts y to out's shape) ...
   // ... then x where the condition holds.
-  launch_view(std::string("where_") + dtype_name(cond.dtype) + "_" + dtype_name(x.dtype),
-              {buf(cond), buf(x), buf(out)}, shape,
+  launch_view(std::string("where_") + width_name(x.dtype), {buf(cond), buf(x), buf(out)}, shape,
               {broadcast_strides(cond.shape, cond.strides, shape),
                broadcast_strides(x.shape, x.strides, shape), out.strides});
   return out;

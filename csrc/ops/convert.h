@@ -1,6 +1,6 @@
-// Elementwise work across dtypes (metal/convert.metal): astype between float32, float16
-// and int64 on the device, copies of any dtype between any strides, comparisons of int64
-// arrays (float32 masks), int64 arithmetic and where.
+// Elementwise work across dtypes (metal/convert.metal, metal/int_math.metal,
+// metal/select.metal): astype between every pair of dtypes on the device, copies of any
+// dtype between any strides, comparisons giving bool, integer and bitwise arithmetic, where.
 #pragma once
 #include <string>
 
@@ -15,22 +15,24 @@ void launch_convert(const Array& x, const Array& out);
 Array convert(const Array& x, DType to);
 // True for the six comparison names of the op table (less ... not_equal).
 bool is_comparison(const std::string& op);
-// The float32 mask (1.0 / 0.0) of `op` on two int64 arrays, broadcast as NumPy, into out
-// (float32, any strides, no partial overlap with x or y).
-void launch_compare_int64(const std::string& op, const Array& x, const Array& y,
-                          const Array& out);
+// The bool result of `op` on two arrays of one dtype (any), broadcast as NumPy, into out
+// (bool, any strides, no partial overlap with x or y).
+void launch_compare(const std::string& op, const Array& x, const Array& y, const Array& out);
 
-// int64 arithmetic as NumPy's int64 ufuncs (metal/int64_math.metal): the op names of the
-// table that have an int64 form (add, subtract, multiply, floor_divide, remainder,
-// maximum, minimum, power; negative, abs, square).
-bool is_int64_arithmetic(const std::string& op);
-bool is_int64_unary(const std::string& op);
-// op(x, y) broadcast as NumPy, wrapping on overflow, into out (int64, any strides, no
-// partial overlap with x or y).
-void launch_binary_int64(const std::string& op, const Array& x, const Array& y, const Array& out);
-void launch_unary_int64(const std::string& op, const Array& x, const Array& out);
+// Integer arithmetic as NumPy's integer ufuncs (metal/int_math.metal), for int64, int32 and
+// uint8: the binary op names that have an integer form (add, subtract, multiply,
+// floor_divide, remainder, maximum, minimum, power, and the bitwise ops bitwise_and,
+// bitwise_or, bitwise_xor, left_shift, right_shift) and the unary ones (negative, abs,
+// square, bitwise_invert). bool has the bitwise ops but the shifts.
+bool is_int_binary(const std::string& op);
+bool is_int_unary(const std::string& op);
+bool is_bitwise(const std::string& op);
+// op(x, y) broadcast as NumPy, wrapping on overflow, into out (x, y and out of one integer
+// or bool dtype, any strides, no partial overlap with x or y).
+void launch_binary_int(const std::string& op, const Array& x, const Array& y, const Array& out);
+void launch_unary_int(const std::string& op, const Array& x, const Array& out);
 // condition ? x : y (metal/select.metal), broadcast as NumPy; x and y of one dtype (the
-// result's), the condition float32, float16 or int64 (nonzero and NaN are true).
+// result's); a condition that is not bool is converted first (nonzero and NaN are true).
 Array where(const Array& cond, const Array& x, const Array& y);
 
 }  // namespace fm

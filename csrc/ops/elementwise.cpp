@@ -308,15 +308,23 @@ void launch_binary(const std::string& op, const Array& x, const Array& y, const 
 }
 
 void launch_unary_any(const std::string& op, const Array& x, const Array& out) {
-  if (x.dtype != DType::int64) return launch_unary(op, x, out);
+  // The op table's kernels compute the floats (float64 copies go through the conversion
+  // kernels, as every non-float copy does); integers and bool have their own.
+  const bool table = x.dtype == DType::float32 || x.dtype == DType::float16 ||
+                     (x.dtype == DType::float64 && op != "copy");
+  if (table) return launch_unary(op, x, out);
   if (op == "copy") return launch_convert(x, out);
-  launch_unary_int64(op, x, out);
+  launch_unary_int(op, x, out);
 }
 
 void launch_binary_any(const std::string& op, const Array& x, const Array& y, const Array& out) {
-  if (x.dtype != DType::int64) return launch_binary(op, x, y, out);
-  if (is_comparison(op)) return launch_compare_int64(op, x, y, out);
-  launch_binary_int64(op, x, y, out);
+  if (is_comparison(op) && out.dtype == DType::bool_) return launch_compare(op, x, y, out);
+  if (is_float(x.dtype) && !is_bitwise(op)) return launch_binary(op, x, y, out);
+  if (x.dtype == DType::bool_) {  // NumPy's bool arithmetic: + and maximum "or", * and minimum "and"
+    if (op == "add" || op == "maximum") return launch_binary_int("bitwise_or", x, y, out);
+    if (op == "multiply" || op == "minimum") return launch_binary_int("bitwise_and", x, y, out);
+  }
+  launch_binary_int(op, x, y, out);
 }
 
 }  // namespace fm

@@ -14,8 +14,9 @@ void launch_unary(const std::string& op, const Array& x, const Array& out);
 // x, y broadcast to out.shape; out must not partially overlap x or y.
 void launch_binary(const std::string& op, const Array& x, const Array& y, const Array& out);
 // Any op of the table on operands in the dtype unary_dtype / binary_dtype chose
-// (ops/arguments.h), into out of elementwise_result_dtype: the float kernels, or int64's
-// (metal/int64_math.metal, the comparisons and copies of metal/convert.metal).
+// (ops/arguments.h), into out of elementwise_result_dtype: the table's float kernels, the
+// integer and bitwise ones (metal/int_math.metal), or comparisons and copies
+// (metal/convert.metal).
 void launch_unary_any(const std::string& op, const Array& x, const Array& out);
 void launch_binary_any(const std::string& op, const Array& x, const Array& y, const Array& out);
 // Tests: let every backend take the wide (16-byte chunk) kernels, *_w and binary_rw (they

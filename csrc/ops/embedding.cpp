@@ -94,7 +94,7 @@ Array embedding(const Array& ids_in, const Array& weight) {
     return out;
   }
   const std::string k = std::string("embedding_forward_") +
-                        (w.dtype == DType::float16 ? "b2" : w.dtype == DType::float32 ? "b4" : "b8");
+                        width_name(w.dtype);
   Dispatch d = grid2(be, k, std::uint32_t(a.dim), std::uint32_t(a.n));
   be.launch(k, d, {buf(ids), buf(w), buf(out), KernelArg::inline_bytes(&a, sizeof a)});
   return out;

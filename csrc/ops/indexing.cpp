@@ -13,9 +13,6 @@ namespace fm {
 namespace {
 
 
-const char* width(DType t) {
-  return t == DType::float16 ? "b2" : t == DType::float32 ? "b4" : "b8";
-}
 
 // The arguments for element e of (S..., rest...) = the result with the indexed axis moved
 // first: operand 0 is x without the axis (zero strides over S), 1 the value, 2 the output.
@@ -81,7 +78,7 @@ Array take(const Array& x, int axis, const Array& idx_in) {
   Array out = Array::empty(x.backend(), result_shape(x, axis, idx), x.dtype, "take");
   if (out.size() == 0) return out;
   const TakeArgs a = take_args(x, axis, idx, {}, out.strides, "take");
-  launch_take_args(x.backend(), std::string("take_") + width(x.dtype),
+  launch_take_args(x.backend(), std::string("take_") + width_name(x.dtype),
                    {buf(x), buf(idx), buf(out)}, a, out.size());
   return out;
 }
@@ -97,7 +94,7 @@ void put(const Array& x, int axis, const Array& idx_in, const Array& value) {
   // A value that overlaps x is read from a copy (no element may change before it is read).
   const Array v = may_overlap(value, x) ? convert(value, value.dtype) : value;
   const TakeArgs a = take_args(x, axis, idx, v.strides, {}, "put");
-  launch_take_args(x.backend(), std::string("put_") + width(x.dtype), {buf(x), buf(idx), buf(v)},
+  launch_take_args(x.backend(), std::string("put_") + width_name(x.dtype), {buf(x), buf(idx), buf(v)},
                    a, n);
 }
 

@@ -21,8 +21,7 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 // float64 and integer inputs become float32 (pyarray.h's rules); float16 stays float16. Views
 // whose rows are contiguous (a head split (N, T, H, D) seen as (N, H, T, D)) are read in place.
 Array operand(py::handle x, Backend& be, const char* arg) {
-  const DType t = native_dtype_of(x, kOp, arg);
-  if (t == DType::int64) throw int64_refused(kOp, arg, t);
+  const DType t = float_dtype_of(x, kOp, arg);
   Array a = to_array(x, be, kOp, arg, t);
   return sdpa_layout_ok(a) ? a : to_contiguous_array(x, be, kOp, arg, t);
 }

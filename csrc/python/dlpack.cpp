@@ -19,7 +19,7 @@ struct DLDevice {
   std::int32_t device_id;
 };
 struct DLDataType {
-  std::uint8_t code;  // 0 = kDLInt, 2 = kDLFloat
+  std::uint8_t code;  // 0 = kDLInt, 1 = kDLUInt, 2 = kDLFloat, 6 = kDLBool
   std::uint8_t bits;
   std::uint16_t lanes;
 };
@@ -68,6 +68,10 @@ DLDataType dl_dtype(DType t) {
   switch (t) {
     case DType::float32: return {2, 32, 1};
     case DType::float16: return {2, 16, 1};
+    case DType::float64: return {2, 64, 1};
+    case DType::int32: return {0, 32, 1};
+    case DType::uint8: return {1, 8, 1};   // kDLUInt
+    case DType::bool_: return {6, 8, 1};   // kDLBool
     default: return {0, 64, 1};  // int64
   }
 }

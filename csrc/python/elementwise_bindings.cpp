@@ -31,7 +31,7 @@ void run_maybe_without_gil(std::int64_t elements, Fn&& fn) {
 py::object unary(const std::string& op, py::handle x, py::handle out) {
   Backend& backend = pick_backend(op, {{"x", x}, {"out", out}});
   const bool fm_result = any_array({x, out});
-  const DType dtype = unary_dtype(op, operand_of(x, op, "x"));
+  const DType dtype = on_device(unary_dtype(op, operand_of(x, op, "x")), backend.has_float64());
   OutArg o = out_arg(out, backend, op);
   Array xa = to_operand(x, backend, op, "x", dtype);
   Output output(op, o, backend, xa.shape, elementwise_result_dtype(op, dtype), {&xa});
@@ -46,7 +46,8 @@ py::object unary(const std::string& op, py::handle x, py::handle out) {
 py::object binary(const std::string& op, py::handle x, py::handle y, py::handle out) {
   Backend& backend = pick_backend(op, {{"x", x}, {"y", y}, {"out", out}});
   const bool fm_result = any_array({x, y, out});
-  const DType dtype = binary_dtype(op, operand_of(x, op, "x"), operand_of(y, op, "y"));
+  const DType dtype = on_device(binary_dtype(op, operand_of(x, op, "x"), operand_of(y, op, "y")),
+                                backend.has_float64());
   if (const auto sx = shape_without_converting(x))
     if (const auto sy = shape_without_converting(y))
       check_result_size(op, broadcast_shapes(*sx, *sy, op), dtype);
@@ -65,15 +66,15 @@ py::object binary(const std::string& op, py::handle x, py::handle y, py::handle 
 }
 
 // where(condition, x, y) as numpy.where with three arguments (dtype: ops/arguments.h's
-// where_dtype); the condition is used as it is where it is an Array (float masks, int64),
-// else converted to a float32 mask.
+// where_dtype); the condition is bool (any other dtype: nonzero is true).
 py::object where_py(py::handle cond, py::handle x, py::handle y) {
   const std::string op = "where";
   Backend& backend = pick_backend(op, {{"condition", cond}, {"x", x}, {"y", y}});
   const bool fm_result = any_array({cond, x, y});
-  const DType dtype = where_dtype(operand_of(x, op, "x"), operand_of(y, op, "y"));
+  const DType dtype = on_device(where_dtype(operand_of(x, op, "x"), operand_of(y, op, "y")),
+                                backend.has_float64());
   Array c = is_array(cond) ? cond.cast<const Array&>()
-                           : to_array(cond, backend, op, "condition", DType::float32);
+                           : to_array(cond, backend, op, "condition", DType::bool_);
   if (&c.backend() != &backend)
     throw ValueError(message(op, "expected condition on device '", backend.name(), "', got '",
                              c.backend().name(), "'"));

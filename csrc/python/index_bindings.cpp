@@ -4,6 +4,7 @@
 #include "ops/embedding.h"
 #include "ops/indexing.h"
 #include "python/bindings.h"
+#include "ops/convert.h"
 #include "python/pyarray.h"
 
 namespace fm::python {
@@ -26,11 +27,11 @@ int axis_arg(const Array& x, int axis, const char* op) {
 Array ids_arg(py::handle obj, Backend& be, const char* op) {
   if (is_array(obj)) {
     const Array& a = obj.cast<const Array&>();
-    if (a.dtype != DType::int64)
-      throw TypeError(message(op, "expected input (the ids) to be an int64 Array or integers, "
+    if (!is_integer(a.dtype))
+      throw TypeError(message(op, "expected input (the ids) to be an integer Array or integers, "
                                   "got a ", dtype_name(a.dtype),
                               " Array (fastmetal.asarray(ids, dtype='int64') makes one)"));
-    return a;
+    return a.dtype == DType::int64 ? a : convert(a, DType::int64);
   }
   py::array arr;
   try {

@@ -64,6 +64,7 @@ py::object filled(py::handle shape, py::handle dtype, py::handle device, const c
   const Shape s = parse_shape(shape, op);
   const DType t = parse_dtype(dtype, op, "dtype");
   Backend& b = backend_arg(device);
+  check_dtype_on(b, t, op);
   Array a = Array::empty(b, s, t, op);
   if (value >= 0 && a.size() > 0) {
     // Fill in place where the CPU sees the memory, else on the host and copy once.
@@ -74,12 +75,15 @@ py::object filled(py::handle shape, py::handle dtype, py::handle device, const c
     auto fill = [p, nbytes, size, value, t] {
       if (value == 0) {
         std::memset(p, 0, nbytes);
-      } else if (t == DType::float32) {
-        std::fill_n(reinterpret_cast<float*>(p), size, 1.0f);
-      } else if (t == DType::int64) {
-        std::fill_n(reinterpret_cast<std::int64_t*>(p), size, std::int64_t(1));
       } else {
-        std::fill_n(reinterpret_cast<_Float16*>(p), size, _Float16(1.0f));
+        switch (t) {
+          case DType::float32: std::fill_n(reinterpret_cast<float*>(p), size, 1.0f); break;
+          case DType::float16: std::fill_n(reinterpret_cast<_Float16*>(p), size, _Float16(1.0f)); break;
+          case DType::float64: std::fill_n(reinterpret_cast<double*>(p), size, 1.0); break;
+          case DType::int64: std::fill_n(reinterpret_cast<std::int64_t*>(p), size, std::int64_t(1)); break;
+          case DType::int32: std::fill_n(reinterpret_cast<std::int32_t*>(p), size, std::int32_t(1)); break;
+          default: std::fill_n(reinterpret_cast<std::uint8_t*>(p), size, std::uint8_t(1)); break;  // bool, uint8
+        }
       }
     };
     if (staging.empty()) {
@@ -206,9 +210,7 @@ PYBIND11_MODULE(_core, m) {
             for (auto s : a.strides) strides.append(s * std::int64_t(itemsize(a.dtype)));
             py::dict d;
             d["shape"] = shape_tuple(a);
-            d["typestr"] = a.dtype == DType::float32   ? "<f4"
-                           : a.dtype == DType::float16 ? "<f2"
-                                                       : "<i8";
+            d["typestr"] = std::string(py::str(numpy_dtype(a.dtype).attr("str")));
             d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(a.device_data()), false);
             d["strides"] = py::tuple(strides);
             d["version"] = 3;
@@ -262,6 +264,7 @@ PYBIND11_MODULE(_core, m) {
           b = &obj.cast<const Array&>().backend();
         else
           b = &default_backend();
+        if (want) check_dtype_on(*b, *want, "asarray");
         if (is_array(obj)) {
           const Array& a = obj.cast<const Array&>();
           if (&a.backend() == b && (!want || *want == a.dtype)) return obj;
@@ -274,7 +277,7 @@ PYBIND11_MODULE(_core, m) {
             }
             return py::cast(std::move(r));
           }
-          if (!want) want = a.dtype;  // keep the dtype (int64 stays int64) across devices
+          if (!want) want = on_device(a.dtype, b->has_float64());  // keep it across devices
           obj = numpy_view(a, obj);   // move across devices via the host
         }
         return py::cast(to_array(obj, *b, "asarray", "obj", want));
@@ -303,6 +306,22 @@ PYBIND11_MODULE(_core, m) {
   m.def("unary", &fm::python::unary, py::arg("op"), py::arg("x"), py::arg("out") = py::none());
   m.def("binary", &fm::python::binary, py::arg("op"), py::arg("x"), py::arg("y"),
         py::arg("out") = py::none());
+  m.def(
+      "_promote",
+      [](const std::string& x, const std::string& y) {
+        // ops/arguments.cpp's promotion, for fastmetal.result_type: dtype names, or
+        // "python_bool" / "python_int" / "python_float" for weak Python scalars.
+        auto parse = [](const std::string& name) {
+          static const char* weak[] = {"python_bool", "python_int", "python_float"};
+          for (int i = 0; i < fm::kDTypes; ++i)
+            if (name == fm::dtype_name(fm::DType(i))) return fm::Operand(i);
+          for (int i = 0; i < 3; ++i)
+            if (name == weak[i]) return fm::Operand(fm::kDTypes + i);
+          throw fm::ValueError("[fastmetal.result_type] unknown dtype " + name);
+        };
+        return std::string(fm::dtype_name(fm::promote(parse(x), parse(y))));
+      },
+      py::arg("x"), py::arg("y"), "Private: the dtype two operands promote to.");
   m.def("_where", &fm::python::where_py, py::arg("condition"), py::arg("x"), py::arg("y"));
 
   fm::python::bind_numerics(m);
@@ -353,11 +372,12 @@ PYBIND11_MODULE(_core, m) {
         d["discrete_gpu"] = b.discrete_gpu();
         d["dlpack_device"] = py::make_tuple(dl.type, dl.id);
         d["cuda_array_interface"] = b.cuda_array_interface();
+        d["float64"] = b.has_float64();
         return d;
       },
       py::arg("device"),
       "What `device` is, by capability (so Python names no backend): host_visible (NumPy "
-      "views share its memory), discrete_gpu, dlpack_device, cuda_array_interface.");
+      "views share its memory), discrete_gpu, dlpack_device, cuda_array_interface, float64.");
   m.def("_has_kernel", [](const std::string& device, const std::string& name) {
     return get_backend(device).has_kernel(name);
   });

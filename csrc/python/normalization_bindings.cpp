@@ -27,17 +27,16 @@
 namespace fm::python {
 namespace {
 
-// The data dtype: float16 stays, int64 Arrays are refused, everything else is float32.
+// The data dtype: float16 stays, integer and bool Arrays are refused, everything else is
+// float32.
 DType data_dtype(py::handle x, const std::string& op, const char* arg) {
-  const DType t = native_dtype_of(x, op, arg);
-  if (t == DType::int64) throw int64_refused(op, arg, t);
-  return t == DType::float16 ? DType::float16 : DType::float32;
+  return float_dtype_of(x, op, arg);
 }
 
 std::optional<Array> optional_vector(py::handle v, Backend& be, const std::string& op,
                                      const char* arg) {
   if (v.is_none()) return std::nullopt;
-  if (native_dtype_of(v, op, arg) == DType::int64) throw int64_refused(op, arg, DType::int64);
+  float_dtype_of(v, op, arg);  // integer and bool Arrays are refused
   return to_contiguous_array(v, be, op, arg, DType::float32);
 }
 

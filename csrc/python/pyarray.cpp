@@ -24,16 +24,42 @@ py::object& numpy_fn(const char* name) {
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__name__")); }
 
 
-// Native dtype of a NumPy array, or nullopt if it must be converted to float32.
+// The fastmetal dtype of NumPy data of this kind and size, if there is one.
+std::optional<DType> dtype_of_kind(char kind, py::ssize_t size) {
+  if (kind == 'f') {
+    if (size == 4) return DType::float32;
+    if (size == 2) return DType::float16;
+    if (size == 8) return DType::float64;
+  } else if (kind == 'i') {
+    if (size == 8) return DType::int64;
+    if (size == 4) return DType::int32;
+  } else if (kind == 'u') {
+    if (size == 1) return DType::uint8;
+  } else if (kind == 'b') {
+    return DType::bool_;
+  }
+  return std::nullopt;
+}
+
+// Native dtype of a NumPy array, or nullopt for real data fastmetal has no dtype of (int8,
+// int16, uint16..uint64, longdouble), which converts as NumPy's promotion says: to int64
+// where that holds every value (int8, int16, uint16, uint32), else float64 (uint64,
+// longdouble). TypeError for complex, object, string, structured.
 std::optional<DType> classify(const py::array& arr, const std::string& op, const char* arg) {
   const py::dtype dt = arr.dtype();
   const char kind = dt.kind();
-  const auto size = dt.itemsize();
-  if (kind == 'f' && size == 4) return DType::float32;
-  if (kind == 'f' && size == 2) return DType::float16;
-  if (kind == 'f' || kind == 'i' || kind == 'u' || kind == 'b') return std::nullopt;
+  if (const auto t = dtype_of_kind(kind, dt.itemsize())) return t;
+  if (kind == 'f' || kind == 'i' || kind == 'u') return std::nullopt;
   throw TypeError(message(op, "expected a real (float, integer or bool) array for ", arg,
                           ", got dtype ", std::string(py::str(dt))));
+}
+
+// The dtype NumPy data without a fastmetal dtype of its own becomes (see classify).
+DType widened(const py::array& arr) {
+  const char kind = arr.dtype().kind();
+  const auto size = arr.itemsize();
+  if ((kind == 'i' && size < 8) || (kind == 'u' && size < 8)) return DType::int64;
+  return DType::float64;
 }
 
 Array wrap_numpy(Backend& backend, py::array arr) {
@@ -44,9 +70,7 @@ Array wrap_numpy(Backend& backend, py::array arr) {
       break;
     }
   Array a;
-  a.dtype = arr.dtype().kind() == 'i' ? DType::int64
-            : arr.itemsize() == 4     ? DType::float32
-                                      : DType::float16;
+  a.dtype = *dtype_of_kind(arr.dtype().kind(), item);
   a.readonly = !arr.writeable();
   a.shape.assign(arr.shape(), arr.shape() + arr.ndim());
   a.strides.resize(a.shape.size());
@@ -83,6 +107,59 @@ Array wrap_numpy(Backend& backend, py::array arr) {
 bool is_numpy_float32_scalar(py::handle obj) {
   static auto* np_float32 = new py::object(py::module_::import("numpy").attr("float32"));
   return Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(np_float32->ptr());
+}
+
+[[noreturn]] void raise_overflow(py::handle obj, DType t, const std::string& op) {
+  const std::string m = message(op, "expected a Python int within ", dtype_name(t), " for an ",
+                                dtype_name(t), " array, got ", std::string(py::repr(obj)),
+                                " (out of bounds for ", dtype_name(t), ")");
+  PyErr_SetString(PyExc_OverflowError, m.c_str());  // NumPy's error type for this
+  throw py::error_already_set();
+}
+
+// A Python scalar (bool, int, float, np.float32) as one element of dtype t, in `out`: ints
+// must fit an integer dtype (OverflowError, as NumPy 2); floats truncate into integers.
+void scalar_bytes(py::handle obj, DType t, const std::string& op, unsigned char* out) {
+  const bool integral = PyLong_Check(obj.ptr());  // bool included
+  if (t == DType::bool_) {
+    const int truth = PyObject_IsTrue(obj.ptr());
+    if (truth < 0) throw py::error_already_set();
+    out[0] = truth ? 1 : 0;
+    return;
+  }
+  if (is_integer(t)) {
+    long long v = 0;
+    if (integral) {
+      int overflow = 0;
+      v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+      if (overflow != 0) raise_overflow(obj, t, op);
+      if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+    } else {
+      v = static_cast<long long>(obj.cast<double>());
+    }
+    if (t == DType::int64) {
+      const std::int64_t i = v;
+      std::memcpy(out, &i, 8);
+    } else if (t == DType::int32) {
+      if (integral && (v < INT32_MIN || v > INT32_MAX)) raise_overflow(obj, t, op);
+      const std::int32_t i = std::int32_t(v);
+      std::memcpy(out, &i, 4);
+    } else {
+      if (integral && (v < 0 || v > 255)) raise_overflow(obj, t, op);
+      out[0] = static_cast<unsigned char>(v);
+    }
+    return;
+  }
+  const double v = obj.cast<double>();
+  if (t == DType::float64) {
+    std::memcpy(out, &v, 8);
+  } else if (t == DType::float32) {
+    const float f = float(v);
+    std::memcpy(out, &f, 4);
+  } else {
+    const _Float16 h = _Float16(v);
+    std::memcpy(out, &h, 2);
+  }
 }
 
 }  // namespace
@@ -151,19 +228,26 @@ DType parse_dtype(py::handle dtype, const std::string& op, const char* arg) {
   try {
     dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
   } catch (py::error_already_set&) {
-    throw TypeError(message(op, "expected a dtype for ", arg, " ('float32' or 'float16'), got ",
-                            std::string(py::repr(dtype))));
+    throw TypeError(message(op, "expected a dtype for ", arg, " ('float32', 'int64', 'bool', ",
+                            "...), got ", std::string(py::repr(dtype))));
   }
-  if (dt.kind() == 'f' && dt.itemsize() == 4) return DType::float32;
-  if (dt.kind() == 'f' && dt.itemsize() == 2) return DType::float16;
-  if (dt.kind() == 'i' && dt.itemsize() == 8) return DType::int64;
-  throw TypeError(message(op, "expected dtype float32, float16 or int64 for ", arg, ", got ",
+  if (const auto t = dtype_of_kind(dt.kind(), dt.itemsize())) return *t;
+  throw TypeError(message(op, "expected one of fastmetal's dtypes (bool, uint8, int32, int64, ",
+                          "float16, float32, float64) for ", arg, ", got ",
                           std::string(py::str(dt))));
+}
+
+void check_dtype_on(Backend& backend, DType t, const std::string& op) {
+  if (on_device(t, backend.has_float64()) != t)
+    throw TypeError(message(op, "expected a dtype device '", backend.name(), "' has, got ",
+                            dtype_name(t), " (Apple GPUs have no double: use float32 there, or ",
+                            "device='cpu' for float64)"));
 }
 
 py::array to_native_numpy(py::handle obj, const std::string& op, const char* arg,
                           std::optional<DType> want) {
   py::array arr;
+  bool python_data = false;  // lists and scalars: Python floats are float32 (PyTorch's rule)
   if (py::isinstance<py::array>(obj)) {
     arr = py::reinterpret_borrow<py::array>(obj);
   } else {
@@ -172,22 +256,36 @@ py::array to_native_numpy(py::handle obj, const std::string& op, const char* arg
     } catch (py::error_already_set& e) {
       throw TypeError(not_an_array_message(obj, e, op, arg));
     }
+    static auto* np_generic = new py::object(py::module_::import("numpy").attr("generic"));
+    python_data = !py::isinstance(obj, *np_generic) || PyFloat_Check(obj.ptr());
   }
-  const std::optional<DType> native = classify(arr, op, arg);
-  const DType target = want ? *want : native.value_or(DType::float32);
-  // NumPy int64 data is int64 only where asked for (host integers are float32 otherwise).
-  const bool is_int64 = arr.dtype().kind() == 'i' && arr.itemsize() == 8;
-  const bool as_is = native ? *native == target : target == DType::int64 && is_int64;
-  if (!as_is) arr = arr.attr("astype")(numpy_dtype(target));
+  std::optional<DType> native = classify(arr, op, arg);
+  if (python_data && native == DType::float64) native = DType::float32;
+  const DType target = want ? *want : native.value_or(widened(arr));
+  if (dtype_of_kind(arr.dtype().kind(), arr.itemsize()) != target)
+    arr = arr.attr("astype")(numpy_dtype(target));
   return arr;
 }
 
 DType native_dtype_of(py::handle obj, const std::string& op, const char* arg) {
   if (is_array(obj)) return obj.cast<const Array&>().dtype;
   if (is_numpy_float32_scalar(obj)) return DType::float32;
-  if (py::isinstance<py::array>(obj))
-    return classify(py::reinterpret_borrow<py::array>(obj), op, arg).value_or(DType::float32);
-  return to_native_numpy(obj, op, arg).itemsize() == 4 ? DType::float32 : DType::float16;
+  if (PyFloat_Check(obj.ptr())) return DType::float32;  // Python floats (np.float64 too)
+  if (PyBool_Check(obj.ptr())) return DType::bool_;
+  if (PyLong_Check(obj.ptr())) return DType::int64;
+  const py::array arr = py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj)
+                                                       : to_native_numpy(obj, op, arg);
+  const auto t = classify(arr, op, arg);
+  return t ? *t : widened(arr);
+}
+
+DType float_dtype_of(py::handle obj, const std::string& op, const char* arg) {
+  if (is_array(obj)) {
+    const DType t = obj.cast<const Array&>().dtype;
+    if (!is_float(t)) throw int64_refused(op, arg, t);
+    return t == DType::float16 ? t : DType::float32;
+  }
+  return native_dtype_of(obj, op, arg) == DType::float16 ? DType::float16 : DType::float32;
 }
 
 Array to_array(py::handle obj, Backend& backend, const std::string& op, const char* arg,
@@ -198,36 +296,27 @@ Array to_array(py::handle obj, Backend& backend, const std::string& op, const ch
       throw ValueError(message(op, "expected ", arg, " on device '", backend.name(), "', got '",
                                a.backend().name(), "'"));
     if (!want || *want == a.dtype) return a;
-    if (a.dtype == DType::int64 || *want == DType::int64) throw int64_refused(op, arg, a.dtype);
-    return convert(a, *want);  // float32 <-> float16 on the device
+    if (!is_float(a.dtype) || !is_float(*want)) throw int64_refused(op, arg, a.dtype);
+    return convert(a, *want);  // between float dtypes on the device
   }
   // A NumPy float32 scalar is copied as a Python scalar is (its value is exact as a double):
   // the 0-d float32 array it stands for, without a NumPy array in between.
   if (is_python_scalar(obj) ||
       (is_numpy_float32_scalar(obj) && (!want || *want == DType::float32))) {
     Array a;
-    a.dtype = want.value_or(DType::float32);
+    a.dtype = want ? *want : PyBool_Check(obj.ptr()) ? DType::bool_
+                         : PyLong_CheckExact(obj.ptr()) ? DType::int64
+                                                        : DType::float32;
+    a.dtype = on_device(a.dtype, backend.has_float64());
     a.storage = backend.allocate(itemsize(a.dtype));
-    if (a.dtype == DType::int64) {
-      int overflow = 0;
-      const long long i = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
-      if (overflow != 0) {  // NumPy's error type for this
-        const std::string m = message(op, "expected a Python int within int64 for an int64 ",
-                                      "array, got ", std::string(py::repr(obj)),
-                                      " (out of bounds for int64)");
-        PyErr_SetString(PyExc_OverflowError, m.c_str());
-        throw py::error_already_set();
-      }
-      if (i == -1 && PyErr_Occurred()) throw py::error_already_set();
-      backend.copy_from_host(*a.storage, 0, &i, sizeof i);
-      return a;
-    }
-    const double v = obj.cast<double>();
-    float f = float(v);
-    _Float16 h = _Float16(v);
-    backend.copy_from_host(*a.storage, 0, a.dtype == DType::float32 ? static_cast<void*>(&f) : &h,
-                           itemsize(a.dtype));
+    alignas(8) unsigned char bytes[8] = {};
+    scalar_bytes(obj, a.dtype, op, bytes);
+    backend.copy_from_host(*a.storage, 0, bytes, itemsize(a.dtype));
     return a;
+  }
+  if (!want && py::isinstance<py::array>(obj) && !backend.has_float64()) {
+    const auto arr = py::reinterpret_borrow<py::array>(obj);
+    if (native_dtype_of(arr, op, arg) == DType::float64) want = DType::float32;
   }
   return wrap_numpy(backend, to_native_numpy(obj, op, arg, want));
 }
@@ -240,10 +329,13 @@ Array to_contiguous_array(py::handle obj, Backend& backend, const std::string& o
 }
 
 py::dtype numpy_dtype(DType t) {
-  static auto* f32 = new py::dtype("float32");
-  static auto* f16 = new py::dtype("float16");
-  static auto* i64 = new py::dtype("int64");
-  return t == DType::float32 ? *f32 : t == DType::float16 ? *f16 : *i64;
+  // Made once (leaked: Python objects must outlive nothing past the interpreter).
+  static auto* dtypes = [] {
+    auto* v = new std::vector<py::dtype>();
+    for (int i = 0; i < kDTypes; ++i) v->push_back(py::dtype(dtype_name(DType(i))));
+    return v;
+  }();
+  return (*dtypes)[std::size_t(t)];
 }
 
 void wait_for_host(const Array& a) {
@@ -313,25 +405,12 @@ std::optional<std::int64_t> int_arg(py::handle v) {
 namespace fm::python {
 
 Operand operand_of(py::handle obj, const std::string& op, const char* arg) {
-  if (is_array(obj)) {
-    const DType t = obj.cast<const Array&>().dtype;
-    return t == DType::float32 ? Operand::float32
-           : t == DType::float16 ? Operand::float16
-                                 : Operand::int64;
-  }
-  if (PyFloat_CheckExact(obj.ptr())) return Operand::python_float;
-  if (PyLong_CheckExact(obj.ptr()) || PyBool_Check(obj.ptr())) return Operand::python_int;
-  if (is_numpy_float32_scalar(obj)) return Operand::float32;
-  if (py::isinstance<py::array>(obj)) {
-    const auto a = py::reinterpret_borrow<py::array>(obj);
-    const char k = a.dtype().kind();
-    if (k == 'i' || k == 'u' || k == 'b') return Operand::host_integer;
-    return classify(a, op, arg).value_or(DType::float32) == DType::float16 ? Operand::float16
-                                                                           : Operand::float32;
-  }
-  static auto* np_integer = new py::object(py::module_::import("numpy").attr("integer"));
-  if (py::isinstance(obj, *np_integer)) return Operand::host_integer;
-  return to_native_numpy(obj, op, arg).itemsize() == 4 ? Operand::float32 : Operand::float16;
+  if (is_array(obj)) return operand(obj.cast<const Array&>().dtype);
+  // Python scalars are weak; so is np.float64, a subclass of float (as PyTorch takes it).
+  if (PyBool_Check(obj.ptr())) return Operand::python_bool;
+  if (PyFloat_Check(obj.ptr())) return Operand::python_float;
+  if (PyLong_CheckExact(obj.ptr())) return Operand::python_int;
+  return operand(native_dtype_of(obj, op, arg));
 }
 
 std::optional<Shape> shape_without_converting(py::handle v) {
@@ -396,12 +475,10 @@ OutArg out_arg(py::handle out, Backend& backend, const std::string& op) {
   if (o.broadcast) o.strides = py::str(py::tuple(arr.attr("strides")));
   // Lent to the device in place where it can write it: host-visible memory of a fastmetal
   // dtype (strides that are not whole elements make to_array gather a copy instead).
-  const char k = o.dtype.kind;
-  const auto item = arr.itemsize();
-  const bool native = (k == 'f' && (item == 4 || item == 2)) || (k == 'i' && item == 8);
-  if (native && backend.host_visible() && o.writeable && !o.broadcast) {
-    const std::optional<DType> want = k == 'i' ? std::optional<DType>(DType::int64) : std::nullopt;
-    Array a = to_array(out, backend, op, "out", want);
+  const std::optional<DType> native = dtype_of_kind(o.dtype.kind, arr.itemsize());
+  const bool on_device_too = native && on_device(*native, backend.has_float64()) == *native;
+  if (on_device_too && backend.host_visible() && o.writeable && !o.broadcast) {
+    Array a = to_array(out, backend, op, "out", *native);
     if (a.size() == 0 || a.host_data() == static_cast<const char*>(arr.data())) {
       o.array = std::move(a);
       o.in_place = true;

@@ -2,8 +2,9 @@
 // right device (zero-copy where memory allows), and results back into NumPy arrays that
 // view device memory or into fastmetal.Array objects.
 //
-// Rules (API.md): float32 and float16 are native; float64, integer and bool inputs are
-// converted to float32; complex, object, string, structured -> TypeError. If any array
+// Rules (API.md): an Array keeps the dtype it is given where fastmetal has it (bool, uint8,
+// int32, int64, float16, float32, float64; float64 only on devices with double); other real
+// NumPy dtypes widen as NumPy promotes them; complex, object, string, structured -> TypeError. If any array
 // argument is a fastmetal.Array the result is an Array on its device, else a NumPy array.
 #pragma once
 #include <pybind11/numpy.h>
@@ -65,8 +66,14 @@ inline bool any_array(const std::vector<py::handle>& objs) {
 
 // Dtype an array-like would have inside fastmetal (TypeError for unsupported dtypes).
 DType native_dtype_of(py::handle obj, const std::string& op, const char* arg);
+// The dtype a float-only op (conv2d, matmul, normalization, ...) computes an operand in:
+// float16 stays, float32 and float64 are float32, NumPy integer and bool data float32;
+// integer and bool fastmetal.Arrays are a TypeError (int64_refused).
+DType float_dtype_of(py::handle obj, const std::string& op, const char* arg);
 // A dtype= argument ("float32", np.float16, ...) -> DType; TypeError otherwise.
 DType parse_dtype(py::handle dtype, const std::string& op, const char* arg);
+// TypeError where `backend` has no such dtype (float64 on metal), saying what to do.
+void check_dtype_on(Backend& backend, DType t, const std::string& op);
 
 // obj (Array, ndarray, array-like or scalar) as an Array of dtype `want` on `backend`.
 // Shares memory with obj where backend and dtype allow; else converts/copies.

@@ -94,8 +94,9 @@ py::object reduce_py(const std::string& name, py::handle x, py::handle axis, boo
   Backend& b = pick_backend(name, {{"a", x}, {"out", out}});
   const bool as_array = is_array(x);
   const bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
-  const ReduceDTypes t = reduce_dtypes(name, native_dtype_of(x, name, "a"), "a");
-  Array a = to_array(x, b, name, "a", t.compute);
+  const ReduceDTypes t = reduce_dtypes(name, on_device(native_dtype_of(x, name, "a"),
+                                                       b.has_float64()), "a");
+  Array a = to_operand(x, b, name, "a", t.compute);
   const std::vector<int> axes = parse_axes(name, axis, a.ndim(), !arg);
   Array r;
   {
@@ -111,12 +112,12 @@ py::object reduce_py(const std::string& name, py::handle x, py::handle axis, boo
   return give(name, std::move(r), out, as_array);
 }
 
-// cumsum(a, axis=None): in a's dtype (float32, float16 or int64; others as float32).
+// cumsum(a, axis=None): in a's dtype (floats), int64 for integers and bool (as NumPy).
 py::object cumsum_py(py::handle x, py::handle axis, py::handle out) {
   const std::string name = "cumsum";
   Backend& b = pick_backend(name, {{"a", x}, {"out", out}});
-  const DType dtype = cumsum_dtype(native_dtype_of(x, name, "a"));
-  Array a = to_array(x, b, name, "a", dtype);
+  const DType dtype = cumsum_dtype(on_device(native_dtype_of(x, name, "a"), b.has_float64()));
+  Array a = to_operand(x, b, name, "a", dtype);
   int ax = -1;
   if (!axis.is_none()) {
     auto i = int_arg(axis);
@@ -271,12 +272,7 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
 py::object store_out_py(const std::string& op, py::handle result, py::handle out) {
   Backend& b = pick_backend(op, {{"result", result}, {"out", out}});
   // A NumPy result keeps its dtype where fastmetal has it (int64 indices included).
-  std::optional<DType> keep;
-  if (py::isinstance<py::array>(result)) {
-    const auto a = py::reinterpret_borrow<py::array>(result);
-    if (a.dtype().kind() == 'i' && a.itemsize() == 8) keep = DType::int64;
-  }
-  Array r = to_array(result, b, op, "result", keep);
+  Array r = to_array(result, b, op, "result");
   return give(op, std::move(r), out, true);
 }
 

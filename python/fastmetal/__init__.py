@@ -40,13 +40,18 @@ from .ops.normalization import logsumexp, softmax
 from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
                          mse_loss, nll_loss)
 # The Array API standard's names and PyTorch's function names (beside NumPy's above).
-from .ops.standard import (__array_api_version__, float16, float32, int64, finfo, iinfo,
+from .ops.standard import (__array_api_version__, __array_namespace_info__, bool, uint8, int32, int64, float16, float32,
+                           float64, finfo, iinfo,
                            isdtype, result_type, can_cast, concat, permute_dims, pow, clip,
                            all, any, broadcast_to, broadcast_arrays, flip, roll, repeat, tile,
                            eye, tril, triu, meshgrid, take, tensordot, vecdot,
-                           matrix_transpose, logical_not, logical_and, logical_or, logical_xor,
+                           matrix_transpose, isnan, isinf, isfinite, logical_not, logical_and,
+                           logical_or, logical_xor,
                            count_nonzero, argsort, sort, searchsorted, unique_values,
                            unique_counts, unique_inverse, unique_all, nonzero)  # noqa: A004
+from .ops.bitwise import (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift,
+                          bitwise_right_shift, bitwise_invert, left_shift, right_shift, invert,
+                          bitwise_not)
 from .ops.habits import (cat, clamp, flatten, unsqueeze, split, chunk, randn, rand, randint,
                          randn_like, rand_like, from_numpy)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
@@ -108,12 +113,17 @@ __all__ = [
     "manual_seed", "save", "load", "autograd", "data", "distributed", "nn", "optim",
     "random",
     # the Array API standard (standard.py): its version, dtypes, introspection, functions
-    "__array_api_version__", "float16", "float32", "int64", "finfo", "iinfo", "isdtype",
+    "__array_api_version__", "__array_namespace_info__", "bool", "uint8", "int32", "int64", "float16", "float32", "float64",
+    "finfo", "iinfo", "isdtype",
     "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",
     "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril", "triu",
-    "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "logical_not", "logical_and",
+    "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "isnan", "isinf", "isfinite",
+    "logical_not", "logical_and",
     "logical_or", "logical_xor", "count_nonzero", "argsort", "sort", "searchsorted",
     "unique_values", "unique_counts", "unique_inverse", "unique_all", "nonzero",
+    # bitwise functions (bitwise.py)
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
+    "bitwise_invert", "left_shift", "right_shift", "invert", "bitwise_not",
     # PyTorch's function names (habits.py)
     "cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
     "randn_like", "rand_like", "from_numpy",

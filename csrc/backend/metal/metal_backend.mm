@@ -153,6 +153,7 @@ class MetalBackend final : public Backend {
 
   std::string name() const override { return "metal"; }
   bool host_visible() const override { return true; }
+  bool has_float64() const override { return false; }  // Apple GPUs have no double
   bool wide_elementwise() const override { return true; }
 
   StoragePtr allocate(std::size_t nbytes) override {

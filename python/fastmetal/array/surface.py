@@ -46,7 +46,7 @@ import numpy as np
 from .._core import Array
 from ..autograd import tape
 from ..autograd.tape import Node
-from ..ops import creation, habits, linalg, manipulation, reductions, standard, views
+from ..ops import bitwise, creation, habits, linalg, manipulation, reductions, standard, views
 from ..ops.arithmetic import divmod as _divmod
 from ..ops.devices import HOST_VISIBLE as _HOST_VISIBLE
 from ..ops.devices import host_visible as _host_visible
@@ -80,6 +80,26 @@ def _binary_operator(name: str, reflected: bool) -> Callable[[Array, Any], Any]:
             return NotImplemented
         fn = _F[name]
         return fn(other, self) if reflected else fn(self, other)
+    return op
+
+
+def _invert(self: Array) -> Any:
+    return bitwise.bitwise_invert(self)
+
+
+def _bitwise_operator(fn: Callable, reflected: bool) -> Callable[[Array, Any], Any]:
+    def op(self: Array, other: Any) -> Any:
+        if type(other) is not Array and not _operand(other):
+            return NotImplemented
+        return fn(other, self) if reflected else fn(self, other)
+    return op
+
+
+def _bitwise_inplace(fn: Callable) -> Callable[[Array, Any], Any]:
+    def op(self: Array, other: Any) -> Any:
+        if not _operand(other):
+            return NotImplemented
+        return fn(self, other, out=self)
     return op
 
 
@@ -480,17 +500,6 @@ def _squeeze(self: Array, axis: Any = None, *, dim: Any = None) -> Array:
     return views.squeeze(self, axis)
 
 
-def _unsupported_dtype(name: str, dtype: str) -> Callable[..., Any]:
-    def method(self: Array) -> Array:
-        raise TypeError(f"[fastmetal.Array.{name}] expected a dtype fastmetal Arrays have "
-                        f"(float32, float16, int64), got {dtype}: fastmetal has no {dtype} "
-                        f"Arrays yet; use .float(), .half() or .long()")
-    method.__name__ = name
-    method.__doc__ = (f"PyTorch's ``Tensor.{name}()`` (to {dtype}): a TypeError until "
-                      f"fastmetal has {dtype} Arrays.")
-    return method
-
-
 def _cast(name: str, dtype: str) -> Callable[..., Any]:
     def method(self: Array) -> Array:
         return self if self.dtype == dtype else views.astype(self, dtype)
@@ -653,7 +662,7 @@ def _method(fn: Callable[..., Any], doc: str) -> Callable[..., Any]:
 _UNARY_METHODS = ("sigmoid", "relu", "tanh", "exp", "log", "sin", "cos", "sqrt", "abs",
                   "negative", "square", "reciprocal", "tan", "asin", "acos", "atan", "sinh",
                   "cosh", "asinh", "acosh", "atanh", "log1p", "expm1", "log2", "log10",
-                  "floor", "ceil", "trunc", "round", "sign", "isnan", "isinf", "isfinite")
+                  "floor", "ceil", "trunc", "round", "sign")
 _BINARY_METHODS = {"pow": "power", "add": "add", "sub": "subtract", "mul": "multiply",
                    "div": "divide", "maximum": "maximum", "minimum": "minimum",
                    "remainder": "remainder", "atan2": "atan2", "hypot": "hypot",
@@ -687,8 +696,9 @@ def _habit_methods() -> dict:
         "clip": _method(standard.clip, "fastmetal.clip(self, min=None, max=None)."),
         "all": _all, "any": _any,
         "float": _cast("float", "float32"), "half": _cast("half", "float16"),
-        "long": _cast("long", "int64"), "double": _unsupported_dtype("double", "float64"),
-        "int": _unsupported_dtype("int", "int32"), "bool": _unsupported_dtype("bool", "bool"),
+        "long": _cast("long", "int64"), "double": _cast("double", "float64"),
+        "int": _cast("int", "int32"), "bool": _cast("bool", "bool"),
+        "byte": _cast("byte", "uint8"),
         "to": _to, "clone": views.contiguous_copy, "transpose": _transpose,
         "contiguous": _contiguous, "t": _t, "mm": _mm, "matmul": _matmul_method,
         "neg": _unary_method("negative"),
@@ -703,6 +713,8 @@ def _habit_methods() -> dict:
     methods["dim"].__doc__ = "The number of dimensions, as ``torch.Tensor.dim``."
     for name in _UNARY_METHODS:
         methods[name] = _unary_method(name)
+    for name in ("isnan", "isinf", "isfinite"):  # bool results (standard.py)
+        methods[name] = _method(getattr(standard, name), f"fastmetal.{name}(self).")
     for name, fn in _BINARY_METHODS.items():
         methods[name] = _binary_method(fn)
     return methods
@@ -799,6 +811,13 @@ def _install() -> None:
         methods[f"__r{dunder}__"] = _binary_operator(op, reflected=True)
         methods[f"__i{dunder}__"] = _inplace_operator(op)
     methods["__ipow__"] = _inplace_operator("power")  # in place, as NumPy's a **= b
+    for dunder, fn in (("and", bitwise.bitwise_and), ("or", bitwise.bitwise_or),
+                       ("xor", bitwise.bitwise_xor), ("lshift", bitwise.bitwise_left_shift),
+                       ("rshift", bitwise.bitwise_right_shift)):
+        methods[f"__{dunder}__"] = _bitwise_operator(fn, reflected=False)
+        methods[f"__r{dunder}__"] = _bitwise_operator(fn, reflected=True)
+        methods[f"__i{dunder}__"] = _bitwise_inplace(fn)
+    methods["__invert__"] = _invert
     for dunder, op in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
                        ("ge", "greater_equal"), ("eq", "equal"), ("ne", "not_equal")):
         methods[f"__{dunder}__"] = _binary_operator(op, reflected=False)

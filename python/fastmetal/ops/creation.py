@@ -2,9 +2,9 @@
 the ``*_like`` functions (``zeros_like``, ``ones_like``, ``full_like``, ``empty_like``).
 
 Each returns a ``fastmetal.Array`` on ``device`` (default: the default device; for
-``*_like`` of an Array, that Array's device). dtypes follow fastmetal's rule: float32,
-float16 and int64 are kept; float64 becomes float32, other integers int64 where NumPy would
-give an integer result (``arange(5)``, ``full(3, 7)``), bool float32.
+``*_like`` of an Array, that Array's device). dtypes follow fastmetal's rule for Python
+scalars: ints give int64 (``arange(5)``, ``full(3, 7)``), floats float32 (the default floating
+dtype; ``dtype="float64"`` asks for double), bools bool; ``dtype`` may be any of fastmetal's.
 
 ``arange`` and ``linspace`` compute their values with NumPy on the host (so they are
 NumPy's values, rounded once to the result dtype) and copy them to the device once; ``full``
@@ -122,12 +122,15 @@ def empty(*shape: Any, dtype: Any = None, device: Optional[str] = None,
 
 def _target_dtype(dtype: Any, inferred: np.dtype, where: str) -> np.dtype:
     """The fastmetal dtype of a result: `dtype` if given (it must be native), else the
-    NumPy dtype `inferred` mapped by the dtype rule (ints -> int64, other -> float32)."""
+    NumPy dtype `inferred` from Python scalars mapped by the dtype rule (ints -> int64,
+    floats -> float32, bool -> bool)."""
     if dtype is not None:
         return native_dtype(dtype, f"fastmetal.{where}")
-    if inferred in _DTYPES:
-        return inferred
-    return np.dtype(np.int64) if inferred.kind in "iu" else np.dtype(np.float32)
+    if inferred.kind == "b":
+        return np.dtype(np.bool_)
+    if inferred.kind in "iu":
+        return np.dtype(np.int64)
+    return np.dtype(np.float16) if inferred == np.float16 else np.dtype(np.float32)
 
 
 def _upload(host: np.ndarray, dtype: np.dtype, device: Optional[str]) -> Array:

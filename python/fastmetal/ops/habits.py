@@ -18,7 +18,7 @@ import numpy as np
 from .. import _core
 from .._core import Array
 from . import layouts, manipulation, random, views
-from .dtypes import DTYPES
+from .dtypes import DTYPES, NAMES
 from .standard import clip
 
 __all__ = ["cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
@@ -156,8 +156,8 @@ def rand(*size: Any, dtype: Any = None, device: Optional[str] = None, generator:
 def randint(low: Any, high: Any = None, size: Any = None, *, dtype: Any = None,
             device: Optional[str] = None, generator: Any = None) -> Array:
     """Integers drawn uniformly from ``[low, high)``, as ``torch.randint(low, high, size)``
-    or ``torch.randint(high, size)``: int64 by default (``dtype`` float32 / float16 for
-    floats holding the integers). Each is ``low + floor(u * (high - low))`` with ``u`` of
+    or ``torch.randint(high, size)``: int64 by default (``dtype`` any of fastmetal's dtypes
+    but bool; the values must fit it). Each is ``low + floor(u * (high - low))`` with ``u`` of
     :func:`fastmetal.random.uniform` (24 random bits), so ``high - low`` is at most 2**24."""
     where = "fastmetal.randint"
     if size is None and high is not None and isinstance(high, (tuple, list)):
@@ -174,7 +174,7 @@ def randint(low: Any, high: Any = None, size: Any = None, *, dtype: Any = None,
                          f"draw), got {hi - lo}")
     target = np.dtype(np.int64) if dtype is None else np.dtype(dtype)
     if target not in DTYPES:
-        raise TypeError(f"[{where}] expected dtype int64, float32 or float16, got {dtype!r}")
+        raise TypeError(f"[{where}] expected dtype {NAMES}, got {dtype!r}")
     shape = _size(tuple(size) if isinstance(size, (tuple, list)) else (size,), "randint")
     u = random.uniform(shape, device=device, generator=generator)
     k = (u * float(hi - lo)).astype(np.int64)  # truncation = floor for u >= 0
@@ -185,7 +185,8 @@ def randint(low: Any, high: Any = None, size: Any = None, *, dtype: Any = None,
 def _like(input: Any, where: str) -> tuple:
     _require(input, where)
     if input.dtype.kind != "f":
-        raise TypeError(f"[fastmetal.{where}] expected a floating Array (float32 or float16), "
+        raise TypeError(f"[fastmetal.{where}] expected a floating Array (float16, float32 or "
+                        f"float64), "
                         f"got {input.dtype}")
     return tuple(input.shape), input.dtype, input.device
 
@@ -207,15 +208,13 @@ def rand_like(input: Any, *, dtype: Any = None, device: Optional[str] = None,
 
 
 def from_numpy(ndarray: Any) -> Array:
-    """An Array of a NumPy array's values in its own dtype, as ``torch.from_numpy``: float32,
-    float16 and int64 are kept (int64 labels stay int64); other dtypes are a TypeError until
-    fastmetal has them. On the cpu device the Array shares the NumPy array's memory where
+    """An Array of a NumPy array's values in its own dtype, as ``torch.from_numpy`` (bool,
+    uint8, int32, int64, float16, float32, float64; others are a TypeError). On the cpu device the Array shares the NumPy array's memory where
     fastmetal can (C-contiguous data), as PyTorch's does; elsewhere it is a copy."""
     if not isinstance(ndarray, np.ndarray):
         raise TypeError(f"[fastmetal.from_numpy] expected a numpy.ndarray, got "
                         f"{type(ndarray).__name__}")
     if ndarray.dtype not in DTYPES:
-        raise TypeError(f"[fastmetal.from_numpy] expected a NumPy array of dtype float32, "
-                        f"float16 or int64 (the dtypes fastmetal Arrays have now), got "
-                        f"{ndarray.dtype}; convert it with .astype(...) first")
+        raise TypeError(f"[fastmetal.from_numpy] expected a NumPy array of dtype {NAMES}, "
+                        f"got {ndarray.dtype}; convert it with .astype(...) first")
     return _core.asarray(ndarray, dtype=ndarray.dtype)

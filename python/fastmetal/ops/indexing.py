@@ -3,8 +3,8 @@
 * an integer index array (a NumPy integer array, a list of ints or an int64 Array):
   ``a[idx]``, ``a[:, idx]``, ``a[..., idx, None]`` gather along that axis
   (``result.shape = before + idx.shape + after``); negative indices count from the end;
-* a boolean mask (a NumPy bool array, a list of bools, or a float32/float16 Array, the
-  masks fastmetal's comparisons return: nonzero, NaN included, is True) covering
+* a boolean mask (a NumPy bool array, a list of bools, a bool Array as fastmetal's
+  comparisons return, or a float Array: nonzero, NaN included, is True) covering
   ``mask.ndim`` consecutive axes: ``a[a > 0]``, ``a[mask, 1:]``.
 
 Reading gives a new array (a copy, as NumPy); assignment (``a[idx] = v``, ``a[mask] = v``)
@@ -60,11 +60,14 @@ def _is_int(k: Any) -> bool:
 
 
 def _classify(k: Any, where: str) -> Tuple[str, Any]:
-    """("int", int64 NumPy array or int64 Array) or ("mask", bool NumPy array or float Array)."""
+    """("int", int64 NumPy array or int64 Array) or ("mask", bool NumPy array, bool Array or
+    float Array)."""
     if isinstance(k, Array):
         if k.dtype == np.int64:
             return "int", k
-        return "mask", k
+        if k.dtype.kind in "iu":  # int32, uint8 indices: as int64
+            return "int", k.astype(np.int64)
+        return "mask", k  # bool (or a float mask: nonzero is True)
     arr = np.asarray(k)
     if isinstance(k, list) and arr.size == 0:
         arr = arr.astype(np.int64)  # NumPy: an empty list is an (empty) integer index
@@ -306,7 +309,7 @@ def _host_key(key: Any) -> Any:
     def host(k: Any) -> Any:
         if isinstance(k, Array):
             v = k.numpy()
-            return v if k.dtype == np.int64 else (v != 0)
+            return v.astype(np.int64) if k.dtype.kind in "iu" else (v != 0)
         return k
     return tuple(host(k) for k in key) if isinstance(key, tuple) else host(key)
 

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from . import layouts
+from . import dtypes, layouts
 from .._core import Array
 from ..autograd.declare import op
 
@@ -89,23 +89,22 @@ def nonzero(a: Any) -> Tuple[Any, ...]:
 
 # ----------------------------------------------------------------------------- joining
 def _result_dtype(arrays: Sequence[Any], dtype: Any, where: str) -> np.dtype:
+    """``dtype`` if given, else the promotion of the arrays' dtypes (fastmetal's table:
+    dtypes.promote); NumPy data of a dtype fastmetal lacks takes the one it converts to."""
     if dtype is not None:
-        want = np.dtype(dtype)
-        if want not in (np.float32, np.float16, np.int64):
-            raise TypeError(f"[fastmetal.{where}] expected dtype float32, float16 or int64, "
-                            f"got {dtype!r}")
-        return want
-    kinds = []
+        return dtypes.native_dtype(dtype, f"fastmetal.{where}")
+    names = []
     for a in arrays:
         d = a.dtype if isinstance(a, Array) else np.asarray(a).dtype
         if d.kind not in "biuf":
             raise TypeError(f"[fastmetal.{where}] expected real arrays, got dtype {d}")
-        kinds.append(d)
-    if all(d.kind in "iu" for d in kinds):
-        return np.dtype(np.int64)
-    if all(d == np.float16 for d in kinds):
-        return np.dtype(np.float16)
-    return np.dtype(np.float32)
+        if d not in dtypes.DTYPES:  # int8, uint16, ...: as asarray widens them
+            d = np.dtype(np.int64) if d.kind in "iu" and d.itemsize < 8 else np.dtype(np.float64)
+        names.append(d.name)
+    out = names[0]
+    for n in names[1:]:
+        out = dtypes.promote(out, n).name
+    return np.dtype(out)
 
 
 def _sequence(arrays: Any, where: str) -> list:
@@ -133,7 +132,7 @@ def concatenate(arrays: Any, axis: Optional[int] = 0, out: Any = None, dtype: An
                 casting: str = "same_kind") -> Any:
     """Join ``arrays`` along ``axis`` (flattened first when ``axis`` is None), as
     ``numpy.concatenate``: the shapes must agree except along ``axis``; the dtype is their
-    promotion (int64 for integers, float16 if all are float16, else float32) or ``dtype``;
+    promotion (fastmetal.result_type of the arrays) or ``dtype``;
     ``out`` a NumPy array or fastmetal.Array of the result's shape (fastmetal's out= rules).
     On the device: one copy per input into its slice of the result. ``casting`` is accepted
     for NumPy's signature; values are converted as ``astype`` does."""

@@ -9,9 +9,9 @@ Everything here is made of differentiable ops (views, indexing, ``where``, ``con
 host work is index bookkeeping (``repeat`` with per-element counts, ``eye``/``tril``/``triu``
 masks, built by NumPy once and copied to the device).
 
-dtypes: the Arrays' dtypes are float32, float16 and int64 (``fastmetal.float32`` ...).
-``all``/``any`` and ``isnan``/``isinf``/``isfinite`` return fastmetal's float masks (1.0 /
-0.0, as the comparisons do) until fastmetal has a bool dtype; then they will return bool.
+dtypes: bool, uint8, int32, int64, float16, float32 and float64 (``fastmetal.bool`` ...;
+float64 on cpu and cuda). ``all``/``any``, ``isnan``/``isinf``/``isfinite`` and the logical
+functions return bool, as the comparisons do.
 """
 from __future__ import annotations
 
@@ -26,13 +26,15 @@ from .. import _core
 from .._core import Array
 from ..autograd.declare import op
 from . import layouts, linalg, manipulation, reductions, views
-from .dtypes import DTYPES
+from .dtypes import DTYPES, promote
 from .elementwise import FUNCTIONS as _F
 
-__all__ = ["__array_api_version__", "float16", "float32", "int64", "finfo", "iinfo", "isdtype",
+__all__ = ["__array_api_version__", "__array_namespace_info__", "bool", "uint8", "int32", "int64", "float16", "float32",
+           "float64", "finfo", "iinfo", "isdtype",
            "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",
            "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril",
-           "triu", "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "logical_not",
+           "triu", "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "isnan",
+           "isinf", "isfinite", "logical_not",
            "logical_and", "logical_or", "logical_xor", "count_nonzero", "argsort", "sort",
            "searchsorted", "unique_values", "unique_counts", "unique_inverse", "unique_all",
            "nonzero"]
@@ -42,9 +44,13 @@ __array_api_version__ = "2024.12"
 
 # The dtypes Arrays have, as NumPy dtypes (what Array.dtype returns, so they compare and hash
 # alike).
+bool = np.dtype(np.bool_)  # noqa: A001 (the standard's name; builtins.bool stays reachable)
+uint8 = np.dtype(np.uint8)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
 float16 = np.dtype(np.float16)
 float32 = np.dtype(np.float32)
-int64 = np.dtype(np.int64)
+float64 = np.dtype(np.float64)
 
 
 def _require(a: Any, where: str, name: str = "x") -> None:
@@ -106,43 +112,80 @@ def isdtype(dtype: Any, kind: Any) -> bool:
     return d == _as_dtype(kind, "isdtype", "kind")
 
 
-def _promote(a: np.dtype, b: np.dtype) -> np.dtype:
-    """Two of fastmetal's dtypes as its elementwise ops promote them: equal ones stay,
-    anything else computes in float32 (float16 + float32, int64 + float)."""
-    return a if a == b else float32
+class _NamespaceInfo:
+    """The Array API's inspection object (``fastmetal.__array_namespace_info__()``)."""
+
+    def capabilities(self) -> dict:
+        """What the namespace does: boolean indexing (data-dependent shapes, read from the
+        device once) yes; ``max dimensions``: 64 (``fastmetal.Array``'s limit)."""
+        return {"boolean indexing": True, "data-dependent shapes": True,
+                "max dimensions": 64}
+
+    def default_device(self) -> str:
+        return _core.default_device()
+
+    def devices(self) -> list:
+        return list(_core.devices())
+
+    def default_dtypes(self, *, device: Any = None) -> dict:
+        return {"real floating": float32, "complex floating": None, "integral": int64,
+                "indexing": int64}
+
+    def dtypes(self, *, device: Any = None, kind: Any = None) -> dict:
+        """The dtypes ``device`` has (float64 on cpu and cuda, not metal), of ``kind``."""
+        device = device or _core.default_device()
+        out = {}
+        for d in DTYPES:
+            if d == np.float64 and not _core._device_capabilities(device).get("float64", True):
+                continue
+            if kind is None or isdtype(d, kind):
+                out[d.name] = d
+        return out
+
+
+def __array_namespace_info__() -> _NamespaceInfo:
+    """The Array API standard's inspection namespace: devices, default dtypes, dtypes."""
+    return _NamespaceInfo()
+
+
+def _operand_name(x: Any) -> str:
+    if isinstance(x, builtins.bool):
+        return "python_bool"
+    if isinstance(x, int) and not isinstance(x, np.generic):
+        return "python_int"
+    if isinstance(x, float) and not isinstance(x, np.generic):
+        return "python_float"
+    d = _as_dtype(x, "result_type", "each argument")
+    if d not in DTYPES:
+        raise TypeError(f"[fastmetal.result_type] expected fastmetal's dtypes (bool, uint8, "
+                        f"int32, int64, float16, float32, float64), got {d}")
+    return d.name
 
 
 def result_type(*arrays_and_dtypes: Any) -> np.dtype:
     """The dtype fastmetal's elementwise ops give for these operands (Arrays, dtypes and, as
     the standard allows since 2023.12, Python scalars, which take the other operands' dtype):
-    the same dtype stays, float16 with float32 or int64 with a float gives float32."""
+    the Array API standard's promotion table; across kinds, as PyTorch (bool < integers <
+    floats: an integer with a float gives that float)."""
     if not arrays_and_dtypes:
         raise ValueError("[fastmetal.result_type] expected at least one array or dtype, got "
                          "none")
-    strong, weak = [], []
-    for x in arrays_and_dtypes:
-        if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-            weak.append(x)
-            continue
-        d = _as_dtype(x, "result_type", "each argument")
-        if d not in DTYPES:
-            raise TypeError(f"[fastmetal.result_type] expected fastmetal's dtypes (float32, "
-                            f"float16, int64), got {d}")
-        strong.append(d)
-    if not strong:
-        return float32 if builtins.any(isinstance(w, float) for w in weak) else int64
-    out = strong[0]
-    for d in strong[1:]:
-        out = _promote(out, d)
-    if out == int64 and builtins.any(isinstance(w, float) for w in weak):
-        return float32
-    return out
+    names = [_operand_name(x) for x in arrays_and_dtypes]
+    # Arrays and dtypes first, then the scalars join the result (each scalar is weak
+    # against the strong result, whatever its position).
+    strong = [n for n in names if not n.startswith("python_")]
+    weak = [n for n in names if n.startswith("python_")]
+    order = strong + weak
+    out = order[0]
+    for n in order[1:]:
+        out = promote(out, n).name
+    return np.dtype(out)
 
 
 def can_cast(from_: Any, to: Any, /) -> bool:
     """Whether ``from_`` (a dtype or Array) converts to dtype ``to`` without losing values
     by the promotion rules (``numpy.can_cast`` with casting='safe')."""
-    return bool(np.can_cast(_as_dtype(from_, "can_cast", "from_"),
+    return builtins.bool(np.can_cast(_as_dtype(from_, "can_cast", "from_"),
                             _as_dtype(to, "can_cast", "to"), casting="safe"))
 
 
@@ -179,7 +222,7 @@ def matrix_transpose(x: Any, /) -> Array:
 def _bound(v: Any, where: str, name: str) -> Any:
     if v is None or isinstance(v, Array):
         return v
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.ndarray,
+    if isinstance(v, (builtins.bool, np.bool_)) or not isinstance(v, (numbers.Real, np.ndarray,
                                                              np.generic, list, tuple)):
         raise TypeError(f"[fastmetal.{where}] expected {name} to be a real number, an array "
                         f"or None, got {type(v).__name__}")
@@ -221,23 +264,22 @@ def _clip_vjp(ctx: Any, g: Array) -> tuple:
 def all(x: Any, /, *, axis: Any = None, keepdims: bool = False, dim: Any = None,  # noqa: A001
         keepdim: Any = None) -> Any:
     """Whether every element along ``axis`` is nonzero (NaN counts as nonzero), as the
-    Array API's ``all``: 1.0 / 0.0 in a float32 mask until fastmetal has bool (then bool);
-    an empty reduction gives 1.0. ``dim=`` / ``keepdim=``: PyTorch's spellings."""
+    Array API's ``all``: bool; an empty reduction gives True. ``dim=`` / ``keepdim=``:
+    PyTorch's spellings."""
     _require(x, "all")
     axis, keepdims = reductions._torch_axis("all", axis, keepdims, dim, keepdim)
     zeros = reductions.sum(_F["equal"](x, 0), axis=axis, keepdims=keepdims)
-    return _F["equal"](zeros, 0.0)
+    return _F["equal"](zeros, 0)
 
 
 def any(x: Any, /, *, axis: Any = None, keepdims: bool = False, dim: Any = None,  # noqa: A001
         keepdim: Any = None) -> Any:
     """Whether any element along ``axis`` is nonzero (NaN counts as nonzero), as the Array
-    API's ``any``: a float32 mask (1.0 / 0.0) until fastmetal has bool; an empty reduction
-    gives 0.0."""
+    API's ``any``: bool; an empty reduction gives False."""
     _require(x, "any")
     axis, keepdims = reductions._torch_axis("any", axis, keepdims, dim, keepdim)
     nonzero = reductions.sum(_F["not_equal"](x, 0), axis=axis, keepdims=keepdims)
-    return _F["greater"](nonzero, 0.0)
+    return _F["greater"](nonzero, 0)
 
 
 # ----------------------------------------------------------------------------- broadcasting
@@ -363,7 +405,7 @@ def repeat(x: Any, repeats: Any, /, *, axis: Optional[int] = None) -> Array:
     if axis is None:
         x, axis = views.reshape(x, -1), 0
     ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.repeat")
-    if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, (bool, np.bool_)):
+    if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, (builtins.bool, np.bool_)):
         r = int(repeats)
         if r < 0:
             raise ValueError(f"[fastmetal.repeat] expected repeats >= 0, got {r}")
@@ -527,34 +569,53 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
 
 
 # ----------------------------------------------------------------------------- logical
-def logical_not(x: Any, /) -> Array:
-    """1.0 where ``x`` is zero, else 0.0 (NaN is nonzero), as the Array API's
-    ``logical_not``: a float32 mask until fastmetal has bool."""
-    _require(x, "logical_not")
-    return _F["equal"](x, 0)
-
-
-def _truth(x: Any, where: str, name: str) -> Array:
+def _truth(x: Any, where: str, name: str) -> Any:
+    """x as bool: nonzero is true (NaN too, as NumPy's bool(nan))."""
     if isinstance(x, (str, bytes, complex)) or x is None:
         raise TypeError(f"[fastmetal.{where}] expected {name} to be a fastmetal.Array or a "
                         f"real number, got {type(x).__name__}")
+    if isinstance(x, Array) and x.dtype == bool:
+        return x
     return _F["not_equal"](x, 0)
 
 
+def isnan(x: Any, /) -> Any:
+    """True where ``x`` is NaN (never for integers and bool), as ``numpy.isnan``."""
+    return _F["not_equal"](x, x)
+
+
+def isinf(x: Any, /) -> Any:
+    """True where ``x`` is +inf or -inf, as ``numpy.isinf``."""
+    return _F["equal"](_F["abs"](x), math.inf)
+
+
+def isfinite(x: Any, /) -> Any:
+    """True where ``x`` is neither inf nor NaN, as ``numpy.isfinite``."""
+    return _F["less"](_F["abs"](x), math.inf)
+
+
+def logical_not(x: Any, /) -> Array:
+    """True where ``x`` is zero (NaN is nonzero), as the Array API's ``logical_not``."""
+    _require(x, "logical_not")
+    return _core.unary("bitwise_invert", _truth(x, "logical_not", "x"), None)
+
+
 def logical_and(x1: Any, x2: Any, /) -> Array:
-    """1.0 where both are nonzero, broadcast, as the Array API's ``logical_and`` (a float32
-    mask until fastmetal has bool)."""
-    return _F["multiply"](_truth(x1, "logical_and", "x1"), _truth(x2, "logical_and", "x2"))
+    """True where both are nonzero, broadcast, as the Array API's ``logical_and``."""
+    return _core.binary("bitwise_and", _truth(x1, "logical_and", "x1"),
+                        _truth(x2, "logical_and", "x2"), None)
 
 
 def logical_or(x1: Any, x2: Any, /) -> Array:
-    """1.0 where either is nonzero, broadcast, as the Array API's ``logical_or``."""
-    return _F["maximum"](_truth(x1, "logical_or", "x1"), _truth(x2, "logical_or", "x2"))
+    """True where either is nonzero, broadcast, as the Array API's ``logical_or``."""
+    return _core.binary("bitwise_or", _truth(x1, "logical_or", "x1"),
+                        _truth(x2, "logical_or", "x2"), None)
 
 
 def logical_xor(x1: Any, x2: Any, /) -> Array:
-    """1.0 where exactly one is nonzero, broadcast, as the Array API's ``logical_xor``."""
-    return _F["not_equal"](_truth(x1, "logical_xor", "x1"), _truth(x2, "logical_xor", "x2"))
+    """True where exactly one is nonzero, broadcast, as the Array API's ``logical_xor``."""
+    return _core.binary("bitwise_xor", _truth(x1, "logical_xor", "x1"),
+                        _truth(x2, "logical_xor", "x2"), None)
 
 
 def count_nonzero(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> Array:

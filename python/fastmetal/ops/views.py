@@ -156,14 +156,16 @@ def contiguous_copy(self: Array) -> Array:
 
 
 def astype(self: Array, dtype: Any, copy: bool = True) -> Array:
-    """This array in `dtype` (float32, float16 or int64), converted on its device as
-    NumPy's astype: to float16 rounds to nearest even (inf beyond 65504), int64 to float
-    rounds to nearest, float to int64 truncates toward zero (NaN, inf and values outside
-    int64 give -2**63, as NumPy on x86-64). Same dtype: a copy (or self with copy=False)."""
+    """This array in `dtype` (any of fastmetal's), converted on its device as NumPy's astype
+    on x86-64: to a float rounds to nearest even (float16: inf beyond 65504); float to int64
+    or int32 truncates toward zero (NaN, inf and values outside the type give its lowest
+    value); float to uint8 through int64, keeping the low 8 bits; integers to integers keep
+    the low bits; to bool: nonzero is True (NaN too). Same dtype: a copy (or self with
+    copy=False)."""
     target = dtypes.native_dtype(dtype, _where("astype"))
     if target == self.dtype:
         return contiguous_copy(self) if copy else self
-    if target == np.int64:  # integers have no gradient: the result leaves the graph
+    if target.kind != "f":  # integers and bool have no gradient: the result leaves the graph
         return _core.asarray(self, dtype=target)
     return convert(self, target)
 
