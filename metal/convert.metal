@@ -95,7 +95,9 @@ FM_FUNC fm_bool fm_cast(double x, to_bool) { return x != 0.0 ? 1 : 0; }
 FM_FUNC double fm_cast(int64_t x, to_f64) { return static_cast<double>(x); }
 #endif
 
-template <typename From, typename To, typename Tag>
+// Src tells the instances of bool (1) and uint8 (0) apart: both are stored as uchar, and one
+// template instance cannot carry two host names.
+template <typename From, typename To, typename Tag, int Src>
 kernel void convert_view(device const From* x [[buffer(0)]], device To* out [[buffer(1)]],
                          constant ViewArgs& a [[buffer(2)]],
                          uint i [[thread_position_in_grid]]) {
@@ -104,55 +106,55 @@ kernel void convert_view(device const From* x [[buffer(0)]], device To* out [[bu
 }
 
 // Every (from, to) pair; those with float64 on the discrete backends only.
-FM_INSTANTIATE("convert_float32_float32", convert_view, float, float, to_f32);
-FM_INSTANTIATE("convert_float32_float16", convert_view, float, half, to_f16);
-FM_INSTANTIATE("convert_float32_int64", convert_view, float, int64_t, to_i64);
-FM_INSTANTIATE("convert_float32_int32", convert_view, float, int32_t, to_i32);
-FM_INSTANTIATE("convert_float32_uint8", convert_view, float, uchar, to_u8);
-FM_INSTANTIATE("convert_float32_bool", convert_view, float, fm_bool, to_bool);
-FM_INSTANTIATE_DISCRETE("convert_float32_float64", convert_view, float, double, to_f64);
-FM_INSTANTIATE("convert_float16_float32", convert_view, half, float, to_f32);
-FM_INSTANTIATE("convert_float16_float16", convert_view, half, half, to_f16);
-FM_INSTANTIATE("convert_float16_int64", convert_view, half, int64_t, to_i64);
-FM_INSTANTIATE("convert_float16_int32", convert_view, half, int32_t, to_i32);
-FM_INSTANTIATE("convert_float16_uint8", convert_view, half, uchar, to_u8);
-FM_INSTANTIATE("convert_float16_bool", convert_view, half, fm_bool, to_bool);
-FM_INSTANTIATE_DISCRETE("convert_float16_float64", convert_view, half, double, to_f64);
-FM_INSTANTIATE("convert_int64_float32", convert_view, int64_t, float, to_f32);
-FM_INSTANTIATE("convert_int64_float16", convert_view, int64_t, half, to_f16);
-FM_INSTANTIATE("convert_int64_int64", convert_view, int64_t, int64_t, to_i64);
-FM_INSTANTIATE("convert_int64_int32", convert_view, int64_t, int32_t, to_i32);
-FM_INSTANTIATE("convert_int64_uint8", convert_view, int64_t, uchar, to_u8);
-FM_INSTANTIATE("convert_int64_bool", convert_view, int64_t, fm_bool, to_bool);
-FM_INSTANTIATE_DISCRETE("convert_int64_float64", convert_view, int64_t, double, to_f64);
-FM_INSTANTIATE("convert_int32_float32", convert_view, int32_t, float, to_f32);
-FM_INSTANTIATE("convert_int32_float16", convert_view, int32_t, half, to_f16);
-FM_INSTANTIATE("convert_int32_int64", convert_view, int32_t, int64_t, to_i64);
-FM_INSTANTIATE("convert_int32_int32", convert_view, int32_t, int32_t, to_i32);
-FM_INSTANTIATE("convert_int32_uint8", convert_view, int32_t, uchar, to_u8);
-FM_INSTANTIATE("convert_int32_bool", convert_view, int32_t, fm_bool, to_bool);
-FM_INSTANTIATE_DISCRETE("convert_int32_float64", convert_view, int32_t, double, to_f64);
-FM_INSTANTIATE("convert_uint8_float32", convert_view, uchar, float, to_f32);
-FM_INSTANTIATE("convert_uint8_float16", convert_view, uchar, half, to_f16);
-FM_INSTANTIATE("convert_uint8_int64", convert_view, uchar, int64_t, to_i64);
-FM_INSTANTIATE("convert_uint8_int32", convert_view, uchar, int32_t, to_i32);
-FM_INSTANTIATE("convert_uint8_uint8", convert_view, uchar, uchar, to_u8);
-FM_INSTANTIATE("convert_uint8_bool", convert_view, uchar, fm_bool, to_bool);
-FM_INSTANTIATE_DISCRETE("convert_uint8_float64", convert_view, uchar, double, to_f64);
-FM_INSTANTIATE("convert_bool_float32", convert_view, fm_bool, float, to_f32);
-FM_INSTANTIATE("convert_bool_float16", convert_view, fm_bool, half, to_f16);
-FM_INSTANTIATE("convert_bool_int64", convert_view, fm_bool, int64_t, to_i64);
-FM_INSTANTIATE("convert_bool_int32", convert_view, fm_bool, int32_t, to_i32);
-FM_INSTANTIATE("convert_bool_uint8", convert_view, fm_bool, uchar, to_u8);
-FM_INSTANTIATE("convert_bool_bool", convert_view, fm_bool, fm_bool, to_bool);
-FM_INSTANTIATE_DISCRETE("convert_bool_float64", convert_view, fm_bool, double, to_f64);
-FM_INSTANTIATE_DISCRETE("convert_float64_float32", convert_view, double, float, to_f32);
-FM_INSTANTIATE_DISCRETE("convert_float64_float16", convert_view, double, half, to_f16);
-FM_INSTANTIATE_DISCRETE("convert_float64_int64", convert_view, double, int64_t, to_i64);
-FM_INSTANTIATE_DISCRETE("convert_float64_int32", convert_view, double, int32_t, to_i32);
-FM_INSTANTIATE_DISCRETE("convert_float64_uint8", convert_view, double, uchar, to_u8);
-FM_INSTANTIATE_DISCRETE("convert_float64_bool", convert_view, double, fm_bool, to_bool);
-FM_INSTANTIATE_DISCRETE("convert_float64_float64", convert_view, double, double, to_f64);
+FM_INSTANTIATE("convert_float32_float32", convert_view, float, float, to_f32, 0);
+FM_INSTANTIATE("convert_float32_float16", convert_view, float, half, to_f16, 0);
+FM_INSTANTIATE("convert_float32_int64", convert_view, float, int64_t, to_i64, 0);
+FM_INSTANTIATE("convert_float32_int32", convert_view, float, int32_t, to_i32, 0);
+FM_INSTANTIATE("convert_float32_uint8", convert_view, float, uchar, to_u8, 0);
+FM_INSTANTIATE("convert_float32_bool", convert_view, float, fm_bool, to_bool, 0);
+FM_INSTANTIATE_DISCRETE("convert_float32_float64", convert_view, float, double, to_f64, 0);
+FM_INSTANTIATE("convert_float16_float32", convert_view, half, float, to_f32, 0);
+FM_INSTANTIATE("convert_float16_float16", convert_view, half, half, to_f16, 0);
+FM_INSTANTIATE("convert_float16_int64", convert_view, half, int64_t, to_i64, 0);
+FM_INSTANTIATE("convert_float16_int32", convert_view, half, int32_t, to_i32, 0);
+FM_INSTANTIATE("convert_float16_uint8", convert_view, half, uchar, to_u8, 0);
+FM_INSTANTIATE("convert_float16_bool", convert_view, half, fm_bool, to_bool, 0);
+FM_INSTANTIATE_DISCRETE("convert_float16_float64", convert_view, half, double, to_f64, 0);
+FM_INSTANTIATE("convert_int64_float32", convert_view, int64_t, float, to_f32, 0);
+FM_INSTANTIATE("convert_int64_float16", convert_view, int64_t, half, to_f16, 0);
+FM_INSTANTIATE("convert_int64_int64", convert_view, int64_t, int64_t, to_i64, 0);
+FM_INSTANTIATE("convert_int64_int32", convert_view, int64_t, int32_t, to_i32, 0);
+FM_INSTANTIATE("convert_int64_uint8", convert_view, int64_t, uchar, to_u8, 0);
+FM_INSTANTIATE("convert_int64_bool", convert_view, int64_t, fm_bool, to_bool, 0);
+FM_INSTANTIATE_DISCRETE("convert_int64_float64", convert_view, int64_t, double, to_f64, 0);
+FM_INSTANTIATE("convert_int32_float32", convert_view, int32_t, float, to_f32, 0);
+FM_INSTANTIATE("convert_int32_float16", convert_view, int32_t, half, to_f16, 0);
+FM_INSTANTIATE("convert_int32_int64", convert_view, int32_t, int64_t, to_i64, 0);
+FM_INSTANTIATE("convert_int32_int32", convert_view, int32_t, int32_t, to_i32, 0);
+FM_INSTANTIATE("convert_int32_uint8", convert_view, int32_t, uchar, to_u8, 0);
+FM_INSTANTIATE("convert_int32_bool", convert_view, int32_t, fm_bool, to_bool, 0);
+FM_INSTANTIATE_DISCRETE("convert_int32_float64", convert_view, int32_t, double, to_f64, 0);
+FM_INSTANTIATE("convert_uint8_float32", convert_view, uchar, float, to_f32, 0);
+FM_INSTANTIATE("convert_uint8_float16", convert_view, uchar, half, to_f16, 0);
+FM_INSTANTIATE("convert_uint8_int64", convert_view, uchar, int64_t, to_i64, 0);
+FM_INSTANTIATE("convert_uint8_int32", convert_view, uchar, int32_t, to_i32, 0);
+FM_INSTANTIATE("convert_uint8_uint8", convert_view, uchar, uchar, to_u8, 0);
+FM_INSTANTIATE("convert_uint8_bool", convert_view, uchar, fm_bool, to_bool, 0);
+FM_INSTANTIATE_DISCRETE("convert_uint8_float64", convert_view, uchar, double, to_f64, 0);
+FM_INSTANTIATE("convert_bool_float32", convert_view, fm_bool, float, to_f32, 1);
+FM_INSTANTIATE("convert_bool_float16", convert_view, fm_bool, half, to_f16, 1);
+FM_INSTANTIATE("convert_bool_int64", convert_view, fm_bool, int64_t, to_i64, 1);
+FM_INSTANTIATE("convert_bool_int32", convert_view, fm_bool, int32_t, to_i32, 1);
+FM_INSTANTIATE("convert_bool_uint8", convert_view, fm_bool, uchar, to_u8, 1);
+FM_INSTANTIATE("convert_bool_bool", convert_view, fm_bool, fm_bool, to_bool, 1);
+FM_INSTANTIATE_DISCRETE("convert_bool_float64", convert_view, fm_bool, double, to_f64, 1);
+FM_INSTANTIATE_DISCRETE("convert_float64_float32", convert_view, double, float, to_f32, 0);
+FM_INSTANTIATE_DISCRETE("convert_float64_float16", convert_view, double, half, to_f16, 0);
+FM_INSTANTIATE_DISCRETE("convert_float64_int64", convert_view, double, int64_t, to_i64, 0);
+FM_INSTANTIATE_DISCRETE("convert_float64_int32", convert_view, double, int32_t, to_i32, 0);
+FM_INSTANTIATE_DISCRETE("convert_float64_uint8", convert_view, double, uchar, to_u8, 0);
+FM_INSTANTIATE_DISCRETE("convert_float64_bool", convert_view, double, fm_bool, to_bool, 0);
+FM_INSTANTIATE_DISCRETE("convert_float64_float64", convert_view, double, double, to_f64, 0);
 
 // Op: 0 less, 1 less_equal, 2 greater, 3 greater_equal, 4 equal, 5 not_equal. NaN compares
 // false but for not_equal (half compares through float: exact).
@@ -170,7 +172,7 @@ FM_FUNC bool compare(T x, T y) {
 template <typename T> struct compared { typedef T type; };
 template <> struct compared<half> { typedef float type; };
 
-template <typename T, int Op>
+template <typename T, int Op, int Src>  // Src: as convert_view's
 kernel void compare_view(device const T* x [[buffer(0)]], device const T* y [[buffer(1)]],
                          device fm_bool* out [[buffer(2)]], constant ViewArgs& a [[buffer(3)]],
                          uint i [[thread_position_in_grid]]) {
@@ -181,45 +183,45 @@ kernel void compare_view(device const T* x [[buffer(0)]], device const T* y [[bu
   out[view_offset(a, 2, e)] = r ? 1 : 0;
 }
 
-FM_INSTANTIATE("compare_less_float32", compare_view, float, 0);
-FM_INSTANTIATE("compare_less_equal_float32", compare_view, float, 1);
-FM_INSTANTIATE("compare_greater_float32", compare_view, float, 2);
-FM_INSTANTIATE("compare_greater_equal_float32", compare_view, float, 3);
-FM_INSTANTIATE("compare_equal_float32", compare_view, float, 4);
-FM_INSTANTIATE("compare_not_equal_float32", compare_view, float, 5);
-FM_INSTANTIATE("compare_less_float16", compare_view, half, 0);
-FM_INSTANTIATE("compare_less_equal_float16", compare_view, half, 1);
-FM_INSTANTIATE("compare_greater_float16", compare_view, half, 2);
-FM_INSTANTIATE("compare_greater_equal_float16", compare_view, half, 3);
-FM_INSTANTIATE("compare_equal_float16", compare_view, half, 4);
-FM_INSTANTIATE("compare_not_equal_float16", compare_view, half, 5);
-FM_INSTANTIATE("compare_less_int64", compare_view, int64_t, 0);
-FM_INSTANTIATE("compare_less_equal_int64", compare_view, int64_t, 1);
-FM_INSTANTIATE("compare_greater_int64", compare_view, int64_t, 2);
-FM_INSTANTIATE("compare_greater_equal_int64", compare_view, int64_t, 3);
-FM_INSTANTIATE("compare_equal_int64", compare_view, int64_t, 4);
-FM_INSTANTIATE("compare_not_equal_int64", compare_view, int64_t, 5);
-FM_INSTANTIATE("compare_less_int32", compare_view, int32_t, 0);
-FM_INSTANTIATE("compare_less_equal_int32", compare_view, int32_t, 1);
-FM_INSTANTIATE("compare_greater_int32", compare_view, int32_t, 2);
-FM_INSTANTIATE("compare_greater_equal_int32", compare_view, int32_t, 3);
-FM_INSTANTIATE("compare_equal_int32", compare_view, int32_t, 4);
-FM_INSTANTIATE("compare_not_equal_int32", compare_view, int32_t, 5);
-FM_INSTANTIATE("compare_less_uint8", compare_view, uchar, 0);
-FM_INSTANTIATE("compare_less_equal_uint8", compare_view, uchar, 1);
-FM_INSTANTIATE("compare_greater_uint8", compare_view, uchar, 2);
-FM_INSTANTIATE("compare_greater_equal_uint8", compare_view, uchar, 3);
-FM_INSTANTIATE("compare_equal_uint8", compare_view, uchar, 4);
-FM_INSTANTIATE("compare_not_equal_uint8", compare_view, uchar, 5);
-FM_INSTANTIATE("compare_less_bool", compare_view, fm_bool, 0);
-FM_INSTANTIATE("compare_less_equal_bool", compare_view, fm_bool, 1);
-FM_INSTANTIATE("compare_greater_bool", compare_view, fm_bool, 2);
-FM_INSTANTIATE("compare_greater_equal_bool", compare_view, fm_bool, 3);
-FM_INSTANTIATE("compare_equal_bool", compare_view, fm_bool, 4);
-FM_INSTANTIATE("compare_not_equal_bool", compare_view, fm_bool, 5);
-FM_INSTANTIATE_DISCRETE("compare_less_float64", compare_view, double, 0);
-FM_INSTANTIATE_DISCRETE("compare_less_equal_float64", compare_view, double, 1);
-FM_INSTANTIATE_DISCRETE("compare_greater_float64", compare_view, double, 2);
-FM_INSTANTIATE_DISCRETE("compare_greater_equal_float64", compare_view, double, 3);
-FM_INSTANTIATE_DISCRETE("compare_equal_float64", compare_view, double, 4);
-FM_INSTANTIATE_DISCRETE("compare_not_equal_float64", compare_view, double, 5);
+FM_INSTANTIATE("compare_less_float32", compare_view, float, 0, 0);
+FM_INSTANTIATE("compare_less_equal_float32", compare_view, float, 1, 0);
+FM_INSTANTIATE("compare_greater_float32", compare_view, float, 2, 0);
+FM_INSTANTIATE("compare_greater_equal_float32", compare_view, float, 3, 0);
+FM_INSTANTIATE("compare_equal_float32", compare_view, float, 4, 0);
+FM_INSTANTIATE("compare_not_equal_float32", compare_view, float, 5, 0);
+FM_INSTANTIATE("compare_less_float16", compare_view, half, 0, 0);
+FM_INSTANTIATE("compare_less_equal_float16", compare_view, half, 1, 0);
+FM_INSTANTIATE("compare_greater_float16", compare_view, half, 2, 0);
+FM_INSTANTIATE("compare_greater_equal_float16", compare_view, half, 3, 0);
+FM_INSTANTIATE("compare_equal_float16", compare_view, half, 4, 0);
+FM_INSTANTIATE("compare_not_equal_float16", compare_view, half, 5, 0);
+FM_INSTANTIATE("compare_less_int64", compare_view, int64_t, 0, 0);
+FM_INSTANTIATE("compare_less_equal_int64", compare_view, int64_t, 1, 0);
+FM_INSTANTIATE("compare_greater_int64", compare_view, int64_t, 2, 0);
+FM_INSTANTIATE("compare_greater_equal_int64", compare_view, int64_t, 3, 0);
+FM_INSTANTIATE("compare_equal_int64", compare_view, int64_t, 4, 0);
+FM_INSTANTIATE("compare_not_equal_int64", compare_view, int64_t, 5, 0);
+FM_INSTANTIATE("compare_less_int32", compare_view, int32_t, 0, 0);
+FM_INSTANTIATE("compare_less_equal_int32", compare_view, int32_t, 1, 0);
+FM_INSTANTIATE("compare_greater_int32", compare_view, int32_t, 2, 0);
+FM_INSTANTIATE("compare_greater_equal_int32", compare_view, int32_t, 3, 0);
+FM_INSTANTIATE("compare_equal_int32", compare_view, int32_t, 4, 0);
+FM_INSTANTIATE("compare_not_equal_int32", compare_view, int32_t, 5, 0);
+FM_INSTANTIATE("compare_less_uint8", compare_view, uchar, 0, 0);
+FM_INSTANTIATE("compare_less_equal_uint8", compare_view, uchar, 1, 0);
+FM_INSTANTIATE("compare_greater_uint8", compare_view, uchar, 2, 0);
+FM_INSTANTIATE("compare_greater_equal_uint8", compare_view, uchar, 3, 0);
+FM_INSTANTIATE("compare_equal_uint8", compare_view, uchar, 4, 0);
+FM_INSTANTIATE("compare_not_equal_uint8", compare_view, uchar, 5, 0);
+FM_INSTANTIATE("compare_less_bool", compare_view, fm_bool, 0, 1);
+FM_INSTANTIATE("compare_less_equal_bool", compare_view, fm_bool, 1, 1);
+FM_INSTANTIATE("compare_greater_bool", compare_view, fm_bool, 2, 1);
+FM_INSTANTIATE("compare_greater_equal_bool", compare_view, fm_bool, 3, 1);
+FM_INSTANTIATE("compare_equal_bool", compare_view, fm_bool, 4, 1);
+FM_INSTANTIATE("compare_not_equal_bool", compare_view, fm_bool, 5, 1);
+FM_INSTANTIATE_DISCRETE("compare_less_float64", compare_view, double, 0, 0);
+FM_INSTANTIATE_DISCRETE("compare_less_equal_float64", compare_view, double, 1, 0);
+FM_INSTANTIATE_DISCRETE("compare_greater_float64", compare_view, double, 2, 0);
+FM_INSTANTIATE_DISCRETE("compare_greater_equal_float64", compare_view, double, 3, 0);
+FM_INSTANTIATE_DISCRETE("compare_equal_float64", compare_view, double, 4, 0);
+FM_INSTANTIATE_DISCRETE("compare_not_equal_float64", compare_view, double, 5, 0);

@@ -61,8 +61,8 @@ def test_accuracy_stays_on_the_device(device, labels_kind, rng):
            "array": fm.asarray(labels, dtype="int64")}[labels_kind]
     pred = fm.asarray(logits).argmax(1)
     mask = pred == lab
-    assert isinstance(mask, fm.Array) and mask.dtype == np.float32 and mask.device == device
-    np.testing.assert_array_equal(host(mask), (logits.argmax(1) == labels).astype(np.float32))
+    assert isinstance(mask, fm.Array) and mask.dtype == np.bool_ and mask.device == device
+    np.testing.assert_array_equal(host(mask), logits.argmax(1) == labels)
     acc = mask.mean()
     assert isinstance(acc, fm.Array) and acc.dtype == np.float32 and acc.shape == ()
     assert abs(float(acc) - want) < 1e-6
@@ -85,16 +85,16 @@ def test_int64_comparisons_match_numpy(device, data, op):
     if x.size:
         x.flat[0] = 2**53 + 1  # not a float: an exact comparison tells it from 2**53
     fn = COMPARISONS[op]
-    want = fn(x, y).astype(np.float32)
+    want = fn(x, y)
     for a, b in ((fm.asarray(x, dtype="int64"), fm.asarray(y, dtype="int64")),
                  (fm.asarray(x, dtype="int64"), y), (x, fm.asarray(y, dtype="int64"))):
         got = fn(a, b)
-        assert isinstance(got, fm.Array) and got.dtype == np.float32
+        assert isinstance(got, fm.Array) and got.dtype == np.bool_
         np.testing.assert_array_equal(host(got), want)
         np.testing.assert_array_equal(host(getattr(fm, op)(a, b)), want)
     s = int(y.flat[0]) if y.size else 3
     np.testing.assert_array_equal(host(fn(fm.asarray(x, dtype="int64"), s)),
-                                  fn(x, s).astype(np.float32))
+                                  fn(x, s))
 
 
 @pytest.mark.parametrize("op", sorted(COMPARISONS))
@@ -103,12 +103,12 @@ def test_int64_vs_float_compares_in_float32(device, op, rng):
     y = (rng.standard_normal(6) * 500).astype(np.float32)
     y[0] = x[0, 0]  # an equal pair
     fn = COMPARISONS[op]
-    want = fn(x, y).astype(np.float32)
+    want = fn(x, y)
     xi = fm.asarray(x, dtype="int64")
     for b in (y, fm.asarray(y), fm.asarray(y.astype(np.float16))):
         yb = host(b).astype(np.float64)
-        np.testing.assert_array_equal(host(fn(xi, b)), fn(x, yb).astype(np.float32))
-    np.testing.assert_array_equal(host(fn(xi, 2.5)), fn(x, 2.5).astype(np.float32))
+        np.testing.assert_array_equal(host(fn(xi, b)), fn(x, yb))
+    np.testing.assert_array_equal(host(fn(xi, 2.5)), fn(x, 2.5))
     np.testing.assert_array_equal(host(fn(xi, y)), want)
 
 
@@ -117,7 +117,7 @@ def test_strided_int64_comparisons(device, rng):
     y = strided(rng, (5, 1), np.int64, 3)
     xa = fm.asarray(x, dtype="int64")[:, ::-1]
     ya = fm.asarray(y, dtype="int64")
-    np.testing.assert_array_equal(host(xa <= ya), (x[:, ::-1] <= y).astype(np.float32))
+    np.testing.assert_array_equal(host(xa <= ya), x[:, ::-1] <= y)
 
 
 # ----------------------------------------------------------------------------- reductions
@@ -254,9 +254,9 @@ def test_int64_cuda_array_interface(device):
 
 
 # int64 arithmetic, max/min/prod and float math on int64 (converted to float32) are
-# tests/test_numpy_surface.py's, argmax/argmin tests/test_tensor_habits.py's; these still
-# refuse int64.
-@pytest.mark.parametrize("call", [lambda a: fm.var(a), lambda a: a @ a], ids=["var", "matmul"])
+# tests/test_numpy_surface.py's, argmax/argmin tests/test_tensor_habits.py's; matmul still
+# refuses integers (var computes them in float32: tests/test_dtypes.py).
+@pytest.mark.parametrize("call", [lambda a: a @ a], ids=["matmul"])
 def test_other_ops_refuse_int64(device, call):
     a = fm.asarray(np.arange(3), dtype="int64")
     with pytest.raises(TypeError, match=r"^\[fastmetal\.\w+\] expected .*int64"):
@@ -265,11 +265,11 @@ def test_other_ops_refuse_int64(device, call):
 
 def test_int64_dtype_arguments(device):
     assert fm.asarray([1, 2], dtype=np.int64).dtype == np.int64
-    assert fm.asarray(np.array([1, 2])).dtype == np.float32  # API rule: ints convert to float32
-    with pytest.raises(TypeError, match=r"expected dtype float32, float16 or int64"):
-        fm.asarray([1, 2]).astype(np.int32)
-    with pytest.raises(TypeError, match=r"expected dtype float32, float16 or int64"):
-        fm.zeros(3, dtype="uint8")
+    assert fm.asarray(np.array([1, 2])).dtype == np.int64  # API rule: the dtype is kept
+    with pytest.raises(TypeError, match=r"expected dtype bool, uint8, int32, int64"):
+        fm.asarray([1, 2]).astype(np.int16)
+    with pytest.raises(TypeError, match=r"expected one of fastmetal's dtypes"):
+        fm.zeros(3, dtype="uint16")
 
 
 def test_new_kernels_are_built():

@@ -38,6 +38,10 @@ def check(got, ref, dtype=np.float32):
     """An Array holding the float64 reference rounded to dtype (NaN/inf exactly placed)."""
     assert isinstance(got, fm.Array), type(got)
     g = host(got)
+    if g.dtype == np.bool_:  # comparisons: the reference is the 1.0 / 0.0 mask
+        assert g.shape == ref.shape and np.isin(ref, (0.0, 1.0)).all()
+        np.testing.assert_array_equal(g, ref == 1.0)
+        return
     assert g.dtype == dtype and g.shape == ref.shape
     with np.errstate(all="ignore"):
         want = ref.astype(dtype)
@@ -145,17 +149,17 @@ def test_special_values(device, name):
     check(op(fm.asarray(x), fm.asarray(y)), ref)
 
 
-def test_comparisons_are_float_masks(device):
+def test_comparisons_are_bool_masks(device):
     a = fm.asarray(np.array([1.0, np.nan, 3.0], np.float32))
     b = np.array([1.0, np.nan, 2.0], np.float32)
     for op, want in [(operator.lt, [0, 0, 0]), (operator.le, [1, 0, 0]),
                      (operator.gt, [0, 0, 1]), (operator.ge, [1, 0, 1]),
                      (operator.eq, [1, 0, 0]), (operator.ne, [0, 1, 1])]:
         m = op(a, b)
-        assert isinstance(m, fm.Array) and m.dtype == np.float32
-        np.testing.assert_array_equal(host(m), np.array(want, np.float32))
+        assert isinstance(m, fm.Array) and m.dtype == np.bool_
+        np.testing.assert_array_equal(host(m), np.array(want, bool))
     m16 = fm.asarray(np.ones(2, np.float16)) < fm.asarray(np.array([2, 0], np.float16))
-    assert m16.dtype == np.float16
+    assert m16.dtype == np.bool_
     np.testing.assert_array_equal(host(m16), [1, 0])
     # np.less etc. dispatch to the same kernels.
     m = np.less(a, b)
@@ -236,11 +240,13 @@ def test_numpy_functions_without_fastmetal_implementation(device):
 
 
 def test_numpy_ufuncs_fastmetal_has_run_on_the_device(device):
-    # np.isnan is fastmetal.isnan since it is in the op table: a float mask on the device, as
-    # the comparisons (bool when fastmetal has bool).
+    # np.isnan is fastmetal.isnan: bool, on the device, as the comparisons.
     a = fm.asarray(np.array([1.0, np.nan], np.float32))
     got = np.isnan(a)
-    assert isinstance(got, fm.Array) and got.device == device and got.tolist() == [0.0, 1.0]
+    assert isinstance(got, fm.Array) and got.device == device and got.tolist() == [False, True]
+    i = fm.asarray(np.array([6, 3], np.int32))
+    got = np.bitwise_and(i, 5)
+    assert isinstance(got, fm.Array) and got.dtype == np.int32 and got.tolist() == [4, 1]
 
 
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "argmax", "argmin", "var", "std"])

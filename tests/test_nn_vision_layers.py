@@ -303,7 +303,7 @@ def test_embedding_errors_and_one_hot(device):
     with pytest.raises(ValueError, match=r"\[fastmetal.embedding\] expected every id"):
         F.embedding(np.array([7]), w)
     with pytest.raises(TypeError, match=r"\[fastmetal.embedding\] expected input \(the ids\)"):
-        F.embedding(fm.asarray([1, 2]), w)  # a float32 Array: fm.asarray's default dtype
+        F.embedding(fm.asarray([1.0, 2.0]), w)  # a float32 Array
     out = F.one_hot(fm.asarray([[0, 3], [1, 1]], dtype="int64", device=device))
     assert isinstance(out, fm.Array) and out.dtype == np.int64
     np.testing.assert_array_equal(out.numpy(), np.eye(4, dtype=np.int64)[[[0, 3], [1, 1]]])

@@ -24,6 +24,9 @@ def leaf(*shape, device):
 
 # name -> call(x, y, device), x and y (3, 4) leaves that require grad.
 CALLS = {
+    "isnan": lambda x, y, d: fm.isnan(x),
+    "isinf": lambda x, y, d: fm.isinf(x),
+    "isfinite": lambda x, y, d: fm.isfinite(x),
     "where": lambda x, y, d: fm.where(x > 1.0, x, y),
     "concatenate": lambda x, y, d: fm.concatenate([x, y], axis=1),
     "stack": lambda x, y, d: fm.stack([x, y]),
@@ -137,10 +140,15 @@ NOT_OPS = {"Array", "asarray", "default_device", "devices", "empty", "ones", "ze
            "save", "load", "compile", "CompileWarning",
            # dtype introspection; creation and random draws (they make leaves)
            "finfo", "iinfo", "isdtype", "result_type", "can_cast", "eye", "randn", "rand",
-           "randint", "randn_like", "rand_like", "from_numpy"}
+           "randint", "randn_like", "rand_like", "from_numpy", "__array_namespace_info__",
+           # integer and bool results: no gradient by design (floats are a TypeError)
+           "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
+           "bitwise_right_shift", "bitwise_invert", "left_shift", "right_shift", "invert",
+           "bitwise_not"}
 # all / any: reductions of comparisons (bool in PyTorch).
 PIECEWISE_CONSTANT = {s.name for s in OPS if s.public and not s.grads} | {
-    "all", "any", "logical_not", "logical_and", "logical_or", "logical_xor",
+    "all", "any", "logical_not", "logical_and", "logical_or", "logical_xor", "isnan", "isinf",
+    "isfinite",
     "unique_values", "unique_all"}  # unique: which values is an index decision
 
 

@@ -122,7 +122,8 @@ ReduceDTypes reduce_dtypes(const std::string& op, DType input, const char* arg) 
   if (!is_float(input)) {
     if (op == "sum" || op == "prod") return {i64, i64};
     if (op == "max" || op == "min") return {i64, input};
-    return {f32, f32};  // mean, var, std: float32, as PyTorch's default float
+    if (op == "mean") return {i64, f32};  // summed exactly, divided into float32
+    return {f32, f32};  // var, std: computed in float32, as PyTorch's default float
   }
   return {f32, input};  // float16: computed in float32, returned as float16
 }
@@ -171,8 +172,11 @@ void Output::validate(const std::string& op, const Shape& shape, DType dtype) {
                              shape_str(got)));
   const char kind = fm_out ? dtype_kind(o.array.dtype) : o.dtype.kind;
   if (!casts_to(dtype, kind))
-    throw ValueError(message(op, "expected out with a dtype ", dtype_name(dtype),
-                             " casts to (same kind or higher), got ",
+    throw ValueError(message(op, "expected out with ",
+                             dtype_kind(dtype) == 'f'   ? "a floating"
+                             : dtype_kind(dtype) == 'b' ? "a bool or numeric"
+                                                        : "an integer or floating",
+                             " dtype, got ",
                              fm_out ? std::string(dtype_name(o.array.dtype)) : o.dtype.name(),
                              " (the result is ", dtype_name(dtype), ")"));
 }

@@ -142,7 +142,15 @@ Array make_view(const Array& a, std::int64_t offset, const Shape& shape, const S
 
 // PEP 3118 format of a dtype ("q": int64 on every platform, which NumPy reads as int64).
 const char* buffer_format(DType t) {
-  return t == DType::float32 ? "f" : t == DType::float16 ? "e" : "q";
+  switch (t) {
+    case DType::float32: return "f";
+    case DType::float16: return "e";
+    case DType::float64: return "d";
+    case DType::int32: return "i";
+    case DType::uint8: return "B";
+    case DType::bool_: return "?";
+    default: return "q";
+  }
 }
 
 }  // namespace

@@ -328,13 +328,41 @@ def check_file(cindex, metal: Path, metal_dir: Path, gen_dir: Path) -> list[Find
     ast = AstPass(cindex, metal_dir)
     ast.run(tu)
     findings += ast.findings
-    # double: the keyword anywhere in the kernels or their headers.
+    # double: the keyword anywhere in the kernels or their headers, but where the Metal build
+    # never sees it (without_discrete_only).
     for p in [metal, *sorted(metal_dir.glob("*.h"))]:
-        t = fe.blank_comments(p.read_text(), strings=True)
+        t = without_discrete_only(fe.blank_comments(p.read_text(), strings=True))
         for m in re.finditer(r"\bdouble\b", t):
             findings.append(Finding(rel(p), fe.line_of(t, m.start()), "double",
                                     "double does not exist on Apple GPUs"))
     return findings
+
+
+def without_discrete_only(text: str) -> str:
+    """`text` with what the metallib build never compiles blanked (newlines kept, so line
+    numbers stay): `#if FM_HAS_DOUBLE` blocks (FM_HAS_DOUBLE is 0 under __METAL_VERSION__,
+    metal/fm_kernel.h) up to their #else/#endif, and the FM_INSTANTIATE_DISCRETE and
+    FM_INSTANTIATE_CPU statements (which expand to static_assert there)."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
+    text = re.sub(r"\bFM_INSTANTIATE_(?:DISCRETE|CPU)\s*\([^;]*\);", blank, text)
+    out, depth, skipping = [], 0, False
+    for line in text.split("\n"):
+        directive = line.strip()
+        if not skipping and re.match(r"#\s*if\s+FM_HAS_DOUBLE\b", directive):
+            skipping, depth = True, 0
+            out.append(" " * len(line))
+            continue
+        if skipping:
+            if re.match(r"#\s*if", directive):
+                depth += 1
+            elif re.match(r"#\s*(endif|else|elif)", directive) and depth == 0:
+                skipping = False
+            elif re.match(r"#\s*endif", directive):
+                depth -= 1
+            out.append(" " * len(line) if skipping else line)
+            continue
+        out.append(line)
+    return "\n".join(out)
 
 
 def generate(metal_dir: Path, gen_dir: Path) -> None:

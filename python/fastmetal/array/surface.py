@@ -259,6 +259,14 @@ def _rebuild(host: np.ndarray, device: str, requires_grad: bool, is_parameter: b
 # NumPy ufunc name -> fastmetal function name, where they differ.
 _UFUNC_ALIASES = {"absolute": "abs", "positive": "copy", "true_divide": "divide"}
 _FM_ONLY = {"copy"}  # table ops that are not the NumPy ufunc of the same name
+# NumPy ufuncs fastmetal computes outside the op table (bool results, integer kernels).
+_OTHER_UFUNCS = {"isnan": standard.isnan, "isinf": standard.isinf,
+                 "isfinite": standard.isfinite, "logical_and": standard.logical_and,
+                 "logical_or": standard.logical_or, "logical_xor": standard.logical_xor,
+                 "logical_not": standard.logical_not, "bitwise_and": bitwise.bitwise_and,
+                 "bitwise_or": bitwise.bitwise_or, "bitwise_xor": bitwise.bitwise_xor,
+                 "left_shift": bitwise.left_shift, "right_shift": bitwise.right_shift,
+                 "invert": bitwise.invert}
 _REDUCTIONS = ("sum", "mean", "max", "min", "argmax", "argmin", "var", "std")
 _PLANNED = frozenset(_REDUCTIONS + ("matmul",))
 # NumPy function name -> fastmetal.Array method doing the same (first argument the array).
@@ -314,6 +322,9 @@ def _array_ufunc(self: Array, ufunc: np.ufunc, method: str, *inputs: Any, **kwar
         if name in FUNCTIONS and (name not in _FM_ONLY or ufunc.__name__ == "positive") \
                 and len(inputs) == ufunc.nin:
             return FUNCTIONS[name](*inputs, out=out)
+        if name in _OTHER_UFUNCS and len(inputs) == ufunc.nin:
+            fn = _OTHER_UFUNCS[name]
+            return fn(*inputs) if out is None else fn(*inputs, out=out)
     if out is not None:
         kwargs["out"] = out if isinstance(out, tuple) else (out,)
     what = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
@@ -657,6 +668,13 @@ def _method(fn: Callable[..., Any], doc: str) -> Callable[..., Any]:
     return method
 
 
+def _predicate_method(fn: Callable[[Any], Any]) -> Callable[[Array], Any]:
+    def method(self: Array) -> Any:
+        return fn(self)
+    method.__doc__ = f"fastmetal.{fn.__name__}(self): bool."
+    return method
+
+
 # Elementwise functions as methods (a.exp(), a.pow(2), ...): every public unary op of the
 # table but those PyTorch keeps in torch.nn.functional; binary ones take `other`.
 _UNARY_METHODS = ("sigmoid", "relu", "tanh", "exp", "log", "sin", "cos", "sqrt", "abs",
@@ -714,7 +732,7 @@ def _habit_methods() -> dict:
     for name in _UNARY_METHODS:
         methods[name] = _unary_method(name)
     for name in ("isnan", "isinf", "isfinite"):  # bool results (standard.py)
-        methods[name] = _method(getattr(standard, name), f"fastmetal.{name}(self).")
+        methods[name] = _predicate_method(getattr(standard, name))
     for name, fn in _BINARY_METHODS.items():
         methods[name] = _binary_method(fn)
     return methods

@@ -24,7 +24,8 @@ def native_dtype(dtype: Any, where: str) -> np.dtype:
         target = np.dtype(dtype)
     except TypeError:
         target = None
-    if target not in DTYPES:
+    # (None is tested first: np.dtype(...) == None compares with float64, NumPy's default)
+    if target is None or target not in DTYPES:
         raise TypeError(f"[{where}] expected dtype {NAMES}, got {dtype!r}")
     return target
 

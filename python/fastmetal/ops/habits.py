@@ -18,7 +18,7 @@ import numpy as np
 from .. import _core
 from .._core import Array
 from . import layouts, manipulation, random, views
-from .dtypes import DTYPES, NAMES
+from .dtypes import DTYPES, NAMES, native_dtype
 from .standard import clip
 
 __all__ = ["cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
@@ -172,9 +172,7 @@ def randint(low: Any, high: Any = None, size: Any = None, *, dtype: Any = None,
     if hi - lo > 2**24:
         raise ValueError(f"[{where}] expected high - low <= 2**24 (24 random bits per "
                          f"draw), got {hi - lo}")
-    target = np.dtype(np.int64) if dtype is None else np.dtype(dtype)
-    if target not in DTYPES:
-        raise TypeError(f"[{where}] expected dtype {NAMES}, got {dtype!r}")
+    target = np.dtype(np.int64) if dtype is None else native_dtype(dtype, where)
     shape = _size(tuple(size) if isinstance(size, (tuple, list)) else (size,), "randint")
     u = random.uniform(shape, device=device, generator=generator)
     k = (u * float(hi - lo)).astype(np.int64)  # truncation = floor for u >= 0

@@ -26,7 +26,7 @@ from .. import _core
 from .._core import Array
 from ..autograd.declare import op
 from . import layouts, linalg, manipulation, reductions, views
-from .dtypes import DTYPES, promote
+from .dtypes import DTYPES, native_dtype, promote
 from .elementwise import FUNCTIONS as _F
 
 __all__ = ["__array_api_version__", "__array_namespace_info__", "bool", "uint8", "int32", "int64", "float16", "float32",
@@ -476,9 +476,7 @@ def eye(n_rows: int, n_cols: Optional[int] = None, /, *, k: int = 0, dtype: Any 
     cols = rows if n_cols is None else layouts.as_int(n_cols, where, "n_cols")
     if rows < 0 or cols < 0:
         raise ValueError(f"[{where}] expected non-negative sizes, got ({rows}, {cols})")
-    target = float32 if dtype is None else np.dtype(dtype)
-    if target not in DTYPES:
-        raise TypeError(f"[{where}] expected dtype float32, float16 or int64, got {dtype!r}")
+    target = float32 if dtype is None else native_dtype(dtype, where)
     host = np.eye(rows, cols, k=layouts.as_int(k, where, "k"), dtype=target)
     return _core.asarray(host, dtype=target, device=device)
 
