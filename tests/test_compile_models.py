@@ -232,3 +232,34 @@ def test_embedding_out_of_range_ids_in_replay(device, rows, ids_list):
 def test_embedding_out_of_range_ids_in_replay_msl_kernels(kernels, rows, ids_list):
     """The same with the MSL kernels (the GPUs' lookup and radix sort) under the emulator."""
     _check_lookup_and_grad("cpu", rows, ids_list)
+
+
+def _lookup_per_dtype(device, dtype):
+    """The lookup moves elements as bits of their width: an out-of-range id's row is the
+    dtype's NaN (0 for an integer weight)."""
+    w = np.arange(15).reshape(5, 3).astype(dtype)
+    wa = fm.asarray(w, dtype=dtype, device=device)
+    f = fm.compile(lambda ids: nn.functional.embedding(ids, wa))
+    good = fm.asarray(np.array([4, 0, 1, 2]), dtype="int64", device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fm.CompileWarning)
+        f(good)
+        f(good)
+        out = np.array(f(fm.asarray(np.array([4, 5, -1, 2]), dtype="int64", device=device)))
+    assert f.traces == 1
+    np.testing.assert_array_equal(out[[0, 3]], w[[4, 2]])
+    if dtype == "int64":
+        np.testing.assert_array_equal(out[1:3], 0)
+    else:
+        assert np.isnan(out[1:3].astype(np.float32)).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
+def test_embedding_out_of_range_ids_in_replay_per_dtype(device, dtype):
+    _lookup_per_dtype(device, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
+@pytest.mark.cpu_only
+def test_embedding_out_of_range_ids_in_replay_per_dtype_msl_kernel(kernels, dtype):
+    _lookup_per_dtype("cpu", dtype)

@@ -55,9 +55,14 @@ bool check_ids(const Array& ids, std::int64_t rows, const char* op) {
   return replayed;
 }
 
-// The bits the lookup writes for an out-of-range id: NaN of a float dtype, 0 for int64.
+// The bits the lookup writes for an out-of-range id: NaN of a float dtype, else 0.
 std::int64_t missing_row_fill(DType t) {
-  return t == DType::float32 ? 0x7FC00000 : t == DType::float16 ? 0x7E00 : 0;
+  switch (t) {
+    case DType::float16: return 0x7E00;
+    case DType::float32: return 0x7FC00000;
+    case DType::float64: return 0x7FF8000000000000;
+    default: return 0;
+  }
 }
 
 Dispatch grid2(Backend& be, const std::string& kernel, std::uint32_t x, std::uint32_t y) {
