@@ -17,7 +17,9 @@
 using namespace metal;
 
 // Grid: (dim, n). out[p, j] = weight[ids[p], j] for a contiguous weight, moved as bits of
-// the element's width (one instance per width serves every dtype of it).
+// the element's width (one instance per width serves every dtype of it). An id outside
+// [0, limit) (the host checks them, except in a step recorded for replay by
+// fastmetal.compile) reads no memory: its row is a.fill's bits (NaN).
 template <typename T>
 kernel void embedding_forward(device const int64_t* ids [[buffer(0)]],
                               device const T* weight [[buffer(1)]],
@@ -26,8 +28,12 @@ kernel void embedding_forward(device const int64_t* ids [[buffer(0)]],
                               uint3 gid [[thread_position_in_grid]]) {
   const int32_t j = int32_t(gid.x), p = int32_t(gid.y);
   if (j >= a.dim || p >= a.n) return;
-  out[uint64_t(p) * uint64_t(a.dim) + uint64_t(j)] =
-      weight[uint64_t(ids[p]) * uint64_t(a.dim) + uint64_t(j)];
+  const int64_t id = ids[p];
+  const uint64_t o = uint64_t(p) * uint64_t(a.dim) + uint64_t(j);
+  if (id < 0 || id >= a.limit)
+    out[o] = T(a.fill);
+  else
+    out[o] = weight[uint64_t(id) * uint64_t(a.dim) + uint64_t(j)];
 }
 
 FM_INSTANTIATE("embedding_forward_b1", embedding_forward, uchar);
@@ -35,14 +41,17 @@ FM_INSTANTIATE("embedding_forward_b2", embedding_forward, ushort);
 FM_INSTANTIATE("embedding_forward_b4", embedding_forward, uint32_t);
 FM_INSTANTIATE("embedding_forward_b8", embedding_forward, uint64_t);
 
-// Grid: (n). Pass 0's input: the ids as keys, the positions in order.
+// Grid: (n). Pass 0's input: the ids as keys, the positions in order. An id outside
+// [0, limit) (possible only in a step recorded for replay) gets the key limit: sorted after
+// every row's run, summed into no row (the host sorts on enough bits for it).
 kernel void embedding_sort_init(device const int64_t* ids [[buffer(0)]],
                                 device uint32_t* keys [[buffer(1)]],
                                 device uint32_t* pos [[buffer(2)]],
                                 constant EmbeddingArgs& a [[buffer(3)]],
                                 uint i [[thread_position_in_grid]]) {
   if (int32_t(i) >= a.n) return;
-  keys[i] = uint32_t(ids[i]);
+  const int64_t id = ids[i];
+  keys[i] = uint32_t(id < 0 || id >= a.limit ? a.limit : id);
   pos[i] = i;
 }
 

@@ -9,6 +9,8 @@
 
 struct EmbeddingArgs {
   int64_t classes;      // one_hot: the classes per position
+  int64_t limit;        // embedding: the weight's rows; an id outside [0, limit) is out of range
+  int64_t fill;         // embedding_forward: the bits written for an out-of-range id (NaN)
   int32_t n;            // positions (ids)
   int32_t rows;         // rows of the weight (num_embeddings)
   int32_t dim;          // embedding_dim

@@ -186,6 +186,13 @@ def test_bench_resnet_runs_each_library_in_its_own_process(capsys):
     assert [r[0] for r in results] == ["fastmetal, cpu"] and results[0][2] == 128
     out = capsys.readouterr().out
     assert "s/epoch (50k)" in out and "(128, 64, 8, 8)" in out
+    # --compile (and --batch) as main forwards them: the worker adds the step under
+    # fastmetal.compile, and fails where that step would run eagerly.
+    from fastmetal.benchmarks import _epoch
+    rows = _epoch.in_process("resnet", "fastmetal", "step", ["--steps", "2", "--device", "cpu",
+                                                             "--batch", "8", "--compile"])
+    assert [r[0] for r in rows] == ["fastmetal, cpu", "fastmetal.compile, cpu"]
+    assert [r[2] for r in rows] == [16, 16] and all(r[1] > 0 for r in rows)
     if torch is not None:  # PyTorch's side answers from a worker process too
         from fastmetal.benchmarks import _epoch
         rows = _epoch.in_process("resnet", "torch", "batchnorm", ["--device", "cpu"])

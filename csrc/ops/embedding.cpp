@@ -24,10 +24,10 @@ Array int64_ids(const Array& ids, const char* op) {
 }
 
 // The ids' smallest and largest values, read on the host (a copy; ordered after queued work).
-// A replay of a recorded step (fastmetal.compile) would skip this check and index with
-// unchecked ids: such a step runs eagerly instead.
+// one_hot's shape and check depend on them, which a replay (fastmetal.compile) cannot redo:
+// such a step runs eagerly instead.
 void id_range(const Array& ids, std::int64_t& lo, std::int64_t& hi) {
-  capture::on_host_read("embedding's range check of the ids");
+  capture::on_host_read("one_hot's range check of the ids");
   std::vector<std::int64_t> host(std::size_t(ids.size()));
   ids.backend().copy_to_host(*ids.storage, ids.byte_offset(), host.data(),
                              host.size() * sizeof(std::int64_t));
@@ -36,14 +36,33 @@ void id_range(const Array& ids, std::int64_t& lo, std::int64_t& hi) {
   hi = *mm.second;
 }
 
-void check_ids(const Array& ids, std::int64_t rows, const char* op) {
-  if (ids.size() == 0) return;
-  std::int64_t lo, hi;
-  id_range(ids, lo, hi);
-  if (lo < 0 || hi >= rows)
+// Checks the ids on the host (ValueError) and returns whether the kernels may still see an
+// id outside [0, rows): while a step is recorded for replay (fastmetal.compile), because a
+// replay runs no host code. The kernels then check each id themselves (a row of NaN in the
+// lookup, nothing added to the gradient) and, on a discrete GPU, the host does not read
+// the ids at all (that read would wait for the device and make the step uncapturable).
+bool check_ids(const Array& ids, std::int64_t rows, const char* op) {
+  const bool replayed = capture::recording() != nullptr;
+  if (ids.size() == 0 || (replayed && !ids.backend().host_visible())) return replayed;
+  std::vector<std::int64_t> host(std::size_t(ids.size()));
+  ids.backend().copy_to_host(*ids.storage, ids.byte_offset(), host.data(),
+                             host.size() * sizeof(std::int64_t));
+  const auto mm = std::minmax_element(host.begin(), host.end());
+  if (*mm.first < 0 || *mm.second >= rows)
     throw ValueError(message(op, "expected every id in input to be in [0, ", rows,
-                             ") (num_embeddings = ", rows, "), got ", lo < 0 ? lo : hi,
-                             " (index out of range)"));
+                             ") (num_embeddings = ", rows, "), got ",
+                             *mm.first < 0 ? *mm.first : *mm.second, " (index out of range)"));
+  return replayed;
+}
+
+// The bits the lookup writes for an out-of-range id: NaN of a float dtype, else 0.
+std::int64_t missing_row_fill(DType t) {
+  switch (t) {
+    case DType::float16: return 0x7E00;
+    case DType::float32: return 0x7FC00000;
+    case DType::float64: return 0x7FF8000000000000;
+    default: return 0;
+  }
 }
 
 Dispatch grid2(Backend& be, const std::string& kernel, std::uint32_t x, std::uint32_t y) {
@@ -75,7 +94,7 @@ Array embedding(const Array& ids_in, const Array& weight) {
   if (weight.ndim() != 2)
     throw ValueError(message(op, "expected a 2-D weight (num_embeddings, embedding_dim), got shape ",
                              shape_str(weight.shape)));
-  check_ids(ids, weight.shape[0], op);
+  check_ids(ids, weight.shape[0], op);  // the kernels check each id as well
   const Array w = weight.contiguous() ? weight : convert(weight, weight.dtype);
   Shape shape = ids.shape;
   shape.push_back(w.shape[1]);
@@ -89,6 +108,8 @@ Array embedding(const Array& ids_in, const Array& weight) {
   a.n = std::int32_t(ids.size());
   a.rows = std::int32_t(std::min<std::int64_t>(w.shape[0], kMaxI32));
   a.dim = std::int32_t(w.shape[1]);
+  a.limit = w.shape[0];
+  a.fill = missing_row_fill(w.dtype);
   if (auto fast = native<NativeForward>(be, "embedding_forward")) {
     fast(a, ids, w, out);
     return out;
@@ -122,7 +143,7 @@ Array embedding_backward(const Array& grad_output, const Array& ids_in,
   if (ids.size() > kMaxI32 - FM_SORT_BLOCK || dim > kMaxI32)
     throw ValueError(message(op, "expected fewer than 2**31 - 256 ids and columns, got ",
                              ids.size(), " ids of ", dim));
-  check_ids(ids, num_embeddings, op);
+  const bool unchecked = check_ids(ids, num_embeddings, op);
   Backend& be = grad_output.backend();
   Array gw = Array::empty(be, {num_embeddings, dim}, DType::float32, op);
   if (gw.size() == 0) return gw;
@@ -132,6 +153,7 @@ Array embedding_backward(const Array& grad_output, const Array& ids_in,
   a.dim = std::int32_t(dim);
   a.blocks = std::int32_t((ids.size() + FM_SORT_BLOCK - 1) / FM_SORT_BLOCK);
   a.padding_idx = std::int32_t(padding_idx);
+  a.limit = num_embeddings;
   if (auto fast = native<NativeBackward>(be, "embedding_backward")) {
     fast(a, ids, grad_output, gw);
     return gw;
@@ -145,8 +167,10 @@ Array embedding_backward(const Array& grad_output, const Array& ids_in,
     Dispatch d = grid2(be, "embedding_sort_init", std::uint32_t(a.n), 1);
     be.launch("embedding_sort_init", d, {buf(ids), buf(keys[0]), buf(pos[0]), args_arg});
   }
+  // Enough bits for every key: the ids, and where they may be out of range (unchecked), the
+  // key num_embeddings that embedding_sort_init gives those (sorted last, summed nowhere).
   int bits = 0;
-  while (bits < 31 && (std::int64_t(1) << bits) < num_embeddings) ++bits;
+  while (bits < 31 && (std::int64_t(1) << bits) < num_embeddings + (unchecked ? 1 : 0)) ++bits;
   int cur = 0;
   if (a.n > 0) {
     Array hist = Array::empty(be, {std::int64_t(FM_SORT_DIGITS) * a.blocks}, DType::float32, op);

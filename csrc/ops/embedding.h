@@ -10,7 +10,9 @@
 namespace fm {
 
 // weight[ids]: ids.shape + (embedding_dim,), weight's dtype. IndexError-style ValueError
-// where an id is outside [0, num_embeddings) (read on the host: one copy of the ids).
+// where an id is outside [0, num_embeddings) (read on the host: one copy of the ids). While a
+// step is recorded for replay (fastmetal.compile) the kernels check the ids too: a row of
+// NaN for an out-of-range id (the backward adds nothing for it).
 Array embedding(const Array& ids, const Array& weight);
 // The gradient of `weight`: (num_embeddings, dim) float32, grad_output (ids.shape + (dim,))
 // summed into the rows its ids name, padding_idx's row zero (padding_idx -1: none).

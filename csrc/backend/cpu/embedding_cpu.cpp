@@ -23,12 +23,17 @@ void embedding_backward_native(const EmbeddingArgs& a, const Array& ids, const A
   const auto* g = reinterpret_cast<const float*>(gy.host_data());
   auto* out = reinterpret_cast<float*>(gw.host_data());
   const std::int64_t n = a.n, rows = a.rows, dim = a.dim;
+  // An id outside [0, rows) (possible only in a replayed step: the host checks them
+  // otherwise) is counted nowhere, as the MSL kernels' sentinel key.
+  auto in_range = [rows](std::int64_t v) { return v >= 0 && v < rows; };
   std::vector<std::int64_t> start(std::size_t(rows) + 1, 0);
-  for (std::int64_t p = 0; p < n; ++p) ++start[std::size_t(id[p]) + 1];
+  for (std::int64_t p = 0; p < n; ++p)
+    if (in_range(id[p])) ++start[std::size_t(id[p]) + 1];
   for (std::int64_t v = 0; v < rows; ++v) start[std::size_t(v) + 1] += start[std::size_t(v)];
   std::vector<std::int64_t> next(start.begin(), start.end() - 1);
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-  for (std::int64_t p = 0; p < n; ++p) order[std::size_t(next[std::size_t(id[p])]++)] = p;
+  for (std::int64_t p = 0; p < n; ++p)
+    if (in_range(id[p])) order[std::size_t(next[std::size_t(id[p])]++)] = p;
   // Chunks of rows big enough to amortise a task, small enough to balance.
   const std::int64_t per_task = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, dim));
   const std::int64_t tasks = (rows + per_task - 1) / per_task;
@@ -58,8 +63,15 @@ void embedding_forward_native(const EmbeddingArgs& a, const Array& ids, const Ar
   const std::int64_t tasks = (a.n + per_task - 1) / per_task;
   ThreadPool::instance().parallel_for(tasks, [&](std::int64_t t) {
     const std::int64_t p1 = std::min<std::int64_t>(a.n, (t + 1) * per_task);
-    for (std::int64_t p = t * per_task; p < p1; ++p)
-      std::memcpy(o + std::size_t(p) * row, w + std::size_t(id[p]) * row, row);
+    for (std::int64_t p = t * per_task; p < p1; ++p) {
+      char* dst = o + std::size_t(p) * row;
+      if (id[p] >= 0 && id[p] < a.limit) {
+        std::memcpy(dst, w + std::size_t(id[p]) * row, row);
+      } else {  // out of range (only in a replayed step): a row of a.fill's bits (NaN)
+        const std::size_t size = itemsize(weight.dtype);
+        for (std::size_t k = 0; k < row; k += size) std::memcpy(dst + k, &a.fill, size);
+      }
+    }
   });
 }
 

@@ -16,6 +16,12 @@ reports the median and the mean step time. Ratio = PyTorch time / fastmetal time
 fastmetal faster).
 
     python -m fastmetal bench gpt [--steps 30] [--device cpu|cuda] [--threads 2] [--profile]
+                                  [--compile]
+
+``--compile`` adds the step under ``fastmetal.compile`` (traced once, then replayed without
+Python per op; the batch's ids and targets are its inputs) and PyTorch's under
+``torch.compile`` (default mode and ``mode="reduce-overhead"``: CUDA graphs), each in a
+process of its own, from the same weights.
 
 ``--profile`` runs fastmetal's worker under cProfile as well and prints where its steps'
 time goes (functions by own time, then by cumulative time).
@@ -32,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -150,8 +157,11 @@ def _fastmetal_worker(cfg):
         opt.step()
         return loss
 
-    return step, fm.synchronize, lambda loss: float(loss), f"fastmetal {fm.__version__}", \
-        batches
+    name = "fastmetal.compile" if cfg.get("mode") else "fastmetal"
+    if cfg.get("mode"):  # a compiled row that ran eagerly would mislead: fail instead
+        warnings.simplefilter("error", fm.CompileWarning)
+    return fm.compile(step) if cfg.get("mode") else step, fm.synchronize, \
+        lambda loss: float(loss), f"{name} {fm.__version__}", batches
 
 
 def _torch_worker(cfg):
@@ -180,8 +190,12 @@ def _torch_worker(cfg):
         return loss
 
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
-    return step, sync, lambda loss: loss.item(), f"PyTorch {torch.__version__} " \
-        f"({torch.get_num_threads()} threads)", batches
+    name = f"PyTorch {torch.__version__} ({torch.get_num_threads()} threads)"
+    mode = cfg.get("mode")
+    if mode:  # compiled in the untimed warm-up steps
+        step = torch.compile(step, mode=None if mode == "default" else mode)
+        name = f"torch.compile{'' if mode == 'default' else '(' + mode + ')'} {torch.__version__}"
+    return step, sync, lambda loss: loss.item(), name, batches
 
 
 def worker(cfg):
@@ -243,6 +257,9 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=96)
     ap.add_argument("--profile", action="store_true", help="cProfile fastmetal's steps")
     ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time fastmetal.compile(step), and PyTorch's torch.compile(step) "
+                         "and torch.compile(step, mode='reduce-overhead') (CUDA graphs)")
     ns = ap.parse_args(argv)
     device = ns.device or fm.default_device()
     if device not in fm.devices():
@@ -260,6 +277,8 @@ def main(argv=None):
           f"own process, {ns.steps} timed steps after 3 warm-up")
     print(f"machine: {machine_summary()}\n")
     results = [_run_worker(dict(cfg, library="fastmetal", profile=ns.profile), env)]
+    if ns.compile:
+        results.append(_run_worker(dict(cfg, library="fastmetal", mode="compile"), env))
     if not ns.no_torch:
         torch = torch_or_none()  # here only to ask what it has; the worker times it
         if torch is None:
@@ -268,14 +287,23 @@ def main(argv=None):
             print("(this PyTorch has no CUDA: fastmetal only)")
         else:
             results.append(_run_worker(dict(cfg, library="torch"), env))
+            for mode in ("default", "reduce-overhead") if ns.compile else ():
+                try:  # a mode that fails here (no C++ compiler for inductor) is left out
+                    results.append(_run_worker(dict(cfg, library="torch", mode=mode), env))
+                except RuntimeError as e:
+                    print(f"[bench] torch.compile mode {mode} failed: {str(e)[-300:]}",
+                          file=sys.stderr)
     ours = results[0]["median"]
+    compiled = results[1]["median"] if ns.compile else None
     tokens = ns.batch * ns.context
     print(f"{'':36} {'ms/step':>9} {'(mean)':>9} {'CPU ms':>8} {'tokens/s':>10} "
-          f"{'loss 1st->last':>16} {'fastmetal speed-up':>19}")
+          f"{'loss 1st->last':>16} {'fastmetal speed-up':>19}" +
+          (f" {'fastmetal.compile speed-up':>27}" if compiled else ""))
     for r in results:
         print(f"{r['name']:36} {1e3 * r['median']:9.1f} {1e3 * r['mean']:9.1f} "
               f"{1e3 * r['cpu']:8.1f} {tokens / r['median']:10,.0f} "
-              f"{r['first_loss']:7.3f}->{r['last_loss']:.3f} {r['median'] / ours:18.2f}x")
+              f"{r['first_loss']:7.3f}->{r['last_loss']:.3f} {r['median'] / ours:18.2f}x" +
+              (f" {r['median'] / compiled:26.2f}x" if compiled else ""))
     print("(ms/step: median wall time of a synchronised step; CPU ms: its median process CPU "
           "time, all threads, waiting threads that spin included)")
     if not all(math.isfinite(r["last_loss"]) for r in results):

@@ -10,8 +10,13 @@ process of its own (this one starts both), so neither's thread pool or allocator
 other's timing. Then the BatchNorm2d forward (training mode) and backward passes alone at
 ResNet-20's three shapes, the same way.
 
-    python -m fastmetal bench resnet [--steps 20] [--rounds 1] [--device cpu] [--profile]
-                                     [--no-torch]
+    python -m fastmetal bench resnet [--steps 20] [--rounds 1] [--batch 128] [--device cpu]
+                                     [--profile] [--no-torch] [--compile]
+
+``--compile`` adds the same step under ``fastmetal.compile`` (traced once, then replayed
+without Python per op; the images and labels are its inputs, the BatchNorm running
+statistics and the momentum buffers its state) and PyTorch's under ``torch.compile`` (default
+mode and ``mode="reduce-overhead"``: CUDA graphs), each from the same initial weights.
 
 ``--profile`` adds where fastmetal's step goes: each kind of layer's forward, backward() (and
 of it the tape's own bookkeeping), the loss and the optimizer step.
@@ -22,6 +27,7 @@ import argparse
 import collections
 import statistics
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -94,11 +100,11 @@ def torch_copy(torch: Any, model: nn.Module, device: str = "cpu") -> Any:
     return twin.to(device)
 
 
-def make_batches(seed: int) -> list:
-    """POOL_BATCHES (images float32 (128, 3, 32, 32), labels int64 (128,)) pairs."""
+def make_batches(seed: int, batch: int = BATCH) -> list:
+    """POOL_BATCHES (images float32 (batch, 3, 32, 32), labels int64 (batch,)) pairs."""
     rng = np.random.default_rng(seed)
-    return [(rng.standard_normal((BATCH, 3, 32, 32)).astype(np.float32),
-             rng.integers(0, 10, BATCH).astype(np.int64)) for _ in range(POOL_BATCHES)]
+    return [(rng.standard_normal((batch, 3, 32, 32)).astype(np.float32),
+             rng.integers(0, 10, batch).astype(np.int64)) for _ in range(POOL_BATCHES)]
 
 
 def fastmetal_step(device: str) -> tuple:
@@ -115,10 +121,8 @@ def fastmetal_step(device: str) -> tuple:
     return step, model, loss_fn, opt
 
 
-def torch_rows(torch: Any, device: str, steps: int) -> list:
-    """PyTorch's rows of the table: (name, seconds, samples) each; one row now (eager), more
-    as more ways to run PyTorch are compared."""
-    tdev, tsync = _epoch.torch_device(torch, device)
+def torch_step(torch: Any, tdev: str) -> Any:
+    """PyTorch's training step of a fresh ResNet-20 with fastmetal's initial weights."""
     model = torch_copy(torch, resnet20(device="cpu"), tdev)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
@@ -130,18 +134,40 @@ def torch_rows(torch: Any, device: str, steps: int) -> list:
         loss.backward()
         opt.step()
         return loss
+    return step
+
+
+def torch_rows(torch: Any, device: str, steps: int, batch: int = BATCH,
+               compiled: bool = False) -> list:
+    """PyTorch's rows of the table, (name, seconds, samples) each: eager, and with
+    ``compiled`` torch.compile and torch.compile(mode="reduce-overhead")."""
+    tdev, tsync = _epoch.torch_device(torch, device)
     batches = [(torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev))
-               for x, y in make_batches(0)]
-    seconds, done = _epoch.run_epoch(step, batches, steps * BATCH, tsync, BATCH)
-    return [(f"PyTorch {torch.__version__}, {tdev}", seconds, done)]
+               for x, y in make_batches(0, batch)]
+    seconds, done = _epoch.run_epoch(torch_step(torch, tdev), batches, steps * batch, tsync,
+                                     batch)
+    rows = [(f"PyTorch {torch.__version__}, {tdev}", seconds, done)]
+    if compiled:
+        rows += _epoch.torch_compiled_rows(torch, lambda: torch_step(torch, tdev), batches,
+                                           steps * batch, tsync, batch, tdev)
+    return rows
 
 
-def fastmetal_rows(device: str, steps: int) -> list:
-    step, *_ = fastmetal_step(device)
+def fastmetal_rows(device: str, steps: int, batch: int = BATCH, compiled: bool = False) -> list:
+    """fastmetal's rows of the table: (name, seconds, samples); with ``compiled`` also the
+    step under fastmetal.compile (a fresh model with the same initial weights)."""
     batches = [(fm.asarray(x, device=device), fm.asarray(y, dtype="int64", device=device))
-               for x, y in make_batches(0)]
-    seconds, done = _epoch.run_epoch(step, batches, steps * BATCH, fm.synchronize, BATCH)
-    return [(f"fastmetal, {device}", seconds, done)]
+               for x, y in make_batches(0, batch)]
+    seconds, done = _epoch.run_epoch(fastmetal_step(device)[0], batches, steps * batch,
+                                     fm.synchronize, batch)
+    rows = [(f"fastmetal, {device}", seconds, done)]
+    if compiled:
+        with warnings.catch_warnings():  # a compiled row that ran eagerly would mislead
+            warnings.simplefilter("error", fm.CompileWarning)
+            seconds, done = _epoch.run_epoch(fm.compile(fastmetal_step(device)[0]), batches,
+                                             steps * batch, fm.synchronize, batch)
+        rows.append((f"fastmetal.compile, {device}", seconds, done))
+    return rows
 
 
 def batchnorm_times(lib: str, device: str, budget_s: float = 1.0) -> dict:
@@ -261,9 +287,11 @@ def worker(ns: argparse.Namespace) -> None:
     if ns.worker == "torch":
         torch = _epoch.torch_or_none()
         torch.set_num_threads(ns.threads)
-        rows = torch_rows(torch, ns.device, ns.steps) if ns.part == "step" else None
+        rows = (torch_rows(torch, ns.device, ns.steps, ns.batch, ns.compile)
+                if ns.part == "step" else None)
     else:
-        rows = fastmetal_rows(ns.device, ns.steps) if ns.part == "step" else None
+        rows = (fastmetal_rows(ns.device, ns.steps, ns.batch, ns.compile)
+                if ns.part == "step" else None)
     if ns.part == "batchnorm":
         rows = [[list(k), *v] for k, v in batchnorm_times(ns.worker, ns.device).items()]
     _epoch.worker_reply(rows)
@@ -279,10 +307,17 @@ def main(argv: Any = None) -> Any:
                     "this many times, alternating, and report the median (noisy machines)")
     ap.add_argument("--profile", action="store_true", help="fastmetal's time per kind of layer")
     ap.add_argument("--no-torch", action="store_true", help="fastmetal only")
+    ap.add_argument("--batch", type=int, default=BATCH,
+                    help=f"images per training step (default {BATCH})")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time fastmetal.compile(step), and PyTorch's torch.compile(step) "
+                         "and torch.compile(step, mode='reduce-overhead') (CUDA graphs)")
     _epoch.add_worker_arguments(ap, ("step", "batchnorm"))
     ns = ap.parse_args(argv)
     if ns.steps < 1:
         ap.error(f"--steps: expected at least 1, got {ns.steps}")
+    if ns.batch < 1:
+        ap.error(f"--batch: expected at least 1, got {ns.batch}")
     if ns.rounds < 1:
         ap.error(f"--rounds: expected at least 1, got {ns.rounds}")
     device = ns.device or fm.default_device()
@@ -294,17 +329,19 @@ def main(argv: Any = None) -> Any:
     torch = None if ns.no_torch else _epoch.torch_or_none()
     if torch is not None:  # as the workers (for the machine line below)
         torch.set_num_threads(fm._core._num_threads())
-    print(f"ResNet-20 training step, batch {BATCH} of (3, 32, 32), cross-entropy, SGD momentum "
+    print(f"ResNet-20 training step, batch {ns.batch} of (3, 32, 32), cross-entropy, SGD momentum "
           f"0.9 + weight decay 5e-4; {ns.steps} steps after 3 warm-up, each library in its "
           "own process")
     print(f"machine: {machine_summary()}\n")
     argv_common = ["--steps", str(ns.steps), "--device", device]
+    argv_step = argv_common + ["--batch", str(ns.batch)] + (["--compile"] if ns.compile else [])
     libraries = ("fastmetal",) + (("torch",) if torch is not None else ())
-    runs: dict = {lib: [] for lib in libraries}
+    runs: dict = {}  # row name -> that row of each round (a worker answers several rows)
     for _ in range(ns.rounds):  # alternating, so a change in the machine's load hits both
         for lib in libraries:
-            runs[lib] += _epoch.in_process("resnet", lib, "step", argv_common)
-    results = [sorted(runs[lib], key=lambda r: r[1])[(ns.rounds - 1) // 2] for lib in libraries]
+            for row in _epoch.in_process("resnet", lib, "step", argv_step):
+                runs.setdefault(row[0], []).append(row)
+    results = [sorted(rows, key=lambda r: r[1])[(len(rows) - 1) // 2] for rows in runs.values()]
     if ns.rounds > 1:
         print(f"(the median of {ns.rounds} alternating runs of each library's process)")
     ours = results[0][1] / results[0][2]
@@ -312,7 +349,7 @@ def main(argv: Any = None) -> Any:
           f"{'fastmetal speed-up':>19}")
     for name, seconds, done in results:
         per = seconds / done
-        print(f"{name:34} {1e3 * BATCH * per:9.1f} {EPOCH * per:14.1f} {1 / per:9,.0f} "
+        print(f"{name:34} {1e3 * ns.batch * per:9.1f} {EPOCH * per:14.1f} {1 / per:9,.0f} "
               f"{per / ours:18.2f}x")
 
     print(f"\nBatchNorm2d (training mode), median ms of a forward and of a backward (input, "

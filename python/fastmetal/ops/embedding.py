@@ -2,7 +2,10 @@
 
 Token ids are an int64 ``fastmetal.Array`` (``fm.asarray(ids, dtype="int64")``) or NumPy
 integers / Python ints; they are checked against the table on the host (one copy of the
-ids). The weight's gradient is a device-side scatter-add that is deterministic: every row is
+ids). A replay of ``fastmetal.compile`` runs no host code: there the kernels check each id
+themselves (an out-of-range id reads a row of NaN and adds nothing to the gradient), and on a
+discrete GPU the traced call does not read the ids either (that read would wait for the
+device and make the step uncapturable). The weight's gradient is a device-side scatter-add that is deterministic: every row is
 the sum of its positions' gradient rows in increasing position order, the same bits on
 every run, thread count and device path (``metal/embedding.metal``).
 """
@@ -37,7 +40,7 @@ def embedding(input, weight, padding_idx=None):  # noqa: A002 (PyTorch's name)
     """Rows of ``weight`` ``(num_embeddings, embedding_dim)`` picked by the integer ids in
     ``input``: ``weight[input]``, shape ``input.shape + (embedding_dim,)``, as
     ``torch.nn.functional.embedding``. Ids outside ``[0, num_embeddings)`` raise
-    ``ValueError``. The row ``padding_idx`` (if given; negative counts from the end) gets no
+    ``ValueError`` (in a replay of ``fastmetal.compile``: a row of NaN instead). The row ``padding_idx`` (if given; negative counts from the end) gets no
     gradient. Differentiable with respect to ``weight``.
     """
     shape = tuple(weight.shape) if isinstance(weight, Array) else np.shape(weight)
