@@ -16,6 +16,7 @@ Markers:
 Tests that take no `device` and are not cpu_only (the CLI, the examples, device selection)
 run once, on the machine's default device. Shared helpers: references.py (every NumPy
 reference, per-device tolerances), thread_harness.py (every multi-threaded test).
+optional_rerun.py: ``--rerun-skipped-for-missing``, CI's second run after installing PyTorch.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import optional_rerun
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,6 +40,7 @@ def pytest_addoption(parser):
         "--device", action="append", default=None, choices=KNOWN_DEVICES,
         help="run device-parametrised tests on this device (repeatable; default: every "
              "device in fastmetal.devices())")
+    optional_rerun.addoption(parser)
 
 
 def selected_devices(config) -> list[str]:
@@ -52,6 +56,7 @@ def pytest_configure(config):
         "markers", "host_visible: needs host-visible device memory (cpu, metal); skipped elsewhere")
     config.addinivalue_line(
         "markers", "cpu_only: checks a cpu-backend-only facility; runs with cpu as default device")
+    optional_rerun.configure(config)
 
 
 def pytest_generate_tests(metafunc):
