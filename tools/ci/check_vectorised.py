@@ -340,7 +340,7 @@ def run(isas: list[str], plants: list[str] | None = None, keep: Path | None = No
     try:
         gen = generate(work, plants)
         metal = work / "metal" if plants else ROOT / "metal"
-        stems = ["elementwise"] if plants else ["elementwise", "numerics"]
+        stems = ["elementwise", "numerics"]
         for isa in isas:
             compiler_for(isa, cxx)  # fail early, before compiling anything
         with ThreadPoolExecutor(max_workers=2) as pool:
