@@ -67,6 +67,24 @@ def in_process(name: str, library: str, part: str, argv: list) -> list:
             for row in json.loads(replies[-1][len(_REPLY):])]
 
 
+def epoch_worker(ns: argparse.Namespace, device: str, torch: Any, make_batches: Callable,
+                 fastmetal_rows: Callable, torch_rows: Callable) -> None:
+    """A worker's side of `bench mnist` / `bench vae` (--worker): one library's epoch rows."""
+    batches = make_batches(ns.data, 0)
+    worker_reply(fastmetal_rows(device, batches, ns.samples, ns.compile)
+                 if ns.worker == "fastmetal" else
+                 torch_rows(torch, device, batches, ns.samples, ns.compile))
+
+
+def epochs_in_processes(name: str, ns: argparse.Namespace, torch: Any) -> list:
+    """fastmetal's epoch, then PyTorch's where it is installed, each in a worker process."""
+    argv_worker = forwarded(ns)
+    results = in_process(name, "fastmetal", "epoch", argv_worker)
+    if torch is not None:
+        results += in_process(name, "torch", "epoch", argv_worker)
+    return results
+
+
 def forwarded(ns: argparse.Namespace) -> list:
     """The parsed options of `parser` as a worker's command line."""
     argv = ["--samples", str(ns.samples), "--device", ns.device]
@@ -148,6 +166,19 @@ def print_table(results: list, batch: int, samples: int,
     if samples != 60_000:
         print(f"(measured on {samples:,} samples, scaled to 60,000)")
     return ours
+
+
+def print_step_profile(prof: dict, title: str, width: int) -> None:
+    """A step's milliseconds by part, largest first, then the tape's own share of them (the
+    parts named "autograd ...")."""
+    inside = {k: prof.pop(k) for k in list(prof) if k.startswith("autograd")}
+    total = sum(prof.values())
+    print(f"\n{title}; sum {total:.1f} ms):")
+    for k, v in sorted(prof.items(), key=lambda kv: -kv[1]):
+        print(f"  {k:{width}} {v:7.2f} ms  {100 * v / total:5.1f}%")
+    print("of which the tape's own work (Python, no kernels):")
+    for k, v in inside.items():
+        print(f"  {k[len('autograd bookkeeping: '):]:{width}} {v:7.2f} ms  {100 * v / total:5.1f}%")
 
 
 @contextlib.contextmanager

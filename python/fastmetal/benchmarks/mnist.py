@@ -186,19 +186,13 @@ def main(argv=None):
     ns = ap.parse_args(argv)
     device, torch = _epoch.setup(ap, ns, BATCH)
     if ns.worker:
-        batches = make_batches(ns.data, 0)
-        return _epoch.worker_reply(fastmetal_rows(device, batches, ns.samples, ns.compile)
-                                   if ns.worker == "fastmetal" else
-                                   torch_rows(torch, device, batches, ns.samples, ns.compile))
+        return _epoch.epoch_worker(ns, device, torch, make_batches, fastmetal_rows, torch_rows)
     print(f"MNIST example network, one epoch of {ns.samples:,} samples, batch {BATCH}, "
           f"Adadelta; {'MNIST files in ' + ns.data if ns.data else 'synthetic batches'}")
     print(f"machine: {machine_summary()}\n")
     batches = make_batches(ns.data, 0)
 
-    argv_worker = _epoch.forwarded(ns)
-    results = _epoch.in_process("mnist", "fastmetal", "epoch", argv_worker)
-    if torch is not None:
-        results += _epoch.in_process("mnist", "torch", "epoch", argv_worker)
+    results = _epoch.epochs_in_processes("mnist", ns, torch)
     _epoch.print_table(results, BATCH, ns.samples, REFERENCE)
 
     if ns.profile:
@@ -212,17 +206,8 @@ def main(argv=None):
                 queued, finished = host_vs_device(fm.compile(fastmetal_step(device)[0]), arrays)
                 print(f"fastmetal.compile on {device}: the host queues a step in {queued:.2f} "
                       f"ms, the device finishes one every {finished:.2f} ms (100 steps)")
-        prof = profile_fastmetal(device, fbatches)
-        inside = {k: prof.pop(k) for k in list(prof) if k.startswith("autograd")}
-        total = sum(prof.values())
-        print(f"\nfastmetal step on {device}, per layer (median of 10 batches; "
-              f"sum {total:.1f} ms):")
-        for k, v in sorted(prof.items(), key=lambda kv: -kv[1]):
-            print(f"  {k:22} {v:7.2f} ms  {100 * v / total:5.1f}%")
-        print("of which the tape's own work (Python, no kernels):")
-        for k, v in inside.items():
-            print(f"  {k[len('autograd bookkeeping: '):]:22} {v:7.2f} ms  "
-                  f"{100 * v / total:5.1f}%")
+        _epoch.print_step_profile(profile_fastmetal(device, fbatches), f"fastmetal step on "
+                                  f"{device}, per layer (median of 10 batches", 22)
     return results
 
 

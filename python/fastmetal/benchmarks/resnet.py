@@ -367,16 +367,8 @@ def main(argv: Any = None) -> Any:
         print(line)
 
     if ns.profile:
-        prof = profile_fastmetal(device)
-        inside = {k: prof.pop(k) for k in list(prof) if k.startswith("autograd")}
-        total = sum(prof.values())
-        print(f"\nfastmetal step on {device}, by part (median of 5 steps; sum {total:.1f} ms):")
-        for k, v in sorted(prof.items(), key=lambda kv: -kv[1]):
-            print(f"  {k:42} {v:7.2f} ms  {100 * v / total:5.1f}%")
-        print("of which the tape's own work (Python, no kernels):")
-        for k, v in inside.items():
-            print(f"  {k[len('autograd bookkeeping: '):]:42} {v:7.2f} ms  "
-                  f"{100 * v / total:5.1f}%")
+        _epoch.print_step_profile(profile_fastmetal(device), f"fastmetal step on {device}, "
+                                  "by part (median of 5 steps", 42)
     return results
 
 

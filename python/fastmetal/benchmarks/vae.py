@@ -128,19 +128,13 @@ def main(argv=None):
     ns = ap.parse_args(argv)
     device, torch = _epoch.setup(ap, ns, BATCH)
     if ns.worker:
-        batches = make_batches(ns.data, 0)
-        return _epoch.worker_reply(fastmetal_rows(device, batches, ns.samples, ns.compile)
-                                   if ns.worker == "fastmetal" else
-                                   torch_rows(torch, device, batches, ns.samples, ns.compile))
+        return _epoch.epoch_worker(ns, device, torch, make_batches, fastmetal_rows, torch_rows)
     print(f"VAE example network, one epoch of {ns.samples:,} samples, batch {BATCH}, Adam; "
           f"{'MNIST files in ' + ns.data if ns.data else 'synthetic binarised digits'}")
     print(f"machine: {machine_summary()}\n")
     batches = make_batches(ns.data, 0)
 
-    argv_worker = _epoch.forwarded(ns)
-    results = _epoch.in_process("vae", "fastmetal", "epoch", argv_worker)
-    if torch is not None:
-        results += _epoch.in_process("vae", "torch", "epoch", argv_worker)
+    results = _epoch.epochs_in_processes("vae", ns, torch)
 
     ours = _epoch.print_table(results, BATCH, ns.samples)
     if ns.profile:
