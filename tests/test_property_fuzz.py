@@ -1,8 +1,8 @@
 """Property-based search (hypothesis) over every public function's inputs: shapes with zero
 and huge extents, zero and negative strides, dtypes, read-only flags, NumPy or fastmetal
 arrays, out=. Each function's search runs in a child process (property_fuzz_child.py), so a
-crash is a test failure that names the case, not a lost run. The children are forked from one
-process per device that has imported NumPy and hypothesis (not fastmetal: each child imports
+crash is a test failure that names the case, not a lost run. On Linux the children are forked
+from one process per device that has imported NumPy and hypothesis (not fastmetal: each child imports
 it, as a fresh process does, and runs the script as `python property_fuzz_child.py` would):
 the imports were half of each child's time.
 
@@ -78,6 +78,13 @@ def zygotes():
 
 def search(zygotes, device, name, work):
     """(exit status, stdout, stderr) of CHILD's search over `name` on `device`."""
+    if not sys.platform.startswith("linux"):
+        # macOS: a child forked after NumPy (Accelerate, CoreFoundation) has loaded may not
+        # use Metal; a fresh process each time there.
+        r = subprocess.run([sys.executable, str(CHILD), name, str(EXAMPLES)], capture_output=True,
+                           text=True, timeout=TIMEOUT_S, cwd=CHILD.parent,
+                           env={**os.environ, "FASTMETAL_DEVICE": device})
+        return r.returncode, r.stdout, r.stderr
     z = zygotes.get(device)
     if z is None or z.poll() is not None:
         if z is not None:
