@@ -439,3 +439,146 @@ def test_nonzero(device, rng):
     assert [g.shape for g in fm.nonzero(arr(np.zeros((2, 0)), device))] == [(0,), (0,)]
     with pytest.raises(ValueError, match=r"\[fastmetal.nonzero\] expected an array of dimension"):
         fm.nonzero(arr(1.0, device))
+
+
+# ----------------------------------------------------------------------------- the rest of 2024.12's names
+def test_constants(device):
+    assert (fm.e, fm.pi, fm.inf) == (np.e, np.pi, np.inf) and np.isnan(fm.nan)
+    assert all(type(c) is float for c in (fm.e, fm.pi, fm.inf, fm.nan))
+    assert fm.newaxis is None and arr([1.0, 2.0], device)[fm.newaxis].shape == (1, 2)
+
+
+def test_reshape_copy_astype(device, rng):
+    x = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    a = arr(x, device)
+    for shape in [(4, 6), (-1,), (2, -1, 3), (24, 1)]:
+        np.testing.assert_array_equal(host(fm.reshape(a, shape)), x.reshape(shape))
+    a = arr(x.copy(), device)  # (asarray shares x's memory on the cpu)
+    view, copied = fm.reshape(a, (6, 4)), fm.reshape(a, (6, 4), copy=True)
+    a.fill_(5.0)  # the view sees the write, the copy does not
+    np.testing.assert_array_equal(host(view), np.full((6, 4), 5.0, np.float32))
+    np.testing.assert_array_equal(host(copied), x.reshape(6, 4))
+    t = arr(x, device).mT  # not contiguous: no reshape without a copy
+    np.testing.assert_array_equal(host(fm.reshape(t, (-1,))), np.swapaxes(x, -1, -2).ravel())
+    with pytest.raises(ValueError, match=r"\[fastmetal.reshape\] expected a shape reachable "
+                                         r"without a copy \(copy=False\), got \(24,\)"):
+        fm.reshape(t, (-1,), copy=False)
+    with pytest.raises(ValueError, match=r"fastmetal.reshape"):
+        fm.reshape(a, (5, 5))
+    with pytest.raises(TypeError, match=r"\[fastmetal.reshape\] expected x to be a "
+                                        r"fastmetal.Array, got list"):
+        fm.reshape([1.0, 2.0], (2,))
+    g = arr(x, device).requires_grad_()
+    (fm.reshape(g, (-1,)) * arr(np.arange(24), device)).sum().backward()
+    np.testing.assert_array_equal(host(g.grad), np.arange(24, dtype=np.float32).reshape(x.shape))
+    s = arr([-2.7, -0.5, 0.5, 2.7, 1e10], device)
+    np.testing.assert_array_equal(host(fm.astype(s, fm.int64)),
+                                  np.array([-2.7, -0.5, 0.5, 2.7, 1e10], np.float32).astype(np.int64))
+    assert fm.astype(s, fm.float32, copy=False) is s
+    assert fm.astype(s, fm.float32) is not s and fm.astype(s, fm.float16).dtype == fm.float16
+    assert fm.astype(s, fm.float32, device=device).device == device
+    with pytest.raises(TypeError, match=r"\[fastmetal.astype\] expected x"):
+        fm.astype(np.ones(2), fm.float32)
+
+
+def test_positive_conj_real_keep_values_and_signed_zeros(device):
+    a = arr(SPECIALS, device)
+    for name in ("positive", "conj", "real"):
+        got = getattr(fm, name)(a)
+        assert got is not a and got.dtype == fm.float32 and got.device == device
+        np.testing.assert_array_equal(host(got), SPECIALS)  # NaN where NaN
+        assert np.array_equal(np.signbit(host(got)), np.signbit(SPECIALS)), name  # -0.0 stays
+        ints = arr([3, -2**62], device, np.int64)
+        np.testing.assert_array_equal(host(getattr(fm, name)(ints)), [3, -2**62])
+        with pytest.raises(TypeError, match=rf"\[fastmetal.{name}\] expected x"):
+            getattr(fm, name)(1.0)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_unstack(axis, device, rng):
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    got = fm.unstack(arr(x, device), axis=axis)
+    assert isinstance(got, tuple) and len(got) == x.shape[axis]
+    for g, w in zip(got, np.moveaxis(x, axis, 0)):
+        np.testing.assert_array_equal(host(g), w)
+    assert fm.unstack(arr(np.zeros((0, 3)), device)) == ()
+    with pytest.raises(ValueError, match=r"\[fastmetal.unstack\] expected an array of dimension"):
+        fm.unstack(arr(1.0, device))
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_diff(axis, device, rng):
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    a = arr(x, device)
+    for n in (0, 1, 2, 5):
+        np.testing.assert_allclose(host(fm.diff(a, axis=axis, n=n)), np.diff(x, axis=axis, n=n),
+                                   rtol=1e-6, atol=1e-6)
+    edge = np.ones((4, 5), np.float32)[(slice(None),) * (axis % 2) + (slice(0, 2),)]
+    np.testing.assert_allclose(
+        host(fm.diff(a, axis=axis, prepend=arr(edge, device), append=arr(-edge, device))),
+        np.diff(x, axis=axis, prepend=edge, append=-edge), rtol=1e-6, atol=1e-6)
+    ints = arr([1, 4, 9, 2**40], device, np.int64)
+    got = fm.diff(ints)
+    assert got.dtype == fm.int64
+    np.testing.assert_array_equal(host(got), [3, 5, 2**40 - 9])
+    linear_grad(lambda v: fm.diff(v, axis=axis, n=2), lambda v: np.diff(v, axis=axis, n=2), x,
+                device, rng)
+    with pytest.raises(ValueError, match=r"\[fastmetal.diff\] expected n to be a non-negative"):
+        fm.diff(a, n=-1)
+    with pytest.raises(ValueError, match=r"\[fastmetal.diff\] expected an array of dimension"):
+        fm.diff(arr(1.0, device))
+
+
+def test_cumulative_sum(device, rng):
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    a = arr(x, device)
+    for axis in (0, 1, -1):
+        np.testing.assert_allclose(host(fm.cumulative_sum(a, axis=axis)),
+                                   np.cumsum(x, axis=axis), rtol=1e-6, atol=1e-6)
+        zero_shape = list(x.shape)
+        zero_shape[axis] = 1
+        want = np.concatenate([np.zeros(zero_shape, np.float32), np.cumsum(x, axis=axis)], axis)
+        got = fm.cumulative_sum(a, axis=axis, include_initial=True)
+        np.testing.assert_allclose(host(got), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(host(fm.cumulative_sum(arr([1, 2, 2**40], device, np.int64))),
+                                  [1, 3, 3 + 2**40])
+    got = fm.cumulative_sum(arr([1, 2, 3], device, np.int64), dtype=fm.float32)
+    assert got.dtype == fm.float32
+    np.testing.assert_array_equal(host(got), [1.0, 3.0, 6.0])
+    empty = fm.cumulative_sum(arr(np.zeros(0), device), include_initial=True)
+    np.testing.assert_array_equal(host(empty), [0.0])
+    linear_grad(lambda v: fm.cumulative_sum(v, axis=1, include_initial=True),
+                lambda v: np.concatenate([np.zeros((3, 1)), np.cumsum(v, axis=1)], 1), x, device,
+                rng)
+    with pytest.raises(ValueError, match=r"\[fastmetal.cumulative_sum\] expected axis for an "
+                                         r"array of dimension 2"):
+        fm.cumulative_sum(a)
+
+
+def test_take_along_axis(device, rng):
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    a = arr(x, device)
+    for axis in (0, 1, -1):
+        n = x.shape[axis]
+        shape = list(x.shape)
+        shape[axis] = 6
+        idx = rng.integers(-n, n, shape)
+        got = fm.take_along_axis(a, arr(idx, device, np.int64), axis=axis)
+        np.testing.assert_array_equal(host(got), np.take_along_axis(x, idx % n, axis=axis))
+    # The other axes broadcast, as NumPy's.
+    idx = rng.integers(0, 5, (1, 4, 2))
+    got = fm.take_along_axis(a, arr(idx, device, np.int64), axis=-1)
+    np.testing.assert_array_equal(host(got), np.take_along_axis(x, np.broadcast_to(idx, (3, 4, 2)),
+                                                                axis=-1))
+    # the order argsort gives sorts x, as the standard's example
+    order = fm.argsort(a, axis=1)
+    np.testing.assert_array_equal(host(fm.take_along_axis(a, order, axis=1)), np.sort(x, axis=1))
+    idx = rng.integers(0, 4, (3, 2, 5))
+    linear_grad(lambda v: fm.take_along_axis(v, arr(idx, device, np.int64), axis=1),
+                lambda v: np.take_along_axis(v, idx, axis=1), x, device, rng)
+    with pytest.raises(TypeError, match=r"\[fastmetal.take_along_axis\] expected int64 indices, "
+                                        r"got float32"):
+        fm.take_along_axis(a, arr(idx, device), axis=1)
+    with pytest.raises(ValueError, match=r"\[fastmetal.take_along_axis\] expected indices of x's "
+                                         r"dimension"):
+        fm.take_along_axis(a, arr([0], device, np.int64))

@@ -121,6 +121,15 @@ CALLS = {
     "unique_inverse": lambda x, y, d: fm.unique_inverse(x)[1],
     "unique_all": lambda x, y, d: fm.unique_all(x)[0],
     "nonzero": lambda x, y, d: fm.nonzero(x - 1.0)[1],
+    "reshape": lambda x, y, d: fm.reshape(x, (4, 3)),
+    "astype": lambda x, y, d: fm.astype(x, fm.float16),
+    "positive": lambda x, y, d: fm.positive(x),
+    "conj": lambda x, y, d: fm.conj(x),
+    "real": lambda x, y, d: fm.real(x),
+    "unstack": lambda x, y, d: fm.unstack(x, axis=1)[2],
+    "cumulative_sum": lambda x, y, d: fm.cumulative_sum(x, axis=1, include_initial=True),
+    "diff": lambda x, y, d: fm.diff(x, axis=0, prepend=y[:1]),
+    "take_along_axis": lambda x, y, d: fm.take_along_axis(x, fm.argsort(y, axis=1), axis=1),
     # The gradients themselves (the per-layer API before autograd): not differentiable.
     "conv2d_backward": lambda x, y, d: fm.conv2d_backward(
         x.reshape(1, 1, 3, 4)[..., :2, :3], x.reshape(1, 1, 3, 4), y.reshape(1, 1, 3, 4)[..., :2, :2])[0],

@@ -52,6 +52,8 @@ from .ops.standard import (__array_api_version__, __array_namespace_info__, bool
 from .ops.bitwise import (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift,
                           bitwise_right_shift, bitwise_invert, left_shift, right_shift, invert,
                           bitwise_not)
+from .ops.standard import (e, pi, inf, nan, newaxis, reshape, astype, positive, conj, real,
+                           unstack, cumulative_sum, diff, take_along_axis)
 from .ops.habits import (cat, clamp, flatten, unsqueeze, split, chunk, randn, rand, randint,
                          randn_like, rand_like, from_numpy)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
@@ -124,6 +126,9 @@ __all__ = [
     # bitwise functions (bitwise.py)
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
     "bitwise_invert", "left_shift", "right_shift", "invert", "bitwise_not",
+    # the standard's constants and the rest of its functions (standard.py)
+    "e", "pi", "inf", "nan", "newaxis", "reshape", "astype", "positive", "conj", "real",
+    "unstack", "cumulative_sum", "diff", "take_along_axis",
     # PyTorch's function names (habits.py)
     "cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
     "randn_like", "rand_like", "from_numpy",

@@ -37,7 +37,8 @@ __all__ = ["__array_api_version__", "__array_namespace_info__", "bool", "uint8",
            "isinf", "isfinite", "logical_not",
            "logical_and", "logical_or", "logical_xor", "count_nonzero", "argsort", "sort",
            "searchsorted", "unique_values", "unique_counts", "unique_inverse", "unique_all",
-           "nonzero"]
+           "nonzero", "e", "pi", "inf", "nan", "newaxis", "reshape", "astype", "positive",
+           "conj", "real", "unstack", "cumulative_sum", "diff", "take_along_axis"]
 
 # The version of the standard these names follow (Array.__array_namespace__ returns fastmetal).
 __array_api_version__ = "2024.12"
@@ -746,3 +747,154 @@ def nonzero(x: Any, /) -> tuple:
         raise ValueError("[fastmetal.nonzero] expected an array of dimension >= 1, got a 0-d "
                          "array")
     return manipulation.nonzero(x)
+
+
+# ----------------------------------------------------------------------------- the rest of 2024.12's names
+# Constants (the standard's: Python floats, and None as the new axis in indexing).
+e = math.e
+pi = math.pi
+inf = math.inf
+nan = math.nan
+newaxis = None
+
+
+def reshape(x: Any, /, shape: Any, *, copy: Optional[bool] = None) -> Array:
+    """``x`` in ``shape`` (one dimension may be -1), as the Array API's ``reshape``: a view
+    where the strides allow it, else a copy (``copy=None``); ``copy=True`` always copies,
+    ``copy=False`` never does (ValueError where a copy would be needed)."""
+    _require(x, "reshape")
+    where = "fastmetal.reshape"
+    target = layouts.resolve_shape(x.size, layouts.parse_shape((shape,), where), where)
+    if copy:
+        return views.reshape(views.contiguous_copy(x), target)
+    if copy is False and layouts.nocopy_reshape(views._layout(x), target) is None:
+        raise ValueError(f"[{where}] expected a shape reachable without a copy (copy=False), "
+                         f"got {target} for a non-contiguous array of shape {tuple(x.shape)}")
+    return views.reshape(x, target)
+
+
+def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Optional[str] = None) -> Array:
+    """``x`` in ``dtype`` (on ``device`` when given), as the Array API's ``astype`` and
+    :meth:`Array.astype` (``copy=False`` returns ``x`` itself where nothing changes)."""
+    _require(x, "astype")
+    out = views.astype(x, dtype, copy=copy)
+    return out if device is None else out.to_device(device)
+
+
+def positive(x: Any, /) -> Array:
+    """``+x`` (a copy), as the Array API's ``positive``."""
+    _require(x, "positive")
+    return _F["copy"](x)
+
+
+def conj(x: Any, /) -> Array:
+    """The complex conjugate: ``x`` itself in value (a copy) for fastmetal's real dtypes, as
+    the Array API's ``conj`` (2024.12 takes real arrays too)."""
+    _require(x, "conj")
+    return _F["copy"](x)
+
+
+def real(x: Any, /) -> Array:
+    """The real part: ``x`` in value (a copy) for fastmetal's real dtypes, as the Array
+    API's ``real`` (2024.12 takes real arrays too)."""
+    _require(x, "real")
+    return _F["copy"](x)
+
+
+def unstack(x: Any, /, *, axis: int = 0) -> tuple:
+    """The slices of ``x`` along ``axis``, as a tuple of views (the Array API's ``unstack``,
+    the inverse of :func:`fastmetal.stack`)."""
+    _require(x, "unstack")
+    if x.ndim == 0:
+        raise ValueError("[fastmetal.unstack] expected an array of dimension >= 1, got a 0-d "
+                         "array")
+    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.unstack")
+    return tuple(views.getitem(x, (slice(None),) * ax + (i,)) for i in range(x.shape[ax]))
+
+
+def _line_axis(x: Array, axis: Any, where: str) -> int:
+    """The one axis of a cumulative function (axis=None: only for 0-d and 1-D arrays)."""
+    if axis is None:
+        if x.ndim > 1:
+            raise ValueError(f"[fastmetal.{where}] expected axis for an array of dimension "
+                             f"{x.ndim} (only 1-D arrays may leave it out)")
+        return 0
+    return layouts.normalize_axis(axis, builtins.max(x.ndim, 1), f"fastmetal.{where}")
+
+
+def cumulative_sum(x: Any, /, *, axis: Optional[int] = None, dtype: Any = None,
+                   include_initial: bool = False) -> Array:
+    """Running sums along ``axis`` (may be left out for 1-D ``x``), in ``dtype`` (``x`` is
+    converted first) or ``x``'s dtype, as the Array API's ``cumulative_sum``:
+    :func:`fastmetal.cumsum` with, for ``include_initial=True``, a zero before each line."""
+    _require(x, "cumulative_sum")
+    ax = _line_axis(x, axis, "cumulative_sum")
+    if x.ndim == 0:
+        x = views.reshape(x, (1,))
+    if dtype is not None and np.dtype(dtype) != x.dtype:
+        x = views.astype(x, dtype)
+    out = reductions.cumsum(x, axis=ax)
+    if not include_initial:
+        return out
+    shape = list(x.shape)
+    shape[ax] = 1
+    zero = _core.asarray(np.zeros(shape, dtype=x.dtype), dtype=x.dtype, device=x.device)
+    return manipulation.concatenate([zero, out], axis=ax)
+
+
+def diff(x: Any, /, *, axis: int = -1, n: int = 1, prepend: Any = None,
+         append: Any = None) -> Array:
+    """The ``n``-th forward difference along ``axis``, ``out[i] = x[i+1] - x[i]`` applied
+    ``n`` times, after joining ``prepend`` and ``append`` (arrays) to ``x`` along ``axis``,
+    as the Array API's and NumPy's ``diff``."""
+    _require(x, "diff")
+    if x.ndim == 0:
+        raise ValueError("[fastmetal.diff] expected an array of dimension >= 1, got a 0-d "
+                         "array")
+    if isinstance(n, builtins.bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"[fastmetal.diff] expected n to be a non-negative int, got {n!r}")
+    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.diff")
+    parts = [p for p in (prepend, x, append) if p is not None]
+    for p in parts:
+        _require(p, "diff", "prepend and append")
+    if len(parts) > 1:
+        x = manipulation.concatenate(parts, axis=ax)
+    lead = (slice(None),) * ax
+    for _ in range(int(n)):
+        x = _F["subtract"](views.getitem(x, lead + (slice(1, None),)),
+                           views.getitem(x, lead + (slice(None, -1),)))
+    return x
+
+
+def take_along_axis(x: Any, indices: Any, /, *, axis: int = -1) -> Array:
+    """``x``'s elements at ``indices`` along ``axis`` (int64, of ``x``'s dimension; negative
+    ones count from the end; the other axes broadcast), as the Array API's and NumPy's
+    ``take_along_axis``: one gather of the flattened ``x`` (differentiable)."""
+    _require(x, "take_along_axis")
+    _require(indices, "take_along_axis", "indices")
+    if indices.dtype != np.int64:
+        raise TypeError(f"[fastmetal.take_along_axis] expected int64 indices, got "
+                        f"{indices.dtype}")
+    if x.ndim == 0 or indices.ndim != x.ndim:
+        raise ValueError(f"[fastmetal.take_along_axis] expected indices of x's dimension "
+                         f"(>= 1), got dimension {indices.ndim} for x of dimension {x.ndim}")
+    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.take_along_axis")
+    try:
+        shape = list(np.broadcast_shapes(
+            tuple(1 if i == ax else d for i, d in enumerate(x.shape)),
+            tuple(1 if i == ax else d for i, d in enumerate(indices.shape))))
+    except ValueError:
+        raise ValueError(f"[fastmetal.take_along_axis] expected shapes that broadcast except "
+                         f"along axis {ax}, got {tuple(x.shape)} and {tuple(indices.shape)}") from None
+    shape[ax] = indices.shape[ax]
+    x = broadcast_to(x, tuple(shape[:ax]) + (x.shape[ax],) + tuple(shape[ax + 1:]))
+    n = x.shape[ax]
+    idx = manipulation.where(_F["less"](indices, 0), _F["add"](indices, n), indices)
+    strides = layouts.contiguous_strides(tuple(x.shape))
+    flat = broadcast_to(_F["multiply"](idx, strides[ax]), tuple(shape))
+    for i, d in enumerate(shape):
+        if i != ax and d > 1:
+            grid = np.arange(d, dtype=np.int64).reshape([d if j == i else 1 for j in range(len(shape))])
+            flat = _F["add"](flat, _core.asarray(grid * strides[i], dtype=np.int64, device=x.device))
+    return views.reshape(take(views.reshape(x, (-1,)), views.reshape(flat, (-1,))), tuple(shape))
+
