@@ -4,6 +4,8 @@ PyTorch (skipped without it) on random shapes, negative axes, empty arrays and b
 their gradients, special values (-0.0, NaN, +-inf) and bad arguments."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 
@@ -582,3 +584,14 @@ def test_take_along_axis(device, rng):
     with pytest.raises(ValueError, match=r"\[fastmetal.take_along_axis\] expected indices of x's "
                                          r"dimension"):
         fm.take_along_axis(a, arr([0], device, np.int64))
+
+
+def test_index_and_complex(device):
+    n = arr(3, device, np.int64)
+    assert operator.index(n) == 3 and [10, 11, 12, 13][n] == 13 and range(n) == range(3)
+    assert fm.zeros((n, 2), device=device).shape == (3, 2)  # a 0-d int Array as a size
+    assert complex(arr(-0.5, device)) == -0.5 + 0j and complex(n) == 3 + 0j
+    for bad in (arr(3.0, device), arr([3], device, np.int64)):
+        with pytest.raises(TypeError, match=r"\[fastmetal.Array.__index__\] expected a 0-d "
+                                            r"integer array"):
+            operator.index(bad)

@@ -195,6 +195,14 @@ def _bool(self: Array) -> bool:
     return bool(_item(self))
 
 
+def _index(self: Array) -> int:
+    # The standard's __index__: 0-d integer arrays only (an Array as a Python int, e.g. a shape).
+    if self.ndim != 0 or self.dtype.kind not in "iu":
+        raise TypeError(f"[{_where('__index__')}] expected a 0-d integer array, got a "
+                        f"{self.ndim}-d {self.dtype} array")
+    return int(_item(self))
+
+
 def _iter(self: Array) -> Any:
     if self.ndim == 0:
         raise TypeError(f"[{_where('__iter__')}] expected an array of dimension >= 1, got a "
@@ -794,7 +802,8 @@ def _install() -> None:
     methods: dict = {
         "__getitem__": views.getitem, "__setitem__": views.setitem, "__iter__": _iter,
         "__bool__": _bool, "__float__": lambda self: float(_item(self)),
-        "__int__": lambda self: int(_item(self)),
+        "__int__": lambda self: int(_item(self)), "__index__": _index,
+        "__complex__": lambda self: complex(_item(self)),
         "__neg__": _unary_operator("negative"), "__pos__": _unary_operator("copy"),
         "__abs__": _unary_operator("abs"),
         "__pow__": _pow, "__rpow__": _rpow,
