@@ -52,6 +52,12 @@ def test_namespace_and_dtypes(device):
 def test_finfo_iinfo_isdtype_result_type_can_cast():
     f = fm.finfo(fm.float32)
     assert f.bits == 32 and f.eps == np.finfo(np.float32).eps and f.smallest_normal > 0
+    # Python numbers, as the standard asks (numpy.finfo's are NumPy scalars)
+    assert type(f.bits) is int and type(f.eps) is float and type(f.max) is float
+    assert type(f.min) is float and type(f.smallest_normal) is float
+    assert (f.max, f.min, f.tiny) == (float(np.finfo(np.float32).max),
+                                      float(np.finfo(np.float32).min),
+                                      float(np.finfo(np.float32).tiny))
     assert fm.finfo(fm.float16).max == 65504 and fm.finfo(fm.zeros(1)).dtype == np.float32
     assert fm.iinfo(fm.int64).max == 2**63 - 1 and fm.iinfo("int64").min == -2**63
     with pytest.raises(TypeError, match=r"\[fastmetal.finfo\] expected a floating dtype"):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import math
 import numbers
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -71,14 +71,29 @@ def _as_dtype(obj: Any, where: str, name: str = "dtype") -> np.dtype:
 
 
 # ----------------------------------------------------------------------------- dtypes
-def finfo(type: Any) -> np.finfo:  # noqa: A002 (the standard's name)
-    """Machine limits of a floating dtype (or of an Array's dtype), as ``numpy.finfo``
-    (``bits``, ``eps``, ``max``, ``min``, ``smallest_normal``, ``dtype``)."""
+class _FInfo(NamedTuple):
+    """The standard's finfo object: Python ints and floats (numpy.finfo's are NumPy scalars)."""
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    tiny: float
+    resolution: float
+    dtype: np.dtype
+
+
+def finfo(type: Any) -> _FInfo:  # noqa: A002 (the standard's name)
+    """Machine limits of a floating dtype (or of an Array's dtype), as the Array API's and
+    ``numpy.finfo``'s (``bits``, ``eps``, ``max``, ``min``, ``smallest_normal``, ``tiny``,
+    ``resolution``, ``dtype``), as Python ints and floats, as the standard asks."""
     d = _as_dtype(type, "finfo", "type")
     if d.kind != "f":
         raise TypeError(f"[fastmetal.finfo] expected a floating dtype, got {d} (use "
                         f"fastmetal.iinfo for integers)")
-    return np.finfo(d)
+    f = np.finfo(d)
+    return _FInfo(int(f.bits), float(f.eps), float(f.max), float(f.min),
+                  float(f.smallest_normal), float(f.tiny), float(f.resolution), d)
 
 
 def iinfo(type: Any) -> np.iinfo:  # noqa: A002 (the standard's name)
