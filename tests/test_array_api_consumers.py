@@ -68,6 +68,8 @@ EXTRA_CASES = {
     "tril_indices": (lambda xpx, a: xpx.tril_indices(3, offset=1, m=4, xp=fm,
                                                      device=a["x"].device),
                      lambda: np.tril_indices(3, 1, 4)),
+    "sinc": (lambda xpx, a: xpx.sinc(a["x"]), lambda: np.sinc(X)),
+    "setdiff1d": (lambda xpx, a: xpx.setdiff1d(a["v"], a["x"][0]), lambda: np.setdiff1d(V, X[0])),
     "at_set": (lambda xpx, a: xpx.at(a["x"])[0, 1].set(9.0, copy=True),
                lambda: np.where(np.arange(6).reshape(2, 3) == 1, np.float32(9.0), X)),
     "at_add": (lambda xpx, a: xpx.at(a["x"], (slice(None), 0)).add(1.0, copy=True),
@@ -119,6 +121,10 @@ SCIPY_CASES = {
     "stats.gmean": "scipy.stats.gmean(abs(x), axis=1)",
     "stats.pmean": "scipy.stats.pmean(abs(x), 2.0, axis=1)",
     "stats.sem": "scipy.stats.sem(x, axis=1)",
+    "special.log_softmax": "scipy.special.log_softmax(x, axis=1)",
+    "stats.moment": "scipy.stats.moment(x, order=2, axis=1)",
+    "stats.skew": "scipy.stats.skew(x, axis=1)",
+    "stats.zscore": "scipy.stats.zscore(x, axis=1)",
 }
 SCIPY_CHILD = """
 import json, sys, warnings
