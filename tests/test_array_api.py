@@ -601,3 +601,17 @@ def test_index_and_complex(device):
         with pytest.raises(TypeError, match=r"\[fastmetal.Array.__index__\] expected a 0-d "
                                             r"integer array"):
             operator.index(bad)
+
+
+def test_unique_results_are_named_tuples(device):
+    a = arr([[3.0, 1.0], [1.0, 2.0]], device)
+    counts = fm.unique_counts(a)
+    np.testing.assert_array_equal(host(counts.values), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(host(counts.counts), [2, 1, 1])
+    inverse = fm.unique_inverse(a)
+    np.testing.assert_array_equal(host(inverse.values)[host(inverse.inverse_indices)], host(a))
+    u = fm.unique_all(a)
+    assert u._fields == ("values", "indices", "inverse_indices", "counts")
+    np.testing.assert_array_equal(host(u.indices), [1, 3, 0])
+    values, indices, inv, cnt = u  # still a 4-tuple
+    assert values is u.values and cnt is u.counts

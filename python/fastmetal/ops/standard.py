@@ -727,30 +727,49 @@ def unique_values(x: Any, /) -> Array:
     return _core.asarray(values, dtype=x.dtype, device=x.device)
 
 
+# The standard's named tuples (tuples, with the fields by name too).
+class _UniqueCounts(NamedTuple):
+    values: Array
+    counts: Array
+
+
+class _UniqueInverse(NamedTuple):
+    values: Array
+    inverse_indices: Array
+
+
+class _UniqueAll(NamedTuple):
+    values: Array
+    indices: Array
+    inverse_indices: Array
+    counts: Array
+
+
 def unique_counts(x: Any, /) -> tuple:
-    """``(values, counts)``: :func:`unique_values` and how often each occurs (int64), as the
+    """``(values, counts)`` (a named tuple): :func:`unique_values` and how often each occurs (int64), as the
     Array API's ``unique_counts`` (NumPy on the host)."""
     values, counts = _unique(x, "unique_counts", return_counts=True)
-    return (_core.asarray(values, dtype=x.dtype, device=x.device),
-            _index_array(counts, x.device))
+    return _UniqueCounts(_core.asarray(values, dtype=x.dtype, device=x.device),
+                         _index_array(counts, x.device))
 
 
 def unique_inverse(x: Any, /) -> tuple:
-    """``(values, inverse_indices)``: :func:`unique_values` and, in ``x``'s shape, the index
+    """``(values, inverse_indices)`` (a named tuple): :func:`unique_values` and, in ``x``'s shape, the index
     of each element's value, as the Array API's ``unique_inverse`` (NumPy on the host)."""
     values, inverse = _unique(x, "unique_inverse", return_inverse=True)
-    return (_core.asarray(values, dtype=x.dtype, device=x.device),
-            _index_array(inverse.reshape(x.shape), x.device))
+    return _UniqueInverse(_core.asarray(values, dtype=x.dtype, device=x.device),
+                          _index_array(inverse.reshape(x.shape), x.device))
 
 
 def unique_all(x: Any, /) -> tuple:
-    """``(values, indices, inverse_indices, counts)``, as the Array API's ``unique_all``
+    """``(values, indices, inverse_indices, counts)`` (a named tuple), as the Array API's ``unique_all``
     (``indices``: the first occurrence of each value in flattened ``x``; NumPy on the host)."""
     values, first, inverse, counts = _unique(x, "unique_all", return_index=True,
                                              return_inverse=True, return_counts=True)
-    return (_core.asarray(values, dtype=x.dtype, device=x.device),
-            _index_array(first, x.device), _index_array(inverse.reshape(x.shape), x.device),
-            _index_array(counts, x.device))
+    return _UniqueAll(_core.asarray(values, dtype=x.dtype, device=x.device),
+                      _index_array(first, x.device),
+                      _index_array(inverse.reshape(x.shape), x.device),
+                      _index_array(counts, x.device))
 
 
 def nonzero(x: Any, /) -> tuple:
