@@ -648,7 +648,8 @@ def _host(x: Array) -> np.ndarray:
 
 
 def _index_array(host: np.ndarray, device: str) -> Array:
-    return _core.asarray(np.ascontiguousarray(host, dtype=np.int64), dtype=np.int64,
+    # asarray, not ascontiguousarray: that makes a 0-d array 1-d (unique_inverse of a 0-d x)
+    return _core.asarray(np.asarray(host, dtype=np.int64, order="C"), dtype=np.int64,
                          device=device)
 
 
