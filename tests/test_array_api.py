@@ -613,7 +613,7 @@ def test_unique_results_are_named_tuples(device):
     u = fm.unique_all(a)
     assert u._fields == ("values", "indices", "inverse_indices", "counts")
     np.testing.assert_array_equal(host(u.indices), [1, 3, 0])
-    values, indices, inv, cnt = u  # still a 4-tuple
+    values, _, _, cnt = u  # still a 4-tuple
     assert values is u.values and cnt is u.counts
     # inverse_indices has x's shape, 0-d included
     zero_d = arr(2.0, device)

@@ -4,7 +4,7 @@ array-API-aware functions (SCIPY_ARRAY_API=1, which must be set before SciPy is 
 run in a subprocess) take and give Arrays. Every value is checked against NumPy (float64 where
 the function has a NumPy spelling). Each part skips cleanly without its library.
 
-What does not run yet, and why, is in docs/API.md ("Conformance"): mostly the bool dtype."""
+What does not run yet, and why, is in docs/API.md ("Conformance")."""
 from __future__ import annotations
 
 import json
@@ -147,7 +147,7 @@ def test_scipy_array_api_functions_on_fastmetal(device):
     env = dict(os.environ, SCIPY_ARRAY_API="1")
     child = SCIPY_CHILD.format(x=X.tolist())
     proc = subprocess.run([sys.executable, "-c", child, json.dumps(SCIPY_CASES), device],
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(results) == set(SCIPY_CASES)
