@@ -619,3 +619,19 @@ def test_unique_results_are_named_tuples(device):
     zero_d = arr(2.0, device)
     assert fm.unique_inverse(zero_d).inverse_indices.shape == ()
     assert fm.unique_all(zero_d).inverse_indices.shape == ()
+
+
+STANDARD_DTYPE_NAMES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                        "uint64", "float32", "float64", "complex64", "complex128"}
+
+
+def test_namespace_info_lists_the_standard_dtypes_by_name(device):
+    info = fm.__array_namespace_info__()
+    assert info.default_device() in info.devices() and device in info.devices()
+    dts = info.dtypes(device=device)
+    assert set(dts) <= STANDARD_DTYPE_NAMES and "float16" not in dts  # not a standard dtype
+    assert {"bool", "int64", "float32"} <= set(dts)
+    assert all(getattr(fm, name) == d and d.name == name for name, d in dts.items())
+    assert set(info.dtypes(device=device, kind="real floating")) <= {"float32", "float64"}
+    assert info.dtypes(kind="bool") == {"bool": fm.bool}
+    assert info.default_dtypes(device=device)["indexing"] == fm.int64

@@ -148,11 +148,14 @@ class _NamespaceInfo:
                 "indexing": int64}
 
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict:
-        """The dtypes ``device`` has (float64 on cpu and cuda, not metal), of ``kind``."""
+        """The standard's dtypes ``device`` has (float64 on cpu and cuda, not metal), of
+        ``kind``, by name (float16 is not one of the standard's: it is left out)."""
         device = device or _core.default_device()
         out = {}
         for d in DTYPES:
             if d == np.float64 and not _core._device_capabilities(device).get("float64", True):
+                continue
+            if d == np.float16:
                 continue
             if kind is None or isdtype(d, kind):
                 out[d.name] = d
