@@ -28,6 +28,10 @@ DType scalar_default(Operand s) {
 }
 bool is_weak(Operand x) { return int(x) >= kDTypes; }
 
+bool is_rounding(const std::string& op) {
+  return op == "floor" || op == "ceil" || op == "trunc" || op == "round";
+}
+
 // Ops that compute in the float kernels only (the op table); integers and bool take float32.
 bool float_only(const std::string& op, int arity) {
   if (op == "copy" || is_comparison(op)) return false;
@@ -58,6 +62,8 @@ DType compute_dtype(const std::string& op, int arity, DType t) {
                               ".astype() to a number first)"));
     if (bool_has(op)) return b8;
   }
+  // Rounding an integer changes nothing: it keeps its dtype (the Array API's rule).
+  if (is_integer(t) && is_rounding(op)) return t;
   if (!is_float(t) && float_only(op, arity)) return f32;
   if (t == b8) return i64;  // floor_divide, remainder, power, abs, square of bools
   return t;

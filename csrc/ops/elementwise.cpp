@@ -313,7 +313,9 @@ void launch_unary_any(const std::string& op, const Array& x, const Array& out) {
   const bool table = x.dtype == DType::float32 || x.dtype == DType::float16 ||
                      (x.dtype == DType::float64 && op != "copy");
   if (table) return launch_unary(op, x, out);
-  if (op == "copy") return launch_convert(x, out);
+  // copies; and floor/ceil/trunc/round of integers, which change nothing
+  if (op == "copy" || op == "floor" || op == "ceil" || op == "trunc" || op == "round")
+    return launch_convert(x, out);
   launch_unary_int(op, x, out);
 }
 

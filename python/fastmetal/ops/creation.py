@@ -225,9 +225,16 @@ def _like(a: Any, dtype: Any, shape: Any, device: Optional[str], where: str):
             raise TypeError(f"[fastmetal.{where}] expected a real array, got dtype "
                             f"{host.dtype}")
         inferred, a_shape, a_device = host.dtype, host.shape, None
-        if inferred.kind in "iub":  # NumPy's integers become float32 in fastmetal (dtype rule)
-            inferred = np.dtype(np.int64) if inferred.kind in "iu" else np.dtype(np.float32)
-    target = _target_dtype(dtype, np.dtype(inferred), where)
+    inferred = np.dtype(inferred)
+    # The prototype's own dtype where fastmetal has it (the dtype rule); others as asarray
+    # widens them.
+    if dtype is None and inferred in _DTYPES:
+        target = inferred
+        dev = device or a_device or _core.default_device()
+        if target == np.float64 and not _core._device_capabilities(dev)["float64"]:
+            target = np.dtype(np.float32)  # NumPy float64 computes in float32 there (metal)
+    else:
+        target = _target_dtype(dtype, inferred, where)
     return target, (a_shape if shape is None else shape), (device or a_device)
 
 
