@@ -21,7 +21,8 @@
 //   *_s   3 dims (fewer padded), any strides
 //   *_g   any number of dims, any strides (broadcast = stride 0)
 // *_r, *_s and *_g use the grid (last dim, dim before, the rest).
-// T is the storage type (float or half); every op computes in float.
+// T is the storage type (float or half; double on the CPU and CUDA); every op computes in
+// float, float64 in double (*_w and *_rw are float and half only).
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "fm_math.h"
@@ -39,6 +40,14 @@ template <typename Op>
 FM_FUNC half fm_result(Op op, half x, half y) {
   return static_cast<half>(op.f16(static_cast<float>(x), static_cast<float>(y)));
 }
+
+#if FM_HAS_DOUBLE
+// float64 (CPU and CUDA only): computed in double, the op's operator()(double).
+template <typename Op>
+FM_FUNC double fm_result(Op op, double x) { return op(x); }
+template <typename Op>
+FM_FUNC double fm_result(Op op, double x, double y) { return op(x, y); }
+#endif
 
 // One 16-byte chunk through an op, lane by lane in float: the chunk travels as a uint4 (one
 // vector load or store whatever T is) and as_type gives its lanes back as T.

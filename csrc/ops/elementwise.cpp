@@ -28,6 +28,10 @@ bool all_zero(const Strides& s) {
 }
 bool unit(const Strides& s) { return s.size() == 1 && s[0] == 1; }
 
+// The 16-byte-chunk kernels (*_w, *_rw) exist for float32 and float16 only (float64 has
+// the one-element layouts: tools/gen/gen_kernels.py).
+bool has_wide_kernels(DType t) { return t == DType::float32 || t == DType::float16; }
+
 std::string kernel_name(const char* kind, const char* layout, const std::string& op, DType t) {
   std::string name;
   name.reserve(64);  // one allocation: this runs on every call
@@ -81,7 +85,7 @@ void launch_contiguous_vec(Backend& be, const char* kind, const std::string& op,
                            std::vector<KernelArg> args, std::vector<std::size_t> advance_bytes,
                            std::int64_t n) {
   const std::int64_t lanes = FM_WIDE_BYTES / std::int64_t(itemsize(t));
-  bool wide = n >= lanes && (be.wide_elementwise() || g_wide_everywhere.load());
+  bool wide = n >= lanes && has_wide_kernels(t) && (be.wide_elementwise() || g_wide_everywhere.load());
   for (const KernelArg& a : args) wide = wide && wide_aligned(a);
   if (wide) {
     // In pieces of at most 2^31 chunks, so that the kernels' 32-bit chunk indices (up to
@@ -115,7 +119,9 @@ void launch_contiguous_vec(Backend& be, const char* kind, const std::string& op,
 // aligned in every operand. Returns false (nothing launched) otherwise.
 bool launch_rows_wide(Backend& be, const std::string& op, DType t, const std::vector<KernelArg>& args,
                       const Shape& shape, const std::vector<const Strides*>& strides) {
-  if (!(be.wide_elementwise() || g_wide_everywhere.load()) || shape.size() != 2) return false;
+  if (!has_wide_kernels(t) || !(be.wide_elementwise() || g_wide_everywhere.load()) ||
+      shape.size() != 2)
+    return false;
   const std::int64_t item = std::int64_t(itemsize(t));
   const std::int64_t lanes = FM_WIDE_BYTES / item;
   const std::int64_t rows = shape[0], cols = shape[1];

@@ -333,8 +333,11 @@ def check_file(cindex, metal: Path, metal_dir: Path, gen_dir: Path) -> list[Find
     for p in [metal, *sorted(metal_dir.glob("*.h"))]:
         t = without_discrete_only(fe.blank_comments(p.read_text(), strings=True))
         for m in re.finditer(r"\bdouble\b", t):
+            if any(a <= m.start() < b for a, b in allowed):
+                continue
             findings.append(Finding(rel(p), fe.line_of(t, m.start()), "double",
-                                    "double does not exist on Apple GPUs"))
+                                    "double does not exist on Apple GPUs (outside #if FM_HAS_DOUBLE "
+                                    "and FM_INSTANTIATE_DISCRETE / _CPU lines)"))
     return findings
 
 
@@ -447,6 +450,10 @@ MUTATIONS = [
     Mutation("double", "conv2d.metal",
              "  float s = 0.0f;\n  for (uint32_t p = 0; p < splits; ++p)",
              "  double s = 0.0;\n  for (uint32_t p = 0; p < splits; ++p)", "double"),
+    Mutation("double in the #else branch of #if FM_HAS_DOUBLE", "elementwise.metal",
+             "template <typename Op>\nFM_FUNC double fm_result(Op op, double x, double y) { return op(x, y); }\n",
+             "template <typename Op>\nFM_FUNC double fm_result(Op op, double x, double y) { return op(x, y); }\n"
+             "#else\nFM_FUNC double fm_twice(double x) { return 2.0 * x; }\n", "double"),
     Mutation("more than 32 KiB of threadgroup memory", "conv2d.metal",
              "threadgroup float partial[kReduceSlots];",
              "threadgroup float partial[kReduceSlots * 9];", "threadgroup-size"),

@@ -5,6 +5,12 @@
 #include "../kernel_params.h"
 #include "cpu_kernel_abi.h"
 
+// FM_CPU_ISA_IS_BASE(FM_CPU_ISA): 1 in the base ISA's copy of the entries, 0 in the others
+// (whose names are no macro: #if reads them as 0). The float64 entries are compiled there only.
+#define FM_CPU_ISA_IS_BASE_base 1
+#define FM_CPU_ISA_IS_BASE_(isa) FM_CPU_ISA_IS_BASE_##isa
+#define FM_CPU_ISA_IS_BASE(isa) FM_CPU_ISA_IS_BASE_(isa)
+
 namespace fm::cpu {
 
 using kernel_params::arg;
