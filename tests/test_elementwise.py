@@ -12,6 +12,7 @@ import fastmetal as fm
 from fastmetal.ops.optable import OPS
 from fastmetal.ops.elementwise import FUNCTIONS as OP
 
+from helpers import host, skip_without_float64
 from references import elementwise_rtol, numpy_reference
 
 # The public ops are held to a few ulps; the internal kernels (gradients and losses, "internal:"
@@ -410,3 +411,177 @@ def test_internal_kernels_match_numpy(spec, device, rng):
     ok = ~np.isnan(want)
     assert np.all(np.abs(got - want)[ok] <= 2e-5 * scale[ok]), spec.name
     assert np.asarray(OP[spec.name](x.astype(np.float16), y.astype(np.float16))).dtype == np.float16
+
+
+# ----------------------------------------------------------------------- float64 (cpu, cuda)
+# Every op of the table computed in double (its operator()(double): metal/fm_math64.h) on
+# the devices with doubles, against NumPy float64; Apple GPUs have no double.
+F64_EPS = float(np.finfo(np.float64).eps)
+F64_TINY = float(np.finfo(np.float64).tiny)
+SPECIALS64 = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 0.75, 2.0, 20.0,
+                       -20.0, 37.0, -37.0, 1e-20, -1e-20, 1e-308, -1e-308, 5e-324, 3.5e38,
+                       1e300, 1.7e308, -1.7e308, 709.7, 710.0, -708.3, -745.0, -746.0])
+# IEEE operations rounded once, exact operations and masks: NumPy's values bit for bit.
+EXACT64 = {"relu", "abs", "negative", "square", "reciprocal", "sqrt", "add", "subtract", "multiply",
+           "divide", "maximum", "minimum", "copy", "less", "less_equal", "greater", "greater_equal",
+           "equal", "not_equal", "floor_divide", "remainder", "floor", "ceil", "trunc", "round",
+           "sign", "isnan", "isinf", "isfinite"}
+
+
+def f64_bound(name, x, y, want):
+    """|got - want| allowed for op `name` at inputs x (, y): the device's float64 rtol, wider
+    where the reference itself is worse conditioned."""
+    rtol = elementwise_rtol(fm.default_device(), np.float64)
+    bound = rtol * np.abs(want) + 4 * F64_TINY
+    with np.errstate(all="ignore"):
+        if name == "gelu":
+            # The reference rounds -x / sqrt2 (relative 2^-53), which erfc magnifies by
+            # 2 z^2 = x^2; fastmetal takes that rounding out (fm_math64.h).
+            bound = bound + x * x * F64_EPS * np.abs(want)
+        if name == "logaddexp":
+            # max + log1p(e^-|x - y|) cancels where the result crosses 0: absolute, as float32's.
+            bound = np.maximum(bound, 4 * F64_EPS * (np.maximum(np.abs(x), np.abs(y)) + np.log(2)))
+    return bound
+
+
+def check64(name, got, want, x, y=None):
+    got = host(got)
+    assert got.dtype == np.float64, f"{name}: dtype {got.dtype}"
+    assert got.shape == want.shape
+    assert np.array_equal(np.isnan(got), np.isnan(want)), name
+    assert np.array_equal(np.isposinf(got), np.isposinf(want)), name
+    assert np.array_equal(np.isneginf(got), np.isneginf(want)), name
+    if name in EXACT64:
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        return
+    finite = np.isfinite(want)
+    err = np.where(finite, np.abs(got - want), 0.0)
+    bound = np.broadcast_to(f64_bound(name, x, y if y is not None else x, want), want.shape)
+    bad = err > bound
+    if bad.any():
+        i = np.argmax(np.where(bad, err / np.maximum(bound, F64_TINY), 0))
+        xi = np.broadcast_to(x, want.shape).flat[i]
+        yi = "" if y is None else f", {np.broadcast_to(y, want.shape).flat[i]!r}"
+        raise AssertionError(f"{name}({xi!r}{yi}) = {got.flat[i]!r}, want {want.flat[i]!r} "
+                             f"(|error| {err.flat[i]:.3g} > {bound.flat[i]:.3g}); "
+                             f"{bad.sum()} of {bad.size} off")
+
+
+def sample64(rng, shape, op_name):
+    """float64 inputs: half in [-1.2, 1.2] (the inverse trigonometric functions' domain), half
+    normal at magnitudes from 1e-8 to 700 (exp's overflow), both signs."""
+    mags = rng.choice([1e-8, 1e-3, 0.1, 1.0, 10.0, 80.0, 700.0], size=shape)
+    x = np.where(rng.random(shape) < 0.5, rng.uniform(-1.2, 1.2, shape),
+                 rng.standard_normal(shape) * mags)
+    if op_name in ("log", "sqrt", "log2", "log10"):
+        x = np.abs(x) * rng.choice([1.0, 1.0, 1.0, -1.0], size=shape)
+    return x
+
+
+def f64_array(x):
+    a = fm.asarray(x)
+    assert a.dtype == np.float64, f"fm.asarray kept {a.dtype}, not float64"
+    return a
+
+
+@pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
+def test_unary_float64_matches_numpy(spec, rng, device):
+    skip_without_float64(device)
+    x = sample64(rng, (4, 500), spec.name)
+    check64(spec.name, OP[spec.name](f64_array(x)), numpy_reference(spec, x), x)
+
+
+@pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
+def test_binary_float64_matches_numpy(spec, rng, device):
+    skip_without_float64(device)
+    x = sample64(rng, (3, 400), spec.name)
+    y = sample64(rng, (3, 400), spec.name)
+    if spec.name == "power":
+        x, y = np.abs(x) + 0.1, np.clip(y, -40, 40)
+    if spec.name in ("floor_divide", "remainder"):
+        y = np.where(rng.random(y.shape) < 0.3, np.round(y * 4) / 4, y)  # exact quotients too
+    check64(spec.name, OP[spec.name](f64_array(x), f64_array(y)), numpy_reference(spec, x, y), x, y)
+
+
+@pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
+def test_unary_float64_special_values(spec, device):
+    skip_without_float64(device)
+    want = numpy_reference(spec, SPECIALS64)
+    got = host(OP[spec.name](f64_array(SPECIALS64)))
+    check64(spec.name, got, want, SPECIALS64)
+    # Signed zeros as NumPy's (sin(-0.0) = -0.0, ceil(-0.5) = -0.0, ...).
+    zero = want == 0
+    assert np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])), \
+        f"{spec.name}: signs of zeros at {SPECIALS64[zero][np.signbit(got[zero]) != np.signbit(want[zero])]}"
+
+
+@pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
+def test_binary_float64_special_values(spec, device):
+    skip_without_float64(device)
+    x, y = np.meshgrid(SPECIALS64, SPECIALS64)
+    want = numpy_reference(spec, x, y)
+    got = host(OP[spec.name](f64_array(x), f64_array(y)))
+    check64(spec.name, got, want, x, y)
+    if spec.name not in ("maximum", "minimum"):  # which zero of max(-0.0, 0.0): NumPy's order
+        zero = want == 0
+        assert np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])), spec.name
+
+
+@pytest.mark.parametrize("spec", INTERNAL, ids=lambda s: s.name)
+def test_internal_kernels_float64(spec, device, rng):
+    skip_without_float64(device)
+    x, y = (v.astype(np.float64) for v in _internal_operands(rng, spec.name))
+    got = host(OP[spec.name](f64_array(x), f64_array(y)))
+    assert got.dtype == np.float64
+    want = numpy_reference(spec, x, y)
+    scale = np.maximum(np.abs(want), 1e-3 * np.abs(want).max())
+    assert np.array_equal(np.isnan(got), np.isnan(want)), spec.name
+    ok = ~np.isnan(want)
+    # gelu_grad: the reference's own rounding of x / sqrt2 and x * x (see f64_bound).
+    assert np.all(np.abs(got - want)[ok] <= (1e-13 + y * y * F64_EPS)[ok] * scale[ok]), spec.name
+
+
+# Every kernel layout: contiguous (v), a scalar on either side (sv, vs), rows of a sliced or
+# broadcast array (r), any strides in 3 dims (s), more dims than merge into 3 (g).
+F64_LAYOUTS = ["v", "sv", "vs", "r", "s", "g", "out_view"]
+
+
+@pytest.mark.parametrize("layout", F64_LAYOUTS)
+@pytest.mark.parametrize("name", ["exp", "gelu", "hypot", "floor_divide", "logaddexp"])
+def test_float64_every_layout(device, rng, name, layout):
+    skip_without_float64(device)
+    spec = next(s for s in OPS if s.name == name)
+    base = rng.standard_normal((3, 5, 4, 6, 8)) * 3
+    other = rng.standard_normal((3, 5, 4, 6, 8)) * 3 + 0.25
+    a, b = f64_array(base), f64_array(other)
+    views = {
+        "v": (np.s_[...], np.s_[...]),
+        "sv": (np.s_[0, 0, 0, 0, :1], np.s_[...]),
+        "vs": (np.s_[...], np.s_[1, 1, 1, 1, :1]),
+        "r": (np.s_[:, :, 1:3, ::2, :], np.s_[:, :, :2, 1::2, :]),
+        "s": (np.s_[0, ::-1, :, 2, ::3], np.s_[1, :, ::2, 1, 1::3]),
+        "g": (np.s_[:, ::2, :, ::-1, ::2], np.s_[::-1, 1::2, :, :, 1::2]),
+        "out_view": (np.s_[...], np.s_[...]),
+    }[layout]
+    xv, yv = a[views[0]], b[views[1]]
+    xh, yh = base[views[0]], other[views[1]]
+    if layout == "s":
+        xv, xh = xv.T, xh.T
+        yv, yh = yv.T, yh.T
+    if spec.arity == 1:
+        xv, xh = (xv, xh) if layout not in ("sv", "vs") else (b[views[1]], other[views[1]])
+        want = numpy_reference(spec, xh)
+        got = OP[name](xv)
+        if layout == "out_view":
+            out = f64_array(np.full(base.shape[:-1] + (16,), np.nan))[..., ::2]
+            assert OP[name](xv, out=out) is out
+            got = out
+        check64(name, got, want, xh)
+        return
+    want = numpy_reference(spec, xh, yh)
+    got = OP[name](xv, yv)
+    if layout == "out_view":
+        out = f64_array(np.full(base.shape[:-1] + (16,), np.nan))[..., 1::2]
+        assert OP[name](xv, yv, out=out) is out
+        got = out
+    check64(name, got, want, np.broadcast_to(xh, want.shape), np.broadcast_to(yh, want.shape))

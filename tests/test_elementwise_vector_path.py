@@ -14,6 +14,7 @@ from fastmetal import _core
 
 from fastmetal.ops.optable import OPS
 from fastmetal.ops.elementwise import FUNCTIONS as OP
+from helpers import skip_without_float64
 from references import elementwise_rtol, numpy_reference
 
 
@@ -33,10 +34,13 @@ def _check(got, want, dtype):
                                rtol=elementwise_rtol(fm.default_device(), dtype), atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+# float64 has no wide kernels: the host must take the one-element ones whatever it is told.
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 # One wide thread is 16 float32 or 32 float16 elements: lengths around multiples of both.
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1001, 4099])
 def test_every_length_and_offset(device, wide, dtype, n):
+    if dtype == np.float64:
+        skip_without_float64(device)
     rng = np.random.default_rng(n)
     base_x = rng.uniform(-3, 3, n + 8).astype(dtype)
     base_y = rng.uniform(0.5, 3, n + 8).astype(dtype)
@@ -83,9 +87,11 @@ def test_special_values_and_in_place_on_the_wide_path(device, wide, dtype):
 ROW_SHAPES = [(1, 8), (3, 8), (4, 16), (5, 16), (9, 40), (13, 64), (6, 7), (4, 12), (2, 4)]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_row_broadcast_every_shape(device, wide, dtype, shape, rng):
+    if dtype == np.float64:
+        skip_without_float64(device)
     # (R, L) with (1, L) on either side, and with a full (R, L) operand read through sliced
     # rows: row counts that are no multiple of 4 rows a thread, rows of whole chunks and not.
     # add and multiply of float16 or float32 operands are exact in float32, so every path
