@@ -5,6 +5,9 @@
 //   fourier_series_l*   sum of K harmonics per sample, without N x K temporaries;
 //                       LANES samples per thread (1 for GPUs; 16 or 64 on the CPU, so the
 //                       loop over lanes vectorises)
+// Each is a template of its storage and compute type T: float, and double for the float64
+// instances (FM_INSTANTIATE_DISCRETE: the CPU and CUDA; Apple GPUs have no double), which
+// compute every step in double (one lane a thread).
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "numerics_args.h"
@@ -44,10 +47,11 @@ FM_FUNC uint64_t num_out_index(constant StencilArgs& a, uint o, int32_t i, uint 
 
 // The first n_left and last n_right points along the axis, any stencil rows.
 // Grid: axis_in_x ? (n_left + n_right, outer_total, 1) : (inner_total, n_left + n_right, outer_total).
-kernel void stencil_edges(device const float* f [[buffer(0)]],
-                          device const float* w [[buffer(1)]],
+template <typename T>
+kernel void stencil_edges(device const T* f [[buffer(0)]],
+                          device const T* w [[buffer(1)]],
                           device const int32_t* off [[buffer(2)]],
-                          device float* out [[buffer(3)]],
+                          device T* out [[buffer(3)]],
                           constant StencilArgs& a [[buffer(4)]],
                           uint3 gid [[thread_position_in_grid]]) {
   const bool ax = a.axis_in_x != 0;
@@ -61,14 +65,28 @@ kernel void stencil_edges(device const float* f [[buffer(0)]],
                     : a.n_left + 1 + (i - (n - a.n_right));
   const int64_t base = num_base(a, o, x);
   const int32_t start = i + off[row];
-  const float fi = f[base + int64_t(i) * a.axis_stride];
-  float acc = 0.0f;
+  const T fi = f[base + int64_t(i) * a.axis_stride];
+  T acc = T(0);
   for (int32_t t = 0; t < a.width; ++t) {
     const int32_t j = clamp(start + t, 0, n - 1);  // padded taps (weight 0) stay in bounds
     acc = fma(w[row * a.width + t], f[base + int64_t(j) * a.axis_stride] - fi, acc);
   }
   out[num_out_index(a, o, i, x)] = acc;
 }
+
+FM_INSTANTIATE("stencil_edges", stencil_edges, float);
+FM_INSTANTIATE_DISCRETE("stencil_edges_float64", stencil_edges, double);
+
+// The uniform interior weights: float32 reads them from the argument block; float64 from
+// the weight buffer (the block is shared with Metal, which has no double).
+FM_FUNC float num_uniform_weight(constant StencilArgs& a, device const float*, int t) {
+  return a.w_interior[t];
+}
+#if FM_HAS_DOUBLE
+FM_FUNC double num_uniform_weight(constant StencilArgs&, device const double* wt, int t) {
+  return wt[t];
+}
+#endif
 
 // Interior points n_left + p (p < n - n_left - n_right): W taps from i + off_interior, all
 // in bounds. PER: per-point weights wt[t * n + i] (non-uniform gradient), else the uniform
@@ -80,10 +98,10 @@ kernel void stencil_edges(device const float* f [[buffer(0)]],
 // With MODE 0/1 and LANES = 16 the loop over lanes reads consecutive floats: on the CPU it
 // becomes plain vector loads (results kept in a local array, stored after the loads, so the
 // compiler needs no aliasing checks between f and out).
-template <int W, bool PER, int LANES, int MODE>
-kernel void stencil_interior(device const float* f [[buffer(0)]],
-                             device const float* wt [[buffer(1)]],
-                             device float* out [[buffer(2)]],
+template <typename T, int W, bool PER, int LANES, int MODE>
+kernel void stencil_interior(device const T* f [[buffer(0)]],
+                             device const T* wt [[buffer(1)]],
+                             device T* out [[buffer(2)]],
                              constant StencilArgs& a [[buffer(3)]],
                              uint3 gid [[thread_position_in_grid]]) {
   const bool ax = MODE == 2 ? a.axis_in_x != 0 : MODE == 1;
@@ -96,15 +114,15 @@ kernel void stencil_interior(device const float* f [[buffer(0)]],
   const int64_t vs = MODE == 2 ? 0 : 1;  // element step between lanes (LANES == 1 in MODE 2)
   const int64_t c0 = num_base(a, o, x0) + int64_t(i0) * s;
   const int64_t t0 = int64_t(a.off_interior) * s;
-  float wl[W];
-  for (int t = 0; t < W; ++t) wl[t] = a.w_interior[t];
-  float acc[LANES];
+  T wl[W];
+  for (int t = 0; t < W; ++t) wl[t] = num_uniform_weight(a, wt, t);
+  T acc[LANES];
   for (int j = 0; j < LANES; ++j) {
     const int64_t cj = c0 + int64_t(j) * vs;
-    const float fi = f[cj];
-    float r = 0.0f;
+    const T fi = f[cj];
+    T r = T(0);
     for (int t = 0; t < W; ++t) {
-      const float wv = PER ? wt[uint64_t(t) * uint64_t(n) + uint64_t(i0 + (MODE == 1 ? j : 0))] : wl[t];
+      const T wv = PER ? wt[uint64_t(t) * uint64_t(n) + uint64_t(i0 + (MODE == 1 ? j : 0))] : wl[t];
       r = fma(wv, f[cj + t0 + int64_t(t) * s] - fi, r);
     }
     acc[j] = r;
@@ -113,21 +131,26 @@ kernel void stencil_interior(device const float* f [[buffer(0)]],
   for (int j = 0; j < LANES; ++j) out[ob + uint64_t(j)] = acc[j];
 }
 
-FM_INSTANTIATE("stencil_interior_3_l1", stencil_interior, 3, false, 1, 2);
-FM_INSTANTIATE("stencil_interior_5_l1", stencil_interior, 5, false, 1, 2);
-FM_INSTANTIATE("stencil_interior_7_l1", stencil_interior, 7, false, 1, 2);
-FM_INSTANTIATE("stencil_interior_9_l1", stencil_interior, 9, false, 1, 2);
-FM_INSTANTIATE("stencil_interior_3pp_l1", stencil_interior, 3, true, 1, 2);
-FM_INSTANTIATE_CPU("stencil_interior_3_l16_axis", stencil_interior, 3, false, 16, 1);
-FM_INSTANTIATE_CPU("stencil_interior_5_l16_axis", stencil_interior, 5, false, 16, 1);
-FM_INSTANTIATE_CPU("stencil_interior_7_l16_axis", stencil_interior, 7, false, 16, 1);
-FM_INSTANTIATE_CPU("stencil_interior_9_l16_axis", stencil_interior, 9, false, 16, 1);
-FM_INSTANTIATE_CPU("stencil_interior_3pp_l16_axis", stencil_interior, 3, true, 16, 1);
-FM_INSTANTIATE_CPU("stencil_interior_3_l16_inner", stencil_interior, 3, false, 16, 0);
-FM_INSTANTIATE_CPU("stencil_interior_5_l16_inner", stencil_interior, 5, false, 16, 0);
-FM_INSTANTIATE_CPU("stencil_interior_7_l16_inner", stencil_interior, 7, false, 16, 0);
-FM_INSTANTIATE_CPU("stencil_interior_9_l16_inner", stencil_interior, 9, false, 16, 0);
-FM_INSTANTIATE_CPU("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 16, 0);
+FM_INSTANTIATE("stencil_interior_3_l1", stencil_interior, float, 3, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_5_l1", stencil_interior, float, 5, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_7_l1", stencil_interior, float, 7, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_9_l1", stencil_interior, float, 9, false, 1, 2);
+FM_INSTANTIATE("stencil_interior_3pp_l1", stencil_interior, float, 3, true, 1, 2);
+FM_INSTANTIATE_CPU("stencil_interior_3_l16_axis", stencil_interior, float, 3, false, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_5_l16_axis", stencil_interior, float, 5, false, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_7_l16_axis", stencil_interior, float, 7, false, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_9_l16_axis", stencil_interior, float, 9, false, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_3pp_l16_axis", stencil_interior, float, 3, true, 16, 1);
+FM_INSTANTIATE_CPU("stencil_interior_3_l16_inner", stencil_interior, float, 3, false, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_5_l16_inner", stencil_interior, float, 5, false, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_7_l16_inner", stencil_interior, float, 7, false, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_9_l16_inner", stencil_interior, float, 9, false, 16, 0);
+FM_INSTANTIATE_CPU("stencil_interior_3pp_l16_inner", stencil_interior, float, 3, true, 16, 0);
+FM_INSTANTIATE_DISCRETE("stencil_interior_3_l1_float64", stencil_interior, double, 3, false, 1, 2);
+FM_INSTANTIATE_DISCRETE("stencil_interior_5_l1_float64", stencil_interior, double, 5, false, 1, 2);
+FM_INSTANTIATE_DISCRETE("stencil_interior_7_l1_float64", stencil_interior, double, 7, false, 1, 2);
+FM_INSTANTIATE_DISCRETE("stencil_interior_9_l1_float64", stencil_interior, double, 9, false, 1, 2);
+FM_INSTANTIATE_DISCRETE("stencil_interior_3pp_l1_float64", stencil_interior, double, 3, true, 1, 2);
 
 // ---------------------------------------------------------------------------- Fourier
 // A product that must stay rounded on its own: the float-float steps below subtract it from
@@ -135,9 +158,13 @@ FM_INSTANTIATE_CPU("stencil_interior_3pp_l16_inner", stencil_interior, 3, true, 
 // Clang (Metal) contracts only within one expression and GCC only single-use products
 // (these have a rint() use too); nvcc contracts across statements, so it gets __fmul_rn.
 #if defined(__CUDACC__)
-#define NUM_MUL_RN(a, b) __fmul_rn(a, b)
+FM_FUNC float num_mul_rn(float a, float b) { return __fmul_rn(a, b); }
+#if FM_HAS_DOUBLE
+FM_FUNC double num_mul_rn(double a, double b) { return __dmul_rn(a, b); }
+#endif
 #else
-#define NUM_MUL_RN(a, b) ((a) * (b))
+template <typename T>
+FM_FUNC T num_mul_rn(T a, T b) { return a * b; }
 #endif
 
 // sin and cos of 2 pi t for t = t_hi + t_lo turns, |t_hi| <= ~0.5: quarter-turn reduction
@@ -171,24 +198,52 @@ FM_FUNC void num_sincos_turns(float t_hi, float t_lo, thread float& s, thread fl
   c = as_type<float>(((ci & ~swap) | (si & swap)) ^ (((qu + 1u) & 2u) << 30));
 }
 
+#if FM_HAS_DOUBLE
+// The same in double: 2 pi r (|r| <= 1/8 turn) through the double sin and cos, then the
+// quarter turns q.
+FM_FUNC void num_sincos_turns(double t_hi, double t_lo, thread double& s, thread double& c) {
+  const double q = rint(4.0 * t_hi);
+  const double r = fma(-0.25, q, t_hi) + t_lo;  // t_hi - q/4 is exact
+  const double a = r * 6.283185307179586;
+  const double sr = sin(a);
+  const double cr = cos(a);
+  const uint32_t qu = uint32_t(int32_t(q)) & 3u;  // |q| <= 2
+  s = qu == 0u ? sr : (qu == 1u ? cr : (qu == 2u ? -sr : -cr));
+  c = qu == 0u ? cr : (qu == 1u ? -sr : (qu == 2u ? -cr : sr));
+}
+#endif
+
 // All ones where x is finite, else zero (integer ops only: vectorises without branches).
 FM_FUNC uint32_t num_finite_mask(float x) {
   return 0u - uint32_t((as_type<uint32_t>(x) & 0x7f800000u) != 0x7f800000u);
 }
+// x where finite, else 0 (so that the phase steps see finite values only).
+FM_FUNC float num_finite_or_zero(float x) { return as_type<float>(as_type<uint32_t>(x) & num_finite_mask(x)); }
+// v where x is finite, else NaN (as cos(inf) in NumPy).
+FM_FUNC float num_finite_or_nan(float x, float v) {
+  const uint32_t m = num_finite_mask(x);
+  return as_type<float>((as_type<uint32_t>(v) & m) | (0x7fc00000u & ~m));
+}
+#if FM_HAS_DOUBLE
+FM_FUNC double num_finite_or_zero(double x) { return isfinite(x) ? x : 0.0; }
+FM_FUNC double num_finite_or_nan(double x, double v) { return isfinite(x) ? v : NAN; }
+#endif
 
 // a + b = s + err exactly (Knuth's two-sum; no multiplications, so FMA contraction
 // cannot change it).
-FM_FUNC float num_two_sum(float a, float b, thread float& err) {
-  const float s = a + b;
-  const float bb = s - a;
+template <typename T>
+FM_FUNC T num_two_sum(T a, T b, thread T& err) {
+  const T s = a + b;
+  const T bb = s - a;
   err = (a - (s - bb)) + (b - bb);
   return s;
 }
 
 // Drops whole turns from t_hi + t_lo: |result hi| <= 0.5, |lo| <= 2^-25.
-FM_FUNC void num_fold(float t_hi, float t_lo, thread float& hi, thread float& lo) {
-  float e;
-  const float s = num_two_sum(t_hi, t_lo - rint(t_lo), e);
+template <typename T>
+FM_FUNC void num_fold(T t_hi, T t_lo, thread T& hi, thread T& lo) {
+  T e;
+  const T s = num_two_sum(t_hi, t_lo - rint(t_lo), e);
   hi = s - rint(s);  // exact
   lo = e;
 }
@@ -197,82 +252,106 @@ FM_FUNC void num_fold(float t_hi, float t_lo, thread float& hi, thread float& lo
 // (inv_hi + inv_lo, relative error ~2^-48); x * inv_hi is split exactly with one FMA
 // (two-product) and its whole turns dropped exactly, so for |x| up to ~2^20 periods the
 // phase keeps ~2^-25 turns of accuracy. Any float x gives bounded values (no overflow).
-FM_FUNC void num_turns(float x, constant FourierArgs& p, thread float& u_hi, thread float& u_lo) {
-  const float pr = NUM_MUL_RN(x, p.inv_hi);
-  const float pe = fma(x, p.inv_hi, -pr);
-  const float f = pr - rint(pr);  // exact
-  num_fold(f, fma(x, p.inv_lo, pe), u_hi, u_lo);
+// In double the same steps keep ~2^-54 turns.
+template <typename T>
+FM_FUNC void num_turns(T x, T inv_hi, T inv_lo, thread T& u_hi, thread T& u_lo) {
+  const T pr = num_mul_rn(x, inv_hi);
+  const T pe = fma(x, inv_hi, -pr);
+  const T f = pr - rint(pr);  // exact
+  num_fold(f, fma(x, inv_lo, pe), u_hi, u_lo);
 }
 
 // frac(k * u) as a float-float: k * u_hi is split exactly (two-product by FMA), its integer
 // part dropped exactly, so the phase error stays ~2^-25 turns whatever k is.
-FM_FUNC void num_phase(float k, float u_hi, float u_lo, thread float& t_hi, thread float& t_lo) {
-  const float pr = NUM_MUL_RN(k, u_hi);
-  const float pe = fma(k, u_hi, -pr);
+template <typename T>
+FM_FUNC void num_phase(T k, T u_hi, T u_lo, thread T& t_hi, thread T& t_lo) {
+  const T pr = num_mul_rn(k, u_hi);
+  const T pe = fma(k, u_hi, -pr);
   num_fold(pr - rint(pr), fma(k, u_lo, pe), t_hi, t_lo);
 }
+
+// The series' parameters: float32 takes them from the argument block; float64 from the head
+// of the coefficient buffer (inv_hi, inv_lo, c0, 0: the block is shared with Metal, which has
+// no double). Returns where the (A_k, B_k) pairs start.
+FM_FUNC device const float* num_params(constant FourierArgs& p, device const float* coef,
+                                       thread float& inv_hi, thread float& inv_lo, thread float& c0) {
+  inv_hi = p.inv_hi;
+  inv_lo = p.inv_lo;
+  c0 = p.c0;
+  return coef;
+}
+#if FM_HAS_DOUBLE
+FM_FUNC device const double* num_params(constant FourierArgs&, device const double* coef,
+                                        thread double& inv_hi, thread double& inv_lo,
+                                        thread double& c0) {
+  inv_hi = coef[0];
+  inv_lo = coef[1];
+  c0 = coef[2];
+  return coef + 4;
+}
+#endif
 
 // Each thread evaluates LANES consecutive samples (no bounds check: the host launches the
 // n % LANES tail with LANES = 1). Per block of `block` terms the cos/sin pair is re-seeded
 // from an accurately reduced phase, then advanced by rotation with (cos, sin)(2 pi u):
 // 2 multiplies + 2 FMAs per term plus 2 FMAs for the coefficients, with an error that
 // cannot grow past one block. Each block's partial sum is added to the total separately (shorter sums round less).
-template <int LANES>
-kernel void fourier_series_k(device const float* x [[buffer(0)]],
-                             device const float* coef [[buffer(1)]],
-                             device float* out [[buffer(2)]],
+template <typename T, int LANES>
+kernel void fourier_series_k(device const T* x [[buffer(0)]],
+                             device const T* coef_in [[buffer(1)]],
+                             device T* out [[buffer(2)]],
                              constant FourierArgs& p [[buffer(3)]],
                              uint gid [[thread_position_in_grid]]) {
+  T inv_hi, inv_lo, c0;
+  device const T* coef = num_params(p, coef_in, inv_hi, inv_lo, c0);
   const uint64_t base = uint64_t(gid) * uint64_t(LANES);
-  float uh[LANES], ul[LANES], c1[LANES], ns1[LANES], acc[LANES];
-  float c[LANES], s[LANES], bacc[LANES];
+  T uh[LANES], ul[LANES], c1[LANES], ns1[LANES], acc[LANES];
+  T c[LANES], s[LANES], bacc[LANES];
   for (int j = 0; j < LANES; ++j) {
-    const float xv = x[base + uint64_t(j)];
-    const float xs = as_type<float>(as_type<uint32_t>(xv) & num_finite_mask(xv));  // inf, NaN -> 0
-    float h, l;
-    num_turns(xs, p, h, l);
+    const T xs = num_finite_or_zero(x[base + uint64_t(j)]);  // inf, NaN -> 0
+    T h, l;
+    num_turns(xs, inv_hi, inv_lo, h, l);
     uh[j] = h;
     ul[j] = l;
-    float sv, cv;
+    T sv, cv;
     num_sincos_turns(h, l, sv, cv);
     c1[j] = cv;
     ns1[j] = -sv;  // negated once here so each step is one multiply + one FMA per output
-    acc[j] = 0.0f;
+    acc[j] = T(0);
   }
   const int32_t K = p.num_terms;
   for (int32_t k0 = 1; k0 <= K; k0 += p.block) {
     const int32_t k1 = min(k0 + p.block, K + 1);
     for (int j = 0; j < LANES; ++j) {
-      float th, tl;
-      num_phase(float(k0), uh[j], ul[j], th, tl);
+      T th, tl;
+      num_phase(T(k0), uh[j], ul[j], th, tl);
       c[j] = th;  // the phase, turned into (cos, sin) by the next loop
       s[j] = tl;
     }
     for (int j = 0; j < LANES; ++j) {
-      float sv, cv;
+      T sv, cv;
       num_sincos_turns(c[j], s[j], sv, cv);
       c[j] = cv;
       s[j] = sv;
-      bacc[j] = 0.0f;
+      bacc[j] = T(0);
     }
     for (int32_t k = k0; k < k1; ++k) {
-      const float ak = coef[2 * (k - 1)];
-      const float bk = coef[2 * (k - 1) + 1];
+      const T ak = coef[2 * (k - 1)];
+      const T bk = coef[2 * (k - 1) + 1];
       for (int j = 0; j < LANES; ++j) {
         bacc[j] = fma(ak, c[j], fma(bk, s[j], bacc[j]));
-        const float cn = fma(s[j], ns1[j], c[j] * c1[j]);
+        const T cn = fma(s[j], ns1[j], c[j] * c1[j]);
         s[j] = fma(s[j], c1[j], -(c[j] * ns1[j]));
         c[j] = cn;
       }
     }
     for (int j = 0; j < LANES; ++j) acc[j] += bacc[j];
   }
-  for (int j = 0; j < LANES; ++j) {  // non-finite x -> NaN (as cos(inf) in NumPy)
-    const uint32_t m = num_finite_mask(x[base + uint64_t(j)]);
-    out[base + uint64_t(j)] = as_type<float>((as_type<uint32_t>(p.c0 + acc[j]) & m) | (0x7fc00000u & ~m));
-  }
+  for (int j = 0; j < LANES; ++j)  // non-finite x -> NaN (as cos(inf) in NumPy)
+    out[base + uint64_t(j)] = num_finite_or_nan(x[base + uint64_t(j)], c0 + acc[j]);
 }
 
-FM_INSTANTIATE("fourier_series_l1", fourier_series_k, 1);
-FM_INSTANTIATE_CPU("fourier_series_l16", fourier_series_k, 16);
-FM_INSTANTIATE_CPU("fourier_series_l64", fourier_series_k, 64);
+FM_INSTANTIATE("fourier_series_l1", fourier_series_k, float, 1);
+FM_INSTANTIATE_CPU("fourier_series_l16", fourier_series_k, float, 16);
+FM_INSTANTIATE_CPU("fourier_series_l64", fourier_series_k, float, 64);
+FM_INSTANTIATE_DISCRETE("fourier_series_l1_float64", fourier_series_k, double, 1);

@@ -15,6 +15,7 @@ import pytest
 import fastmetal as fm
 from fastmetal.ops import numerics as fnum
 
+from helpers import skip_without_float64
 from references import derivative_reference, fourier_series_numpy32, fourier_series_reference
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -148,7 +149,8 @@ def test_gradient_strided_and_negative_views(device):
 def test_gradient_dtypes_and_containers(device):
     f64 = np.linspace(0, 3, 11) ** 2
     g = fm.gradient(f64)
-    assert g.dtype == np.float32
+    # float64 in double where the device has doubles (test_float64_* below), else float32
+    assert g.dtype == (np.float32 if device == "metal" else np.float64)
     np.testing.assert_allclose(g, np.gradient(f64), rtol=1e-6, atol=1e-5)
     gi = fm.gradient(np.arange(10) ** 2)
     np.testing.assert_allclose(gi, np.gradient(np.arange(10) ** 2), rtol=0, atol=1e-5)
@@ -493,3 +495,109 @@ def test_fourier_hypothesis(K, m, seed, period, span, n, device):
     scale = (np.abs(a[0]) / 2 if m == 0 else 0.0) + \
         ((np.abs(a[1:]) + np.abs(b[1:])) * (k * 2 * np.pi / period) ** m).sum()
     assert np.abs(got - ref).max() <= 4e-6 * scale + 1e-30
+
+
+# ============================================================================ float64
+# float64 data is differentiated and summed in double on the devices with doubles (cpu,
+# cuda): every weight and coefficient in float64, results float64, NumPy float64's values
+# to ~1e-12 of the scale of the terms. (Apple GPUs have no double: float32 there.)
+EPS64 = float(np.finfo(np.float64).eps)
+
+
+def _host(a):
+    return np.asarray(a.numpy() if isinstance(a, fm.Array) else a)
+
+
+def test_float64_accuracy_8_beats_accuracy_2_by_orders_of_magnitude(device):
+    """The issue: float64 data through float32 made accuracy-8 stencils worse than
+    accuracy-2 ones (rounding, eps32 |y| / dx, swamps the truncation error). In double the
+    accuracy-8 error is the truncation's O(dx^8), down at rounding level."""
+    skip_without_float64(device)
+    x = np.linspace(0.0, 2 * np.pi, 2001)
+    dx = x[1] - x[0]
+    y = np.sin(x) * np.exp(0.1 * x)
+    dy = (np.cos(x) + 0.1 * np.sin(x)) * np.exp(0.1 * x)
+    err = {}
+    for acc in (2, 4, 8):
+        d = fm.derivative(y, dx=dx, accuracy=acc)
+        assert d.dtype == np.float64
+        err[acc] = np.abs(d - dy).max()
+    assert err[2] > 1e-6, err  # the truncation error, about dx^2 / 6 |y'''|
+    assert err[4] < 1e-2 * err[2], err
+    assert err[8] < 1e-5 * err[2], err
+    assert err[8] < 1e-10, err  # rounding: ~eps |y| / dx, the one-sided edge rows included
+    # the same data through float32: accuracy 8 is no better than accuracy 2 (the issue)
+    d32 = [np.abs(fm.derivative(y.astype(np.float32), dx=dx, accuracy=a) - dy).max() for a in (2, 8)]
+    assert d32[1] > 0.5 * d32[0], d32
+
+
+@pytest.mark.parametrize("order,accuracy", [(1, 2), (1, 4), (1, 8), (2, 6)])
+def test_float64_derivative_matches_numpy(order, accuracy, device, rng):
+    skip_without_float64(device)
+    v = rng.standard_normal((5, 40, 11))
+    rows = fnum._derivative_stencils(order, accuracy)[0]
+    wsum = max(sum(abs(float(w)) for w in r[1]) for r in rows) / 0.37**order
+    for axis in (0, 1, 2):
+        if v.shape[axis] < accuracy + order:
+            continue
+        for data in (v, v[::-1, ::2, :], fm.asarray(v)):
+            got = fm.derivative(data, dx=0.37, order=order, accuracy=accuracy, axis=axis)
+            assert isinstance(got, fm.Array) == isinstance(data, fm.Array)
+            got, vh = _host(got), _host(data)
+            assert got.dtype == np.float64
+            ref = derivative_reference(vh, 0.37, order, accuracy, axis)
+            # a few roundings of terms of size sum|w| |v|
+            np.testing.assert_array_less(np.abs(got - ref), 8 * EPS64 * wsum * np.abs(vh).max())
+
+
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_float64_gradient_matches_numpy(edge_order, device, rng):
+    skip_without_float64(device)
+    f = rng.standard_normal((6, 7, 5)) * 10
+    coords = np.cumsum(rng.uniform(0.2, 1.0, 7))
+    for args, kw in [((), {}), ((0.3,), {}), ((0.5, coords), {"axis": (0, 1)}),
+                     ((coords,), {"axis": 1})]:
+        for data in (f, f[::-1, :, ::-1], fm.asarray(f)):
+            fh = _host(data)
+            got = _as_tuple(fm.gradient(data, *args, edge_order=edge_order, **kw))
+            ref = _as_tuple(np.gradient(fh, *args, edge_order=edge_order, **kw))
+            assert len(got) == len(ref)
+            for g, r in zip(got, ref):
+                g = _host(g)
+                assert g.dtype == np.float64 and g.shape == r.shape
+                # a few roundings of terms of size |f| / step (the smallest 0.2, ratios to 5)
+                np.testing.assert_allclose(g, r, rtol=0, atol=64 * EPS64 * np.abs(fh).max() / 0.2 * 25)
+
+
+@pytest.mark.parametrize("K", [1, 10, 1000])
+@pytest.mark.parametrize("m", [0, 1, 2])
+def test_float64_fourier_matches_numpy(K, m, device, rng):
+    skip_without_float64(device)
+    period = 0.37
+    x = rng.uniform(-100 * period, 100 * period, 3001)
+    a, b = _coefs(rng, K, decay=m + 1.0)
+    k = np.arange(1, K + 1)
+    kw = k * 2 * np.pi / period
+    scale = np.abs(a[0]) / 2 + ((np.abs(a[1:]) + np.abs(b[1:])) * kw ** m).sum()
+    # NumPy's own phase error: cos of k w x rounds k w |x| by eps (|x| up to 100 periods)
+    ref_err = ((np.abs(a[1:]) + np.abs(b[1:])) * kw ** m * k) @ np.ones(K) * 2 * np.pi * 100 * EPS64
+    ref = fourier_series_reference(x, a, b, period, m=m)
+    for data in (x, fm.asarray(x)):
+        got = _host(fm.fourier_series(data, a, b, period=period, derivative=m))
+        assert got.dtype == np.float64
+        err = np.abs(got - ref).max()
+        assert err <= 64 * EPS64 * scale + 4 * ref_err, (err, scale, ref_err)
+
+
+def test_float64_fourier_exact_phases_and_special_values(device):
+    """A period of 2 makes x / period exact, so the reference reduced first by np.fmod is
+    exact too: the kernel's double-double phase keeps ~1e-15 of the coefficient sum out to
+    2**20 periods."""
+    skip_without_float64(device)
+    a, b = np.array([0.5, 1.0, -0.25, 0.125]), np.array([0.0, 0.5, 2.0, -1.0])
+    x = np.array([0.0, 0.3, -1.7, 12345.678, -2.0**20 + 0.1, 2.0**20 - 0.3])
+    got = _host(fm.fourier_series(x, a, b, period=2.0))
+    ref = fourier_series_reference(np.fmod(x, 2.0), a, b, 2.0)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=32 * EPS64 * 4)
+    s = _host(fm.fourier_series(np.array([np.inf, -np.inf, np.nan, 0.0]), a, b))
+    assert s.dtype == np.float64 and np.isnan(s[:3]).all() and np.isfinite(s[3])

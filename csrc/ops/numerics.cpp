@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "core/errors.h"
 #include "numerics_args.h"
@@ -35,8 +36,15 @@ std::int64_t preferred_lanes(const Backend& be, const char* name) {
 
 }  // namespace
 
-void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array& out) {
-  if (out.size() == 0) return;
+namespace {
+
+// T: the compute type, float (float32) or double (float64: the *_float64 kernels, one lane a
+// thread; the uniform interior weights travel in the weight buffer, not the argument block).
+template <typename T>
+void launch_stencil_as(const Array& f, int axis, const StencilTable& t, const Array& out) {
+  constexpr bool f64 = std::is_same_v<T, double>;
+  const std::string suffix = f64 ? "_float64" : "";
+  const std::vector<T> weights(t.weights.begin(), t.weights.end());  // rounded once for float32
   Backend& be = out.backend();
   StencilArgs a{};
   Shape outer(f.shape.begin(), f.shape.begin() + axis);
@@ -85,7 +93,7 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
       for (std::int64_t i = t.n_left; i < n - t.n_right; ++i)
         if (t.offsets[i] != t.offsets[row]) throw ValueError("[fastmetal] internal: per-point stencil offsets differ");
     } else {
-      while (used > 1 && t.weights[std::size_t(row) * t.width + used - 1] == 0.0f) --used;
+      while (used > 1 && weights[std::size_t(row) * t.width + used - 1] == T(0)) --used;
     }
     const int W = used <= 3 ? 3 : used <= 5 ? 5 : used <= 7 ? 7 : 9;
     a.off_interior = t.offsets[row];
@@ -93,13 +101,18 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
         a.off_interior + W > t.n_right + 1)
       throw ValueError("[fastmetal] internal: stencil table does not fit the interior kernels");
     if (t.per_index) {
-      std::vector<float> tr(std::size_t(3 * n), 0.0f);  // transposed: contiguous in i per tap
+      std::vector<T> tr(std::size_t(3 * n), T(0));  // transposed: contiguous in i per tap
       for (std::int64_t i = 0; i < n; ++i)
-        for (int k = 0; k < 3; ++k) tr[std::size_t(k * n + i)] = t.weights[std::size_t(i * 3 + k)];
-      wt = upload(be, tr.data(), tr.size() * sizeof(float));
+        for (int k = 0; k < 3; ++k) tr[std::size_t(k * n + i)] = weights[std::size_t(i * 3 + k)];
+      wt = upload(be, tr.data(), tr.size() * sizeof(T));
       stem = "stencil_interior_3pp";
+    } else if (f64) {
+      std::vector<T> row_w(std::size_t(W), T(0));  // the uniform row, read from the buffer
+      for (int k = 0; k < used; ++k) row_w[std::size_t(k)] = weights[std::size_t(row) * t.width + k];
+      wt = upload(be, row_w.data(), row_w.size() * sizeof(T));
+      stem = "stencil_interior_" + std::to_string(W);
     } else {
-      for (int k = 0; k < used; ++k) a.w_interior[k] = t.weights[std::size_t(row) * t.width + k];
+      for (int k = 0; k < used; ++k) a.w_interior[k] = float(weights[std::size_t(row) * t.width + k]);
       wt = upload(be, a.w_interior, sizeof(float));  // unused by the uniform kernels
       stem = "stencil_interior_" + std::to_string(W);
     }
@@ -120,9 +133,10 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
   };
   const std::int64_t edges = std::min<std::int64_t>(n, t.n_left + t.n_right);
   if (edges > 0) {
-    StoragePtr w = upload(be, t.weights.data(), t.weights.size() * sizeof(float));
+    StoragePtr w = upload(be, weights.data(), weights.size() * sizeof(T));
     StoragePtr o = upload(be, t.offsets.data(), t.offsets.size() * sizeof(std::int32_t));
-    be.launch("stencil_edges", dispatch(edges, "stencil_edges"),
+    const std::string kernel = "stencil_edges" + suffix;
+    be.launch(kernel, dispatch(edges, kernel),
               {buf(f), KernelArg::buffer(w),
                KernelArg::buffer(o), buf(out),
                KernelArg::inline_bytes(&a, sizeof(a))});
@@ -131,7 +145,7 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
   // Backends that prefer it (CPUs): 16 lanes along a stride-1 vector direction (the axis
   // itself, or the merged inner dim), launched over whole groups of 16, then the rest one
   // lane per thread.
-  const bool wide16 = preferred_lanes(be, "stencil_lanes") == 16;
+  const bool wide16 = !f64 && preferred_lanes(be, "stencil_lanes") == 16;
   std::string wide;
   std::int64_t vec_extent = 0;
   if (wide16 && a.axis_in_x && a.axis_stride == 1) {
@@ -156,27 +170,48 @@ void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array
   const std::int64_t main_part = wide.empty() ? 0 : vec_extent / 16 * 16;
   if (main_part > 0) run(wide, 16, 0, main_part);
   const std::int64_t total = a.axis_in_x ? interior : inner_total;
-  if (main_part < total) run(stem + "_l1", 1, main_part, total - main_part);
+  if (main_part < total) run(stem + "_l1" + suffix, 1, main_part, total - main_part);
 }
 
-void launch_fourier(const Array& x, const std::vector<float>& coef, const FourierParams& p,
+}  // namespace
+
+void launch_stencil(const Array& f, int axis, const StencilTable& t, const Array& out) {
+  if (out.size() == 0) return;
+  if (out.dtype == DType::float64) return launch_stencil_as<double>(f, axis, t, out);
+  launch_stencil_as<float>(f, axis, t, out);
+}
+
+void launch_fourier(const Array& x, const std::vector<double>& coef, const FourierParams& p,
                     const Array& out) {
   const std::int64_t n = x.size();
   if (n == 0) return;
   Backend& be = out.backend();
+  const bool f64 = out.dtype == DType::float64;
   FourierArgs a{};
   const double inv = 1.0 / p.period;
   a.inv_hi = float(inv);
   a.inv_lo = float(inv - double(a.inv_hi));
-  a.c0 = p.c0;
+  a.c0 = float(p.c0);
   a.num_terms = std::int32_t(coef.size() / 2);
   a.block = kFourierBlock;
-  StoragePtr c = upload(be, coef.data(), coef.size() * sizeof(float));
+  StoragePtr c;
+  if (f64) {
+    // float64: 1/P as a double-double (its remainder 1 - inv P is exact by FMA), and c0, at
+    // the head of the coefficient buffer (numerics.metal: num_params).
+    std::vector<double> head = {inv, std::fma(-inv, p.period, 1.0) / p.period, p.c0, 0.0};
+    head.insert(head.end(), coef.begin(), coef.end());
+    c = upload(be, head.data(), head.size() * sizeof(double));
+  } else {
+    const std::vector<float> cf(coef.begin(), coef.end());
+    c = upload(be, cf.data(), cf.size() * sizeof(float));
+  }
+  const std::size_t item = itemsize(out.dtype);
 
   // Samples per thread: the backend's choice (the CPU runs many so the loop over them
-  // vectorises, 16 or 64 by instruction set; a GPU one).
-  const std::int64_t lanes = preferred_lanes(be, "fourier_series_lanes");
-  const std::string wide = "fourier_series_l" + std::to_string(lanes);
+  // vectorises, 16 or 64 by instruction set; a GPU one). float64: one.
+  const std::int64_t lanes = f64 ? 1 : preferred_lanes(be, "fourier_series_lanes");
+  const std::string one = f64 ? "fourier_series_l1_float64" : "fourier_series_l1";
+  const std::string wide = f64 ? one : "fourier_series_l" + std::to_string(lanes);
   const std::size_t xo = x.byte_offset(), oo = out.byte_offset();
 
   // Launch samples [lo, lo + count) (count a multiple of `l`) with the kernel of `l` lanes;
@@ -188,7 +223,7 @@ void launch_fourier(const Array& x, const std::vector<float>& coef, const Fourie
       d.grid[0] = std::uint32_t(threads);
       d.group[0] = std::min<std::uint32_t>(be.preferred_group_size(kernel), d.grid[0]);
       d.cost = std::uint64_t(l) * std::uint64_t(std::max<std::int32_t>(1, a.num_terms));
-      const std::size_t byte = std::size_t(lo + done) * sizeof(float);
+      const std::size_t byte = std::size_t(lo + done) * item;
       be.launch(kernel, d,
                 {KernelArg::buffer(x.storage, xo + byte), KernelArg::buffer(c),
                  KernelArg::buffer(out.storage, oo + byte), KernelArg::inline_bytes(&a, sizeof(a))});
@@ -197,7 +232,7 @@ void launch_fourier(const Array& x, const std::vector<float>& coef, const Fourie
   };
   const std::int64_t main = n / lanes * lanes;
   if (main > 0) run(wide, lanes, 0, main);
-  if (main < n) run("fourier_series_l1", 1, main, n - main);
+  if (main < n) run(one, 1, main, n - main);
 }
 
 }  // namespace fm

@@ -17,14 +17,28 @@
 namespace fm::python {
 namespace {
 
-using f32_array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using f64_array = py::array_t<double, py::array::c_style | py::array::forcecast>;
 using i32_array = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>;
 
-py::object stencil(const std::string& op, py::handle f, int axis, f32_array weights,
+// The dtype the kernels compute `obj` in: float64 data in double where the backend has the
+// float64 instances (`kernel`: cpu and cuda; Apple GPUs have no double), else float32.
+DType compute_dtype(py::handle obj, Backend& backend, const char* kernel) {
+  bool f64 = false;
+  if (is_array(obj)) {
+    f64 = obj.cast<const Array&>().dtype == DType::float64;
+  } else if (py::isinstance<py::array>(obj)) {
+    const py::dtype dt = py::reinterpret_borrow<py::array>(obj).dtype();
+    f64 = dt.kind() == 'f' && dt.itemsize() == 8;
+  }
+  return f64 && backend.has_kernel(kernel) ? DType::float64 : DType::float32;
+}
+
+py::object stencil(const std::string& op, py::handle f, int axis, f64_array weights,
                    i32_array offsets, int n_left, int n_right, bool per_index) {
   Backend& backend = pick_backend(op, {{"f", f}});
   const bool fm_result = any_array({f});
-  Array fa = to_array(f, backend, op, "f", DType::float32);
+  const DType dtype = compute_dtype(f, backend, "stencil_edges_float64");
+  Array fa = to_array(f, backend, op, "f", dtype);
   const int nd = int(fa.shape.size());
   if (axis < 0 || axis >= nd)
     throw ValueError(message(op, "expected an axis in [0, ", nd, "), got ", axis));
@@ -43,7 +57,7 @@ py::object stencil(const std::string& op, py::handle f, int axis, f32_array weig
   t.n_left = n_left;
   t.n_right = n_right;
   t.per_index = per_index;
-  Array out = Array::empty(backend, fa.shape, DType::float32);
+  Array out = Array::empty(backend, fa.shape, dtype);
   {
     py::gil_scoped_release nogil;
     launch_stencil(fa, axis, t, out);
@@ -52,7 +66,7 @@ py::object stencil(const std::string& op, py::handle f, int axis, f32_array weig
   return wrap_result(std::move(out), fm_result);
 }
 
-py::object fourier(py::handle x, f32_array coef, double c0, double period) {
+py::object fourier(py::handle x, f64_array coef, double c0, double period) {
   const std::string op = "fourier_series";
   if (!(period >= 1e-30 && period <= 1e30))
     throw ValueError(message(op, "expected a period between 1e-30 and 1e30, got ", period));
@@ -63,12 +77,13 @@ py::object fourier(py::handle x, f32_array coef, double c0, double period) {
   Backend& backend = pick_backend(op, {{"x", x}});
   const bool fm_result = any_array({x});
   // The kernel reads consecutive samples per thread.
-  Array xa = to_contiguous_array(x, backend, op, "x", DType::float32);
-  std::vector<float> cf(coef.data(), coef.data() + coef.size());
+  const DType dtype = compute_dtype(x, backend, "fourier_series_l1_float64");
+  Array xa = to_contiguous_array(x, backend, op, "x", dtype);
+  std::vector<double> cf(coef.data(), coef.data() + coef.size());
   FourierParams p;
   p.period = period;
-  p.c0 = float(c0);
-  Array out = Array::empty(backend, xa.shape, DType::float32);
+  p.c0 = c0;
+  Array out = Array::empty(backend, xa.shape, dtype);
   {
     py::gil_scoped_release nogil;
     launch_fourier(xa, cf, p, out);
@@ -82,7 +97,7 @@ py::object fourier(py::handle x, f32_array coef, double c0, double period) {
 void bind_numerics(py::module_& m) {
   m.def(
       "_stencil",
-      [](const std::string& op, py::handle f, int axis, f32_array weights, i32_array offsets,
+      [](const std::string& op, py::handle f, int axis, f64_array weights, i32_array offsets,
          int n_left, int n_right, bool per_index) {
         return stencil(op, f, axis, weights, offsets, n_left, n_right, per_index);
       },
@@ -91,7 +106,7 @@ void bind_numerics(py::module_& m) {
       "Private: apply a finite-difference stencil table along one axis (see numerics.py).");
   m.def("_fourier_series", &fourier, py::arg("x"), py::arg("coef"), py::arg("c0"),
         py::arg("period"),
-        "Private: fused Fourier series of x with (K, 2) float32 coefficients (see numerics.py).");
+        "Private: fused Fourier series of x with (K, 2) float64 coefficients (see numerics.py).");
 }
 
 }  // namespace fm::python

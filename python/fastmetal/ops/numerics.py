@@ -5,9 +5,11 @@ stencil construction in exact rational arithmetic, Fourier coefficient scaling i
 the work runs in the MSL kernels of ``metal/numerics.metal`` through the private
 ``_core._stencil`` and ``_core._fourier_series``. Everything is validated before any work.
 
-Dtypes (API.md): float32 is native; float16, float64, integer and bool inputs are
-converted to float32 and the result is float32 (float16 inputs compute in float32 and
-return float32). NumPy in -> NumPy out; a ``fastmetal.Array`` anywhere -> ``Array`` out.
+Dtypes (API.md): float32 is native; float64 computes in double and returns float64 on the
+devices with doubles (cpu, cuda: every stencil weight and Fourier coefficient too), and in
+float32 on Apple GPUs, which have none; float16, integer and bool inputs are converted to
+float32 and the result is float32 (float16 inputs compute in float32 and return float32).
+NumPy in -> NumPy out; a ``fastmetal.Array`` anywhere -> ``Array`` out.
 """
 from __future__ import annotations
 
@@ -65,13 +67,21 @@ class _Input:
         self.obj, self.is_fm, self.shape = arr, False, arr.shape
 
     def converted(self, as_fm: bool = False, device=None):
-        """float32 data for the kernels (a float32 NumPy array is passed as is: zero copy)."""
+        """float32 data for the kernels, or float64 where the device computes in double (a
+        float32 or float64 NumPy array is passed as is: zero copy)."""
         if self.is_fm:
             return self.obj
-        arr = self.obj if self.obj.dtype == np.float32 else self.obj.astype(np.float32)
+        keep = self.obj.dtype == np.float32 or (self.obj.dtype == np.float64 and _doubles(device))
+        arr = self.obj if keep else self.obj.astype(np.float32)
         if as_fm:
             return _core.asarray(arr, device=device)
         return arr
+
+
+def _doubles(device) -> bool:
+    """Whether `device` (None: the default one) computes float64 data in double: it has the
+    kernels' float64 instances (cpu and cuda; Apple GPUs have no double)."""
+    return _core._has_kernel(device or _core.default_device(), "stencil_edges_float64")
 
 
 def _fm_device(*objs):
@@ -128,7 +138,7 @@ def _gradient_table(h, n: int, edge_order: int):
                                           [0.5 / h, -2.0 / h, 1.5 / h], -2)
             w = np.array([left, [-0.5 / h, 0.0, 0.5 / h], right], dtype=np.float64)
             off = np.array([0, -1, right_off], dtype=np.int32)
-            return w.astype(np.float32), off, 1, 1, False
+            return w, off, 1, 1, False
         d = np.asarray(h, dtype=np.float64)
         w = np.zeros((n, 3), dtype=np.float64)
         off = np.full(n, -1, dtype=np.int32)
@@ -149,7 +159,7 @@ def _gradient_table(h, n: int, edge_order: int):
             w[-1] = [dx2 / (dx1 * (dx1 + dx2)), -(dx2 + dx1) / (dx1 * dx2),
                      (2.0 * dx2 + dx1) / (dx2 * (dx1 + dx2))]
             off[-1] = -2
-        return w.astype(np.float32), off, 1, 1, True
+        return w, off, 1, 1, True
 
 
 def gradient(f, *varargs, axis=None, edge_order=1):
@@ -161,7 +171,8 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     differentiated axis. ``axis``: None (all), an int or a tuple of ints.
 
     Returns one array when one axis is differentiated, else a tuple of arrays (numpy 2.x).
-    Results are float32 (see the module doc); ``edge_order`` other than 1 or 2 is an error.
+    Results are float32, or float64 for float64 ``f`` on cpu and cuda (see the module doc);
+    ``edge_order`` other than 1 or 2 is an error.
     """
     op = "gradient"
     refuse_recording(f"fastmetal.{op}", f, *varargs)
@@ -277,7 +288,7 @@ def _derivative_rows(order: int, accuracy: int):
 def _derivative_table(order: int, accuracy: int, dx: float):
     w, off, half = _derivative_rows(order, accuracy)
     with np.errstate(over="ignore", under="ignore"):
-        return (w / dx**order).astype(np.float32), off, half
+        return w / dx**order, off, half  # float64 (the binding rounds it for float32 data)
 
 
 def derivative(y, dx=1.0, order=1, accuracy=2, axis=-1):
@@ -340,8 +351,8 @@ def fourier_series(x, a, b, period=2 * math.pi, derivative=0):
     One fused kernel, no (samples x terms) temporaries. x is reduced modulo the period with
     an error-free FMA step and each phase k x / period is formed in float-float, so the
     phase error (about 2**-25 turns) does not grow with k; sin/cos come from a rotation
-    recurrence re-seeded every 16 terms. Result float32 with x's shape; non-finite x gives
-    NaN.
+    recurrence re-seeded every 16 terms. Result float32 with x's shape (float64 for float64
+    x on cpu and cuda, every step in double); non-finite x gives NaN.
 
     Supported range: finite x with ``|x| <= 2**20 * period``, where that reduction is
     exact. Beyond it a float32 phase cannot be reduced accurately, so any larger finite x
@@ -375,8 +386,7 @@ def fourier_series(x, a, b, period=2 * math.pi, derivative=0):
         scale = (k * (2.0 * math.pi / P)) ** m
         coef = np.empty((K, 2), dtype=np.float64)
         coef[:, 0] = ak * scale
-        coef[:, 1] = bk * scale
-        coef = coef.astype(np.float32)
+        coef[:, 1] = bk * scale  # float64 (the binding rounds it for float32 data)
     c0 = float(A[0]) / 2.0 if m == 0 else 0.0
     dev = _fm_device(a, b)
     data = xin.converted(not xin.is_fm and dev is not None, dev)
