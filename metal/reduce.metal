@@ -14,6 +14,10 @@
 //
 // NaN as NumPy: sums propagate NaN (and inf - inf); max/min propagate NaN; argmax/argmin
 // return the index of the first NaN if there is one, else of the first extreme value.
+//
+// float64 (FM_INSTANTIATE_DISCRETE: the CPU and CUDA; Apple GPUs have no double): the same
+// reductions in double, the shares combined by a threadgroup tree only (*_tree kernels: the
+// simdgroup functions carry floats), the divisor read as a double (reduce_args.h).
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "reduce_args.h"
@@ -38,26 +42,29 @@ enum : uint32_t { kRoot = 1u, kCombine = 2u, kPartial = 4u };
 
 // Kahan step; an infinite partial sum keeps no compensation (inf - inf would turn it into
 // NaN although NumPy's sum stays inf).
-FM_FUNC void kahan_add(thread float& s, thread float& c, float x) {
-  const float y = x - c;
-  const float t = s + y;
-  c = isfinite(t) ? (t - s) - y : 0.0f;
+template <typename T>
+FM_FUNC void kahan_add(thread T& s, thread T& c, T x) {
+  const T y = x - c;
+  const T t = s + y;
+  c = isfinite(t) ? (t - s) - y : T(0);
   s = t;
 }
 
 // Error-free transformation of a + b into hi + lo (Knuth's TwoSum); an infinite sum keeps
 // no error term.
-FM_FUNC void two_sum(thread float& hi, thread float& lo, float a, float b) {
-  const float s = a + b;
-  const float bb = s - a;
-  const float e = (a - (s - bb)) + (b - bb);
+template <typename T>
+FM_FUNC void two_sum(thread T& hi, thread T& lo, T a, T b) {
+  const T s = a + b;
+  const T bb = s - a;
+  const T e = (a - (s - bb)) + (b - bb);
   hi = s;
-  lo = isfinite(s) ? e : 0.0f;
+  lo = isfinite(s) ? e : T(0);
 }
 
-// Adds the double-float (bh, bl) into (ah, al).
-FM_FUNC void add_pair(thread float& ah, thread float& al, float bh, float bl) {
-  float hi, lo;
+// Adds the double-float (bh, bl) into (ah, al) (double-double for T = double).
+template <typename T>
+FM_FUNC void add_pair(thread T& ah, thread T& al, T bh, T bl) {
+  T hi, lo;
   two_sum(hi, lo, ah, bh);
   ah = hi;
   al = lo + (al + bl);
@@ -147,6 +154,80 @@ kernel void reduce_sum(device const float* x [[buffer(0)]],
 FM_INSTANTIATE("reduce_sum", reduce_sum, false);
 FM_INSTANTIATE("reduce_sumsq_dev", reduce_sum, true);
 
+// The divisor of sum-like results in the kernel's type: float32 reads args.divisor; float64
+// args.divisor64, a double's bits (the block is shared with Metal, which has no double).
+FM_FUNC float reduce_divisor(constant ReduceArgs& a, float) { return a.divisor; }
+#if FM_HAS_DOUBLE
+FM_FUNC double reduce_divisor(constant ReduceArgs& a, double) {
+  return as_type<double>((uint64_t(a.divisor64[1]) << 32) | uint64_t(a.divisor64[0]));
+}
+#endif
+
+// reduce_sum's semantics (Dev, flags, the split row's two launches) in T, with the shares
+// combined by a pairwise threadgroup tree of (hi, lo) pairs instead of simdgroup shuffles.
+template <typename T, bool Dev>
+kernel void reduce_sum_tree(device const T* x [[buffer(0)]],
+                            device const T* mean [[buffer(1)]],
+                            device T* out [[buffer(2)]],
+                            constant ReduceArgs& a [[buffer(3)]],
+                            device T* out_lo [[buffer(4)]],
+                            uint3 tg_pos [[threadgroup_position_in_grid]],
+                            uint32_t tid [[thread_index_in_threadgroup]],
+                            uint3 tg_size [[threads_per_threadgroup]]) {
+  threadgroup T part_hi[kReduceSlots];
+  threadgroup T part_lo[kReduceSlots];
+  const uint32_t n = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t g = tg_pos.x, o = g / a.split;
+  const uint32_t end = segment_end(a, g);
+  T hi = T(0), lo = T(0);
+  if ((a.flags & kCombine) != 0) {
+    for (uint32_t r = segment_begin(a, g) + tid; r < end; r += n) {
+      const uint32_t i = reduce_index(a, o, r);
+      add_pair(hi, lo, x[i], mean[i]);
+    }
+  } else {
+    const T m = Dev ? mean[o] : T(0);
+    T s = T(0), c = T(0);
+    for (uint32_t r = segment_begin(a, g) + tid; r < end; r += n) {
+      T v = x[reduce_index(a, o, r)];
+      if (Dev) {
+        v -= m;
+        v *= v;
+      }
+      kahan_add(s, c, v);
+    }
+    hi = s;
+    lo = -c;
+  }
+  const uint32_t slots = min(n, uint32_t(kReduceSlots));
+  if (tid < slots) {
+    part_hi[tid] = hi;
+    part_lo[tid] = lo;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint32_t span = 1;
+  while (span < slots) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    if (tid < h && tid + h < slots) {
+      T th = part_hi[tid], tl = part_lo[tid];
+      add_pair(th, tl, part_hi[tid + h], part_lo[tid + h]);
+      part_hi[tid] = th;
+      part_lo[tid] = tl;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0 && (a.flags & kPartial) != 0) {
+    out[g] = part_hi[0];
+    out_lo[g] = part_lo[0];
+  } else if (tid == 0) {
+    const T r = (part_hi[0] + part_lo[0]) / reduce_divisor(a, T(0));
+    out[g] = (a.flags & kRoot) != 0 ? sqrt(r) : r;
+  }
+}
+
+FM_INSTANTIATE_DISCRETE("reduce_sum_float64", reduce_sum_tree, double, false);
+FM_INSTANTIATE_DISCRETE("reduce_sumsq_dev_float64", reduce_sum_tree, double, true);
+
 // max (Sign = 1) or min (Sign = -1, as -max(-x)), NaN propagating: the simdgroup reduces a
 // NaN flag and the largest non-NaN value separately (simd_max may ignore NaN). fmax, not
 // max: MSL leaves max undefined for NaN, fmax defines it (the other argument). A split
@@ -195,10 +276,52 @@ kernel void reduce_max(device const float* x [[buffer(0)]],
 FM_INSTANTIATE("reduce_max", reduce_max, 1);
 FM_INSTANTIATE("reduce_min", reduce_max, -1);
 
+// reduce_max's semantics in T, combined by a threadgroup tree only.
+template <typename T, int Sign>
+kernel void reduce_max_tree(device const T* x [[buffer(0)]],
+                            device T* out [[buffer(1)]],
+                            constant ReduceArgs& a [[buffer(2)]],
+                            uint3 tg_pos [[threadgroup_position_in_grid]],
+                            uint32_t tid [[thread_index_in_threadgroup]],
+                            uint3 tg_size [[threads_per_threadgroup]]) {
+  threadgroup T best[kReduceSlots];
+  threadgroup uint32_t nan_seen[kReduceSlots];
+  const uint32_t n = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t g = tg_pos.x, o = g / a.split;
+  const uint32_t end = segment_end(a, g);
+  T b = T(-INFINITY);
+  uint32_t nan = 0;
+  for (uint32_t r = segment_begin(a, g) + tid; r < end; r += n) {
+    const T v = T(Sign) * x[reduce_index(a, o, r)];
+    if (isnan(v)) nan = 1;
+    else b = fmax(b, v);
+  }
+  const uint32_t slots = min(n, uint32_t(kReduceSlots));
+  if (tid < slots) {
+    best[tid] = b;
+    nan_seen[tid] = nan;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint32_t span = 1;
+  while (span < slots) span *= 2;
+  for (uint32_t h = span / 2; h > 0; h /= 2) {
+    if (tid < h && tid + h < slots) {
+      best[tid] = fmax(best[tid], best[tid + h]);
+      nan_seen[tid] = nan_seen[tid] | nan_seen[tid + h];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (tid == 0) out[g] = nan_seen[0] != 0 ? T(NAN) : T(Sign) * best[0];
+}
+
+FM_INSTANTIATE_DISCRETE("reduce_max_float64", reduce_max_tree, double, 1);
+FM_INSTANTIATE_DISCRETE("reduce_min_float64", reduce_max_tree, double, -1);
+
 // The better of two (value, index) candidates for argmax of Sign * x: NaN first, then the
 // larger value, ties (and two NaNs) to the smaller index, so the order of combination
 // does not matter.
-FM_FUNC bool arg_better(float v, uint32_t i, float w, uint32_t j) {
+template <typename T>
+FM_FUNC bool arg_better(T v, uint32_t i, T w, uint32_t j) {
   const bool vn = isnan(v), wn = isnan(w);
   if (vn || wn) return vn && (!wn || i < j);
   if (v != w) return v > w;
@@ -210,27 +333,27 @@ FM_FUNC bool arg_better(float v, uint32_t i, float w, uint32_t j) {
 // first launch writes each segment's winner (an index along the axis) to out[g]; the
 // second (kCombine, split = 1, seg_len = R = the original axis) takes the `parts` candidate
 // indices of output o from cand[o * parts ...] and reads their values from x again.
-template <int Sign>
-kernel void reduce_argmax(device const float* x [[buffer(0)]],
+template <typename T, int Sign>
+kernel void reduce_argmax(device const T* x [[buffer(0)]],
                           device int64_t* out [[buffer(1)]],
                           constant ReduceArgs& a [[buffer(2)]],
                           device const int64_t* cand [[buffer(3)]],
                           uint3 tg_pos [[threadgroup_position_in_grid]],
                           uint32_t tid [[thread_index_in_threadgroup]],
                           uint3 tg_size [[threads_per_threadgroup]]) {
-  threadgroup float best[kReduceSlots];
+  threadgroup T best[kReduceSlots];
   threadgroup uint32_t where[kReduceSlots];
-  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+  const uint32_t n = tg_size.x * tg_size.y * tg_size.z;
   const uint32_t g = tg_pos.x, o = g / a.split;
   const bool combine = (a.flags & kCombine) != 0;
   // Combining: k walks the candidates; else the segment's elements.
   const uint32_t k0 = combine ? 0u : segment_begin(a, g);
   const uint32_t k1 = combine ? a.parts : segment_end(a, g);
-  float b = -INFINITY;
+  T b = T(-INFINITY);
   uint32_t bi = 0xffffffffu;
-  for (uint32_t k = k0 + tid; k < k1; k += T) {
+  for (uint32_t k = k0 + tid; k < k1; k += n) {
     const uint32_t r = combine ? uint32_t(cand[o * a.parts + k]) : k;
-    const float v = float(Sign) * x[reduce_index(a, o, r)];
+    const T v = T(Sign) * x[reduce_index(a, o, r)];
     if (bi == 0xffffffffu || arg_better(v, r, b, bi)) {
       b = v;
       bi = r;
@@ -241,7 +364,7 @@ kernel void reduce_argmax(device const float* x [[buffer(0)]],
     where[tid] = bi;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  const uint32_t slots = min(T, uint32_t(kReduceSlots));
+  const uint32_t slots = min(n, uint32_t(kReduceSlots));
   uint32_t span = 1;
   while (span < slots) span *= 2;
   for (uint32_t h = span / 2; h > 0; h /= 2) {
@@ -259,8 +382,10 @@ kernel void reduce_argmax(device const float* x [[buffer(0)]],
   if (tid == 0) out[g] = int64_t(where[0]);
 }
 
-FM_INSTANTIATE("reduce_argmax", reduce_argmax, 1);
-FM_INSTANTIATE("reduce_argmin", reduce_argmax, -1);
+FM_INSTANTIATE("reduce_argmax", reduce_argmax, float, 1);
+FM_INSTANTIATE("reduce_argmin", reduce_argmax, float, -1);
+FM_INSTANTIATE_DISCRETE("reduce_argmax_float64", reduce_argmax, double, 1);
+FM_INSTANTIATE_DISCRETE("reduce_argmin_float64", reduce_argmax, double, -1);
 
 // Sum of int64 (index) arrays, wrapping around on overflow as NumPy's int64 sum: the
 // additions are done in uint64_t, whose overflow is defined. Threadgroup tree only (the
@@ -299,11 +424,13 @@ kernel void reduce_sum_int64(device const int64_t* x [[buffer(0)]],
 FM_INSTANTIATE("reduce_sum_int64", reduce_sum_int64, int64_t);
 FM_INSTANTIATE("reduce_mean_int64", reduce_sum_int64, float);
 
-// prod (float32: products in float, NaN and inf as IEEE; int64: wrapping, in uint64_t) and
+// prod (float32 / float64: products in float / double, NaN and inf as IEEE; int64: wrapping,
+// in uint64_t) and
 // max / min of int64 arrays, as NumPy's multiply / maximum / minimum reductions: each thread
 // folds a strided share, then a threadgroup tree (no simdgroup functions: they carry 32-bit
 // values). One threadgroup per output (never split). Op: 0 product, 1 maximum, 2 minimum.
-FM_FUNC float fold_multiply(float a, float b) { return a * b; }
+template <typename T>
+FM_FUNC T fold_multiply(T a, T b) { return a * b; }  // float, double: IEEE
 FM_FUNC int64_t fold_multiply(int64_t a, int64_t b) {
   return as_type<int64_t>(uint64_t(a) * uint64_t(b));
 }
@@ -350,6 +477,7 @@ kernel void reduce_fold(device const T* x [[buffer(0)]], device T* out [[buffer(
 }
 
 FM_INSTANTIATE("reduce_prod_float32", reduce_fold, float, 0);
+FM_INSTANTIATE_DISCRETE("reduce_prod_float64", reduce_fold, double, 0);
 FM_INSTANTIATE("reduce_prod_int64", reduce_fold, int64_t, 0);
 FM_INSTANTIATE("reduce_max_int64", reduce_fold, int64_t, 1);
 FM_INSTANTIATE("reduce_min_int64", reduce_fold, int64_t, 2);

@@ -19,4 +19,7 @@ struct ReduceArgs {
   uint32_t flags;
   uint32_t split, seg_len;
   uint32_t parts;  // argmax's second launch: candidates per output (the first's split)
+  // The float64 kernels' divisor: a double's bits, low word first (the block is shared with
+  // Metal, which has no double; float32 kernels read `divisor`).
+  uint32_t divisor64[2];
 };

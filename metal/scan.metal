@@ -1,6 +1,7 @@
 // Cumulative sums along an axis (fastmetal.cumsum), as NumPy's add.accumulate: one thread
 // per (outer, inner) position walks the R elements of its line in order, so every partial
-// sum is rounded as NumPy rounds it (float32: float adds; float16: each sum rounded to
+// sum is rounded as NumPy rounds it (float32: float adds; float64: double adds, on the CPU
+// and CUDA only; float16: each sum rounded to
 // half, as NumPy's float16 add; int64: wrapping, in uint64_t). The input is contiguous
 // (outer, R, inner) (reduce_args.h), the output too.
 #include <metal_stdlib>
@@ -8,7 +9,8 @@
 #include "reduce_args.h"
 using namespace metal;
 
-FM_FUNC float scan_add(float acc, float v) { return acc + v; }
+template <typename T>
+FM_FUNC T scan_add(T acc, T v) { return acc + v; }  // float, double
 FM_FUNC half scan_add(half acc, half v) { return half(float(acc) + float(v)); }
 FM_FUNC int64_t scan_add(int64_t acc, int64_t v) { return as_type<int64_t>(uint64_t(acc) + uint64_t(v)); }
 
@@ -28,3 +30,4 @@ kernel void cumsum_rows(device const T* x [[buffer(0)]], device T* out [[buffer(
 FM_INSTANTIATE("cumsum_float32", cumsum_rows, float);
 FM_INSTANTIATE("cumsum_float16", cumsum_rows, half);
 FM_INSTANTIATE("cumsum_int64", cumsum_rows, int64_t);
+FM_INSTANTIATE_DISCRETE("cumsum_float64", cumsum_rows, double);

@@ -90,6 +90,22 @@ const char* numpy_name(ReduceOp op) {
 // ReduceArgs::flags (metal/reduce.metal).
 constexpr std::uint32_t kRootFlag = 1, kCombineFlag = 2, kPartialFlag = 4;
 
+// The divisor of sum-like results, for the float32 kernels (divisor) and the float64 ones
+// (divisor64: the double's bits, low word first).
+void set_divisor(ReduceArgs& a, double divisor) {
+  a.divisor = float(divisor);
+  std::uint64_t bits;
+  std::memcpy(&bits, &divisor, sizeof bits);
+  a.divisor64[0] = std::uint32_t(bits);
+  a.divisor64[1] = std::uint32_t(bits >> 32);
+}
+
+// A kernel's host name for x's dtype: float32's plain name, float64's with "_float64" (the
+// *_float64 instances: cpu and cuda).
+std::string typed(const char* kernel, DType t) {
+  return t == DType::float64 ? std::string(kernel) + "_float64" : std::string(kernel);
+}
+
 // Threads per group: the test override, else the power of two covering R (32 to 256),
 // within the pipeline's limit and 1024 (the kernels' slot count), few enough that the
 // grid fits 32 bits.
@@ -139,7 +155,7 @@ ReduceArgs kernel_args(const Layout& l, const std::string& op, bool may_split = 
   a.outer = std::uint32_t(l.outer);
   a.R = std::uint32_t(l.R);
   a.inner = std::uint32_t(l.inner);
-  a.divisor = 1.0f;
+  set_divisor(a, 1.0);
   a.flags = 0;
   const i64 seg = may_split ? segment_length(outputs, l.R) : l.R;
   a.seg_len = std::uint32_t(seg);
@@ -155,7 +171,7 @@ ReduceArgs combine_args(i64 outputs, std::uint32_t parts) {
   a.outer = std::uint32_t(outputs);
   a.R = parts;
   a.inner = 1;
-  a.divisor = 1.0f;
+  set_divisor(a, 1.0);
   a.flags = kCombineFlag;
   a.split = 1;
   a.seg_len = parts;
@@ -165,26 +181,27 @@ ReduceArgs combine_args(i64 outputs, std::uint32_t parts) {
 // sum / mean (divisor) / std (root) of rows, or of squared deviations from `mean` (dev):
 // one launch, or a split one plus the launch that combines its double-float partials.
 void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Array& out,
-                     float divisor, bool root) {
+                     double divisor, bool root) {
   Backend& b = l.src.backend();
   const i64 outputs = l.outer * l.inner;
-  const std::string kernel = mean ? "reduce_sumsq_dev" : "reduce_sum";
+  const DType t = l.src.dtype;
+  const std::string kernel = typed(mean ? "reduce_sumsq_dev" : "reduce_sum", t);
   const KernelArg m = mean ? buf(*mean) : buf(l.src);
   if (a.split == 1) {
-    a.divisor = divisor;
+    set_divisor(a, divisor);
     a.flags = root ? kRootFlag : 0u;
     launch_reduce(b, kernel, outputs, a, {buf(l.src), m, buf(out)}, {buf(out)});
     return;
   }
   const Shape parts_shape = {outputs * i64(a.split)};
-  Array hi = Array::empty(b, parts_shape, DType::float32);
-  Array lo = Array::empty(b, parts_shape, DType::float32);
+  Array hi = Array::empty(b, parts_shape, t);
+  Array lo = Array::empty(b, parts_shape, t);
   a.flags = kPartialFlag;
   launch_reduce(b, kernel, outputs, a, {buf(l.src), m, buf(hi)}, {buf(lo)});
   ReduceArgs c = combine_args(outputs, a.split);
-  c.divisor = divisor;
+  set_divisor(c, divisor);
   c.flags |= root ? kRootFlag : 0u;
-  launch_reduce(b, "reduce_sum", outputs, c, {buf(hi), buf(lo), buf(out)}, {buf(out)});
+  launch_reduce(b, typed("reduce_sum", t), outputs, c, {buf(hi), buf(lo), buf(out)}, {buf(out)});
 }
 
 // max / min of rows, split like launch_sum_rows (the partials are the segments' extremes).
@@ -196,7 +213,7 @@ void launch_extreme_rows(const Layout& l, const ReduceArgs& a, const std::string
     launch_reduce(b, kernel, outputs, a, {buf(l.src), buf(out)});
     return;
   }
-  Array parts = Array::empty(b, {outputs * i64(a.split)}, DType::float32);
+  Array parts = Array::empty(b, {outputs * i64(a.split)}, l.src.dtype);
   launch_reduce(b, kernel, outputs, a, {buf(l.src), buf(parts)});
   ReduceArgs c = combine_args(outputs, a.split);
   c.flags = 0;  // the extremes of the extremes: the same kernel, unsplit
@@ -226,7 +243,7 @@ Array reduce_int64(ReduceOp op, const Array& x, const std::vector<int>& axes) {
   Array out = Array::empty(x.backend(), l.kept, mean ? DType::float32 : DType::int64);
   if (out.size() == 0) return out;
   ReduceArgs a = kernel_args(l, reduce_op_name(op));
-  a.divisor = float(l.R);
+  set_divisor(a, double(l.R));
   const std::string kernel = op == ReduceOp::sum ? "reduce_sum_int64"
                              : mean              ? "reduce_mean_int64"
                                                  : std::string("reduce_") + reduce_op_name(op) + "_int64";
@@ -257,12 +274,13 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
   if (x.dtype == DType::int64 && op != ReduceOp::var && op != ReduceOp::std &&
       op != ReduceOp::argmax && op != ReduceOp::argmin)
     return reduce_int64(op, x, axes);
-  if (x.dtype != DType::float32)
-    throw TypeError(message(name, "expected a float32 array, got ", dtype_name(x.dtype)));
+  const bool f64 = x.dtype == DType::float64;  // in double (the *_float64 kernels)
+  if (x.dtype != DType::float32 && !f64)
+    throw TypeError(message(name, "expected a float32 or float64 array, got ", dtype_name(x.dtype)));
   Layout l = layout(x, axes);
   check_not_empty(op, l);
   Backend& b = x.backend();
-  Array out = Array::empty(b, l.kept, DType::float32);
+  Array out = Array::empty(b, l.kept, x.dtype);
   const i64 outputs = l.outer * l.inner;
   if (outputs == 0) return out;
   const double R = double(l.R);
@@ -273,8 +291,10 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
 
   const bool is_sum = op == ReduceOp::sum || op == ReduceOp::mean;
   const bool is_dev = op == ReduceOp::var || op == ReduceOp::std;
-  NativeRows* sum_rows = native_pointer<NativeRows>(b, "reduce_sum_rows");
-  NativeRows* fast = is_sum ? sum_rows
+  // The backends' own reductions are float32's.
+  NativeRows* sum_rows = f64 ? nullptr : native_pointer<NativeRows>(b, "reduce_sum_rows");
+  NativeRows* fast = f64 ? nullptr
+                     : is_sum ? sum_rows
                      : is_dev ? (sum_rows ? native_pointer<NativeRows>(b, "reduce_sumsq_dev_rows") : nullptr)
                      : op == ReduceOp::max ? native_pointer<NativeRows>(b, "reduce_max_rows")
                      : op == ReduceOp::min ? native_pointer<NativeRows>(b, "reduce_min_rows")
@@ -303,23 +323,24 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::mean:
-      launch_sum_rows(l, a, nullptr, out, float(divisor), false);
+      launch_sum_rows(l, a, nullptr, out, divisor, false);
       break;
     case ReduceOp::var:
     case ReduceOp::std: {
-      Array mean = Array::empty(b, l.kept, DType::float32);
-      launch_sum_rows(l, a, nullptr, mean, float(R), false);
-      launch_sum_rows(l, a, &mean, out, float(divisor), root);
+      Array mean = Array::empty(b, l.kept, x.dtype);
+      launch_sum_rows(l, a, nullptr, mean, R, false);
+      launch_sum_rows(l, a, &mean, out, divisor, root);
       break;
     }
     case ReduceOp::max:
-      launch_extreme_rows(l, a, "reduce_max", out);
+      launch_extreme_rows(l, a, typed("reduce_max", x.dtype), out);
       break;
     case ReduceOp::min:
-      launch_extreme_rows(l, a, "reduce_min", out);
+      launch_extreme_rows(l, a, typed("reduce_min", x.dtype), out);
       break;
     case ReduceOp::prod:  // one threadgroup per output, never split
-      launch_reduce(b, "reduce_prod_float32", outputs, kernel_args(l, name), {buf(l.src), buf(out)});
+      launch_reduce(b, std::string("reduce_prod_") + dtype_name(x.dtype), outputs,
+                    kernel_args(l, name), {buf(l.src), buf(out)});
       break;
     default:
       throw ValueError(message(name, "expected a value reduction"));
@@ -329,8 +350,9 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
 
 Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   const std::string name = reduce_op_name(op);
-  if (x.dtype != DType::float32)
-    throw TypeError(message(name, "expected a float32 array, got ", dtype_name(x.dtype)));
+  const bool f64 = x.dtype == DType::float64;
+  if (x.dtype != DType::float32 && !f64)
+    throw TypeError(message(name, "expected a float32 or float64 array, got ", dtype_name(x.dtype)));
   std::vector<int> axes;
   if (axis >= 0) {
     axes.push_back(axis);
@@ -344,7 +366,9 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   const i64 outputs = l.outer * l.inner;
   if (outputs == 0) return out;
   const int sign = op == ReduceOp::argmax ? 1 : -1;
-  if (NativeArgRows* fast = native_pointer<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows")) {
+  NativeArgRows* fast =
+      f64 ? nullptr : native_pointer<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows");
+  if (fast != nullptr) {
     b.synchronize();
     const float* src = reinterpret_cast<const float*>(l.src.host_data());
     std::int64_t* dst = reinterpret_cast<std::int64_t*>(out.host_data());
@@ -352,7 +376,7 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis) {
     capture::run_host([=] { fast(src, outer, rows, inner, dst); }, {l.src.storage, out.storage});
     return out;
   }
-  const std::string kernel = sign > 0 ? "reduce_argmax" : "reduce_argmin";
+  const std::string kernel = typed(sign > 0 ? "reduce_argmax" : "reduce_argmin", x.dtype);
   ReduceArgs a = kernel_args(l, name, /*may_split=*/true);
   if (a.split == 1) {
     launch_reduce(b, kernel, outputs, a, {buf(l.src), buf(out)}, {buf(out)});
@@ -371,8 +395,9 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis) {
 }
 
 Array cumsum(const Array& x, int axis) {
-  if (x.dtype != DType::float32 && x.dtype != DType::float16 && x.dtype != DType::int64)
-    throw TypeError(message("cumsum", "expected a float32, float16 or int64 array, got ",
+  if (x.dtype != DType::float32 && x.dtype != DType::float16 && x.dtype != DType::int64 &&
+      x.dtype != DType::float64)
+    throw TypeError(message("cumsum", "expected a float32, float64, float16 or int64 array, got ",
                             dtype_name(x.dtype)));
   Array flat = x;
   if (axis < 0) {  // NumPy: the flattened array
