@@ -348,6 +348,93 @@ kernel void matmul_sum_splits(device const float* ws [[buffer(0)]],
   }
 }
 
+// float64 (FM_INSTANTIATE_DISCRETE: the CPU and CUDA; Apple GPUs have no double): a plain
+// tiled GEMM in T. One threadgroup computes a BM x BN tile of C (grid as matmul_gemm's, no
+// K split: z = batch), stepping through k in BK-deep slices of A and B staged in
+// threadgroup memory (scalar loads through any strides, along whichever index of the
+// operand is contiguous; zeros outside it); V = (BM/TM)(BN/TN) virtual threads each
+// accumulate TM x TN outputs, rows i * BM/TM + tr and columns j * BN/TN + tc (consecutive
+// threads: consecutive columns), with FMAs in k order. Any threadgroup size: the virtual
+// threads run in passes of T (one pass when T == V, what the host asks for); every barrier
+// sits in loops whose trip counts are uniform across the threadgroup.
+template <typename T, int BM, int BN, int BK, int TM, int TN>
+kernel void matmul_tiled(device const T* A [[buffer(0)]],
+                         device const T* B [[buffer(1)]],
+                         device T* C [[buffer(2)]],
+                         constant MatmulArgs& p [[buffer(3)]],
+                         uint3 tg_pos [[threadgroup_position_in_grid]],
+                         uint32_t tid [[thread_index_in_threadgroup]],
+                         uint3 tg_size [[threads_per_threadgroup]]) {
+  constexpr int MT = BM / TM, NT = BN / TN;
+  constexpr int V = MT * NT;
+  static_assert(BM % TM == 0 && BN % TN == 0, "tile shape");
+  threadgroup T As[BK * BM];  // As[k * BM + m]
+  threadgroup T Bs[BK * BN];  // Bs[k * BN + n]
+  const int32_t M = p.M, N = p.N, K = p.K;
+  const int32_t a_rs = p.a_rs, a_cs = p.a_cs, b_rs = p.b_rs, b_cs = p.b_cs;
+  const uint32_t n_threads = tg_size.x * tg_size.y * tg_size.z;
+  const int32_t row0 = int32_t(tg_pos.y) * BM, col0 = int32_t(tg_pos.x) * BN;
+  int32_t bidx = int32_t(tg_pos.z), a_off0 = 0, b_off0 = 0;
+  for (int32_t d = p.batch_dims - 1; d >= 0; --d) {
+    const int32_t i = bidx % p.batch_shape[d];
+    bidx /= p.batch_shape[d];
+    a_off0 += i * p.a_bs[d];
+    b_off0 += i * p.b_bs[d];
+  }
+  device const T* a = A + a_off0;
+  device const T* bm = B + b_off0;
+  device T* c = C + int32_t(tg_pos.z) * M * N;
+  const bool a_k_fast = a_cs == 1 && a_rs != 1;  // A row-major: walk k fastest
+  const bool b_k_fast = b_rs == 1 && b_cs != 1;  // B column-major: likewise
+  for (uint32_t v0 = 0; v0 < uint32_t(V); v0 += n_threads) {
+    const int32_t v = int32_t(v0 + tid);
+    const bool live = v < V;
+    const int32_t tr = live ? v / NT : 0;
+    const int32_t tc = live ? v - tr * NT : 0;
+    T acc[TM * TN];
+    for (int i = 0; i < TM * TN; ++i) acc[i] = T(0);
+    for (int32_t k0 = 0; k0 < K; k0 += BK) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // the previous slice is consumed
+      for (uint32_t e = tid; e < uint32_t(BM * BK); e += n_threads) {
+        const int32_t q = int32_t(e);
+        const int32_t kk = a_k_fast ? q % BK : q / BM;
+        const int32_t m = a_k_fast ? q / BK : q % BM;
+        const int32_t gm = row0 + m, gk = k0 + kk;
+        As[kk * BM + m] = gm < M && gk < K ? a[gm * a_rs + gk * a_cs] : T(0);
+      }
+      for (uint32_t e = tid; e < uint32_t(BN * BK); e += n_threads) {
+        const int32_t q = int32_t(e);
+        const int32_t kk = b_k_fast ? q % BK : q / BN;
+        const int32_t n = b_k_fast ? q / BK : q % BN;
+        const int32_t gn = col0 + n, gk = k0 + kk;
+        Bs[kk * BN + n] = gn < N && gk < K ? bm[gk * b_rs + gn * b_cs] : T(0);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      if (live) {
+        // Past K the slice holds zeros on both sides: fma(0, 0, acc) = acc.
+        for (int kk = 0; kk < BK; ++kk) {
+          T av[TM], bv[TN];
+          for (int i = 0; i < TM; ++i) av[i] = As[kk * BM + i * MT + tr];
+          for (int j = 0; j < TN; ++j) bv[j] = Bs[kk * BN + j * NT + tc];
+          for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j) acc[i * TN + j] = fma(av[i], bv[j], acc[i * TN + j]);
+        }
+      }
+    }
+    if (live) {
+      for (int i = 0; i < TM; ++i) {
+        const int32_t gm = row0 + i * MT + tr;
+        for (int j = 0; j < TN; ++j) {
+          const int32_t gn = col0 + j * NT + tc;
+          if (gm < M && gn < N) c[gm * N + gn] = acc[i * TN + j];
+        }
+      }
+    }
+  }
+}
+
+FM_INSTANTIATE_DISCRETE("matmul_float64", matmul_tiled, double, 64, 64, 16, 4, 4);
+
 // Every tile with scalar loads and with the four quad layouts: suffix _<A><B>, k = quads
 // along k (A row-major, B column-major), m / n = quads along A's rows / B's columns. The host
 // takes scalar loads for both operands when either cannot take quads.

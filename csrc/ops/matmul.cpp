@@ -185,6 +185,28 @@ void launch_gemm(Backend& be, MatmulArgs p, const Array& a, const Array& b, cons
              KernelArg::buffer(out.storage, out.byte_offset()), KernelArg::inline_bytes(&p, sizeof p)});
 }
 
+// float64: matmul_float64 (metal/matmul.metal: 64x64 tiles of 4x4 per thread, 256 threads;
+// no K split), one threadgroup per tile of C and batch entry.
+void launch_gemm_float64(Backend& be, const MatmulArgs& p, const Array& a, const Array& b,
+                         const Array& out) {
+  const std::string kernel = "matmul_float64";
+  constexpr i64 kTile = 64;
+  const std::uint32_t col_tiles = ceil_div(p.N, kTile);
+  std::uint32_t t = kernel_group_size();
+  if (t == 0) t = 256;
+  t = std::max<std::uint32_t>(1, std::min(t, be.max_group_size(kernel)));
+  while (t > 1 && std::uint64_t(col_tiles) * t > std::numeric_limits<std::uint32_t>::max()) t /= 2;
+  Dispatch d;
+  d.group[0] = t;
+  d.grid[0] = col_tiles * t;
+  d.grid[1] = ceil_div(p.M, kTile);
+  d.grid[2] = std::uint32_t(p.batch);
+  d.cost = std::uint64_t(p.K) * 16;
+  be.launch(kernel, d,
+            {KernelArg::buffer(a.storage, a.byte_offset()), KernelArg::buffer(b.storage, b.byte_offset()),
+             KernelArg::buffer(out.storage, out.byte_offset()), KernelArg::inline_bytes(&p, sizeof p)});
+}
+
 }  // namespace
 
 Shape matmul_shape(const std::string& op, const Shape& a, const Shape& b) {
@@ -215,8 +237,12 @@ Shape matmul_shape(const std::string& op, const Shape& a, const Shape& b) {
 }
 
 void matmul_into(const std::string& op, const Array& a, const Array& b, const Array& out) {
-  if (a.dtype != DType::float32 || b.dtype != DType::float32 || out.dtype != DType::float32)
-    throw TypeError(message(op, "expected float32 operands"));
+  // float32, or float64 in double (the backends with matmul_float64: cpu and cuda).
+  const DType t = out.dtype;
+  if ((t != DType::float32 && t != DType::float64) || a.dtype != t || b.dtype != t)
+    throw TypeError(message(op, "expected float32 or float64 operands and result of one dtype, got ",
+                            dtype_name(a.dtype), ", ", dtype_name(b.dtype), " and ",
+                            dtype_name(out.dtype)));
   const Promoted pa = promote(a.shape, a.strides, true);
   const Promoted pb = promote(b.shape, b.strides, false);
   const std::size_t na = pa.shape.size(), nb = pb.shape.size();
@@ -275,7 +301,8 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
   }
 
   Backend& be = out.backend();
-  // A backend's own GEMM (host-visible operands, read through p's strides).
+  // A backend's own GEMM (host-visible operands, read through p's strides; the operands'
+  // dtype is out's, float32 or float64).
   using NativeMatmul = void(const MatmulArgs&, const Array&, const Array&, const Array&);
   if (auto fast = native<NativeMatmul>(be, "matmul")) {
     be.synchronize();
@@ -283,15 +310,16 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
     return;
   }
   if (K == 0) {  // no slices to stage: the kernel would write zeros, but skip the launch
-    std::vector<float> zeros(std::size_t(out.size()), 0.0f);
+    std::vector<char> zeros(std::size_t(out.nbytes()), 0);  // +0.0 in either dtype
     be.copy_from_host(*out.storage, out.byte_offset(), zeros.data(), out.nbytes());
     return;
   }
+  if (t == DType::float64) return launch_gemm_float64(be, p, a, b, out);
   launch_gemm(be, p, a, b, out);
 }
 
 Array matmul(const std::string& op, const Array& a, const Array& b) {
-  Array out = Array::empty(a.backend(), matmul_shape(op, a.shape, b.shape), DType::float32);
+  Array out = Array::empty(a.backend(), matmul_shape(op, a.shape, b.shape), a.dtype);
   matmul_into(op, a, b, out);
   return out;
 }

@@ -65,10 +65,6 @@ py::object numpy_result(py::array r) {
   return std::move(r);
 }
 
-Array input_array(py::handle x, const std::string& op, const char* name, Backend& b) {
-  return to_array(x, b, op, name, DType::float32);
-}
-
 // A result the op computed (a new Array): into out= where given (ops/arguments.h's road),
 // else as NumPy (0-d: a NumPy scalar) or an Array.
 py::object give(const std::string& op, Array r, py::handle out, bool as_array) {
@@ -251,12 +247,18 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
   const std::string op = "matmul";
   Backend& be = pick_backend(op, {{"a", a}, {"b", b}, {"out", out}});
   const bool as_array = any_array({a, b});
-  Array aa = input_array(a, op, "a", be);
-  Array ba = input_array(b, op, "b", be);
+  // A float64 operand (NumPy's promotion) makes the product float64, computed in double
+  // where the backend has the float64 GEMM (cpu, cuda); else float32.
+  const bool f64 = (native_dtype_of(a, op, "a") == DType::float64 ||
+                    native_dtype_of(b, op, "b") == DType::float64) &&
+                   be.has_kernel("matmul_float64");
+  const DType dtype = f64 ? DType::float64 : DType::float32;
+  Array aa = to_array(a, be, op, "a", dtype);
+  Array ba = to_array(b, be, op, "b", dtype);
   const Shape shape = matmul_shape(op, aa.shape, ba.shape);
   OutArg o = out_arg(out, be, op);
   // Each output reads whole rows and columns: any overlap with an operand, a temporary.
-  Output output(op, o, be, shape, DType::float32, {&aa, &ba}, Aliasing::none, true);
+  Output output(op, o, be, shape, dtype, {&aa, &ba}, Aliasing::none, true);
   {
     py::gil_scoped_release nogil;
     matmul_into(op, aa, ba, output.target());
