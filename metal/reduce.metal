@@ -186,18 +186,17 @@ kernel void reduce_sum_tree(device const T* x [[buffer(0)]],
       add_pair(hi, lo, x[i], mean[i]);
     }
   } else {
+    // Each element's rounding error kept exactly (two-sum into a pair): unlike Kahan's
+    // step this holds when an element dwarfs the running sum (1e16, 1, -1e16, ...).
     const T m = Dev ? mean[o] : T(0);
-    T s = T(0), c = T(0);
     for (uint32_t r = segment_begin(a, g) + tid; r < end; r += n) {
       T v = x[reduce_index(a, o, r)];
       if (Dev) {
         v -= m;
         v *= v;
       }
-      kahan_add(s, c, v);
+      add_pair(hi, lo, v, T(0));
     }
-    hi = s;
-    lo = -c;
   }
   const uint32_t slots = min(n, uint32_t(kReduceSlots));
   if (tid < slots) {

@@ -417,3 +417,58 @@ def test_bench_matmul_runs_on_the_cpu(capsys):
     core = openblas_core()  # NumPy's OpenBLAS kernels, named in the header where found
     assert core is None or f"numpy: OpenBLAS {core} kernels" in out, out
     assert out.count("G ") >= 2 * 11
+
+
+# ----------------------------------------------------------------------------- float64
+# float64 operands multiply in double (cpu: a blocked double GEMM; cuda: matmul_float64 of
+# metal/matmul.metal, no TF32): within 1e-12 of the size of the terms, |A| @ |B|, of NumPy
+# float64 (a K-term sum in double rounds by at most K eps of it: K <= 300 here).
+def check_matmul64(a, b, ah=None, bh=None):
+    ah = np.asarray(a) if ah is None else ah
+    bh = np.asarray(b) if bh is None else bh
+    got = fm.matmul(a, b)
+    got = np.asarray(got.numpy() if isinstance(got, fm.Array) else got)
+    want = np.matmul(ah.astype(np.float64), bh.astype(np.float64))
+    assert got.shape == want.shape and got.dtype == np.float64, (got.shape, got.dtype)
+    scale = np.matmul(np.abs(ah).astype(np.float64), np.abs(bh).astype(np.float64))
+    np.testing.assert_array_less(np.abs(got - want), 1e-12 * scale + 1e-300)
+
+
+@pytest.mark.parametrize("sa,sb", SHAPES, ids=[f"{a}@{b}" for a, b in SHAPES])
+def test_float64_matmul_matches_numpy(device, sa, sb, rng):
+    if device == "metal":
+        pytest.skip("float64: Apple GPUs have no double")
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    check_matmul64(a, b)
+    check_matmul64(fm.asarray(a), fm.asarray(b), a, b)
+
+
+def test_float64_matmul_views_promotion_and_specials(device, rng):
+    if device == "metal":
+        pytest.skip("float64: Apple GPUs have no double")
+    a = rng.standard_normal((40, 300))
+    b = rng.standard_normal((70, 300))
+    # transposed and strided Arrays: the GEMM reads through the strides
+    check_matmul64(fm.asarray(a)[::2], fm.asarray(b).T, a[::2], b.T)
+    check_matmul64(fm.asarray(a).T[::-3], fm.asarray(b)[:, :40].T, a.T[::-3], b[:, :40].T)
+    # a float32 operand with a float64 one: float64, as NumPy
+    c = rng.standard_normal((300, 9)).astype(np.float32)
+    check_matmul64(a, c)
+    # inf and NaN propagate as in NumPy's float64 product
+    x = np.array([[1.0, np.inf], [np.nan, 2.0]])
+    y = np.array([[1.0, 0.5], [2.0, -1.0]])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(fm.matmul(x, y), x @ y)
+    z = fm.matmul(np.zeros((2, 0)), np.zeros((0, 3)))
+    assert z.dtype == np.float64 and not z.any()
+
+
+@pytest.mark.parametrize("threads", [1, 37, 256, 300])
+def test_float64_msl_gemm_any_group_size(kernels, threads, rng):
+    """The float64 tile kernel under the CPU emulator: any threadgroup size (passes of its 256
+    virtual threads), partial tiles, batches, strided operands."""
+    _core._set_kernel_group_size(threads)
+    a = rng.standard_normal((2, 70, 21))
+    b = rng.standard_normal((21, 66))
+    check_matmul64(fm.asarray(a), fm.asarray(b), a, b)
+    check_matmul64(fm.asarray(b).T, fm.asarray(a)[1].T, b.T, a[1].T)

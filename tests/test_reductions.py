@@ -375,3 +375,108 @@ def test_split_rows_are_reproducible(kernels):
     os.environ["FASTMETAL_EMULATOR_SEED"] = "9"  # another interleaving of the emulated threads
     again = [np.asarray(getattr(fm, n)(x)).tobytes() for n in VALUE_OPS + ARG_OPS]
     assert first == again
+
+
+# ----------------------------------------------------------------------------- float64
+# float64 Arrays reduce in double (metal/reduce.metal's *_float64 kernels: cpu and cuda),
+# float64 results (argmax/argmin int64), against NumPy float64. Sums are compensated in
+# each thread and combined as double-doubles, so they are at least as accurate as NumPy's
+# pairwise float64 sum: both within a few eps of sum |x|.
+EPS64 = float(np.finfo(np.float64).eps)
+F64_SHAPES = [((7, 300, 5), [None, 0, 1, 2, (0, 2), (1, 2)]),
+              ((3, 20000), [1, None]),   # long rows: split into segments, combined
+              ((1,), [None]), ((4, 1, 3), [1])]
+
+
+def check64(name, data, x, axis, ddof=0):
+    kw = {"axis": axis}
+    if name in ("var", "std"):
+        kw["ddof"] = ddof
+    got = getattr(fm, name)(data, **kw)
+    got = np.asarray(got.numpy() if isinstance(got, fm.Array) else got)
+    with np.errstate(all="ignore"):
+        want = np.asarray(getattr(np, name)(x, **kw))
+    assert got.shape == want.shape, (name, axis)
+    if name in ARG_OPS:
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} axis={axis}")
+        return
+    assert got.dtype == np.float64, (name, got.dtype)
+    if name in ("max", "min"):
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} axis={axis}")
+        return
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(test(got), test(want), err_msg=f"{name} axis={axis}")
+    a = np.abs(x)
+    if name == "sum":
+        bound = 8 * EPS64 * np.sum(a, axis=axis)
+    elif name == "mean":
+        bound = 8 * EPS64 * np.mean(a, axis=axis)
+    elif name == "prod":
+        n = x.size if axis is None else np.prod([x.shape[d] for d in np.atleast_1d(axis)])
+        bound = 4 * n * EPS64 * np.abs(want)
+    else:  # var, std: rounding of the squares of deviations of size max |x|
+        m = np.max(a, axis=axis) ** 2
+        bound = 64 * EPS64 * (m if name == "var" else m / np.maximum(want, 1e-300))
+    finite = np.atleast_1d(np.isfinite(want))
+    with np.errstate(invalid="ignore"):  # inf - inf where both are inf (checked above)
+        err = np.atleast_1d(np.abs(got - want))[finite]
+    bound = np.atleast_1d(np.broadcast_to(bound, want.shape))[finite]
+    np.testing.assert_array_less(err, bound + 1e-300, err_msg=f"{name} axis={axis}")
+
+
+@pytest.mark.parametrize("name", VALUE_OPS + ARG_OPS + ("prod",))
+def test_float64_reductions_match_numpy(device, name, rng):
+    if device == "metal":
+        pytest.skip("float64: Apple GPUs have no double")
+    for shape, axes in F64_SHAPES:
+        x = rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e3], size=shape) + 0.25
+        if name == "prod":  # the MSL kernel (no CPU fast path, emulated there): small
+            if shape[-1] > 1000:
+                continue
+            x = 1.0 + 0.01 * rng.standard_normal(shape)
+            x = x[:, :20] if x.ndim == 3 else x
+        for axis in axes:
+            if name in ARG_OPS and isinstance(axis, tuple):
+                continue
+            for data in (x, fm.asarray(x)):
+                check64(name, data, x, axis)
+    v = rng.standard_normal((6, 40))
+    check64(name, fm.asarray(v)[::-1, ::3], v[::-1, ::3], 1)  # a strided view of an Array
+
+
+def test_float64_reductions_nan_inf_and_ddof(device):
+    if device == "metal":
+        pytest.skip("float64: Apple GPUs have no double")
+    x = np.array([[1.0, np.nan, 3.0, np.nan], [np.inf, -1.0, 2.0, 5.0], [-np.inf, np.inf, 0.0, 1.0]])
+    for name in ("sum", "mean", "max", "min", "argmax", "argmin", "prod"):
+        for axis in (None, 0, 1):
+            check64(name, fm.asarray(x), x, axis)
+    y = np.random.default_rng(3).standard_normal((5, 9)) + 1e8  # var's cancellation: |x| >> std
+    for ddof in (0, 1, 2.5):
+        got = fm.var(fm.asarray(y), axis=1, ddof=ddof).numpy()
+        np.testing.assert_allclose(got, np.var(y, axis=1, ddof=ddof), rtol=1e-9)
+    # 1e16 + 1 - 1e16, 20000 times: compensated sums keep the ones (naive double gives 0)
+    z = np.tile([1e16, 1.0, -1e16], 20000)
+    assert float(fm.sum(fm.asarray(z)).numpy()) == 20000.0
+
+
+@pytest.mark.parametrize("threads", [1, 37, 256])
+def test_float64_msl_kernels_any_group_size(kernels, threads, rng):
+    """The double kernels are threadgroup trees only: any group size, split rows included."""
+    _core._set_kernel_group_size(threads)
+    x = rng.standard_normal((2, 8200))  # rows of 2 segments
+    for name in ("sum", "var", "max", "argmin"):
+        for axis in (1, None):
+            check64(name, fm.asarray(x), x, axis)
+
+
+def test_float64_cumsum_is_numpy_bit_for_bit(device, rng):
+    if device == "metal":
+        pytest.skip("float64: Apple GPUs have no double")
+    x = rng.standard_normal((4, 50, 3)) * 1e3
+    for axis in (None, 0, 1, 2):
+        got = fm.cumsum(fm.asarray(x), axis=axis).numpy()
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, np.cumsum(x, axis=axis))
+    np.testing.assert_array_equal(fm.cumsum(x[:, ::-2], axis=1), np.cumsum(x[:, ::-2], axis=1))

@@ -26,6 +26,11 @@ using NativeRows = void(const float* x, i64 outer, i64 R, i64 inner, const doubl
                         double divisor, bool root, float* out, double* out_f64);
 // "reduce_argmax_rows" / "reduce_argmin_rows": index along R, first NaN wins, ties first.
 using NativeArgRows = void(const float* x, i64 outer, i64 R, i64 inner, i64* out);
+// The same over float64, in double ("reduce_*_rows_float64"): results float64 (the sums'
+// mean / divisor / root as above; max / min ignore them).
+using NativeRows64 = void(const double* x, i64 outer, i64 R, i64 inner, const double* mean,
+                          double divisor, bool root, double* out);
+using NativeArgRows64 = void(const double* x, i64 outer, i64 R, i64 inner, i64* out);
 
 struct Layout {
   Array src;  // contiguous
@@ -319,6 +324,34 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
     return out;
   }
 
+  if (f64) {
+    NativeRows64* sum64 = native_pointer<NativeRows64>(b, "reduce_sum_rows_float64");
+    NativeRows64* fast64 =
+        is_sum ? sum64
+        : is_dev ? (sum64 ? native_pointer<NativeRows64>(b, "reduce_sumsq_dev_rows_float64") : nullptr)
+        : op == ReduceOp::max ? native_pointer<NativeRows64>(b, "reduce_max_rows_float64")
+        : op == ReduceOp::min ? native_pointer<NativeRows64>(b, "reduce_min_rows_float64")
+                              : nullptr;
+    if (fast64 != nullptr) {
+      b.synchronize();  // the gather, if any
+      const double* src = reinterpret_cast<const double*>(l.src.host_data());
+      double* dst = reinterpret_cast<double*>(out.host_data());
+      const i64 outer = l.outer, rows = l.R, inner = l.inner;
+      capture::run_host(
+          [=] {
+            if (is_dev) {
+              std::vector<double> mean(static_cast<std::size_t>(outputs));
+              sum64(src, outer, rows, inner, nullptr, R, false, mean.data());
+              fast64(src, outer, rows, inner, mean.data(), divisor, root, dst);
+            } else {
+              fast64(src, outer, rows, inner, nullptr, divisor, false, dst);
+            }
+          },
+          {l.src.storage, out.storage});
+      return out;
+    }
+  }
+
   const ReduceArgs a = kernel_args(l, name, /*may_split=*/true);
   switch (op) {
     case ReduceOp::sum:
@@ -366,6 +399,17 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   const i64 outputs = l.outer * l.inner;
   if (outputs == 0) return out;
   const int sign = op == ReduceOp::argmax ? 1 : -1;
+  if (f64) {
+    if (auto* fast64 = native_pointer<NativeArgRows64>(
+            b, sign > 0 ? "reduce_argmax_rows_float64" : "reduce_argmin_rows_float64")) {
+      b.synchronize();
+      const double* src = reinterpret_cast<const double*>(l.src.host_data());
+      std::int64_t* dst = reinterpret_cast<std::int64_t*>(out.host_data());
+      const i64 outer = l.outer, rows = l.R, inner = l.inner;
+      capture::run_host([=] { fast64(src, outer, rows, inner, dst); }, {l.src.storage, out.storage});
+      return out;
+    }
+  }
   NativeArgRows* fast =
       f64 ? nullptr : native_pointer<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows");
   if (fast != nullptr) {
