@@ -10,6 +10,7 @@
 
 #include "python/bindings.h"
 #include "core/errors.h"
+#include "ops/arguments.h"
 #include "ops/numerics.h"
 #include "numerics_args.h"
 #include "python/pyarray.h"
@@ -20,24 +21,19 @@ namespace {
 using f64_array = py::array_t<double, py::array::c_style | py::array::forcecast>;
 using i32_array = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>;
 
-// The dtype the kernels compute `obj` in: float64 data in double where the backend has the
-// float64 instances (`kernel`: cpu and cuda; Apple GPUs have no double), else float32.
-DType compute_dtype(py::handle obj, Backend& backend, const char* kernel) {
-  bool f64 = false;
-  if (is_array(obj)) {
-    f64 = obj.cast<const Array&>().dtype == DType::float64;
-  } else if (py::isinstance<py::array>(obj)) {
-    const py::dtype dt = py::reinterpret_borrow<py::array>(obj).dtype();
-    f64 = dt.kind() == 'f' && dt.itemsize() == 8;
-  }
-  return f64 && backend.has_kernel(kernel) ? DType::float64 : DType::float32;
+// The dtype the kernels compute `obj` in: float64 data in double where the device has
+// doubles (Backend::has_float64: cpu and cuda), else float32.
+DType compute_dtype(py::handle obj, const std::string& op, const char* arg, Backend& backend) {
+  return on_device(native_dtype_of(obj, op, arg), backend.has_float64()) == DType::float64
+             ? DType::float64
+             : DType::float32;
 }
 
 py::object stencil(const std::string& op, py::handle f, int axis, f64_array weights,
                    i32_array offsets, int n_left, int n_right, bool per_index) {
   Backend& backend = pick_backend(op, {{"f", f}});
   const bool fm_result = any_array({f});
-  const DType dtype = compute_dtype(f, backend, "stencil_edges_float64");
+  const DType dtype = compute_dtype(f, op, "f", backend);
   Array fa = to_array(f, backend, op, "f", dtype);
   const int nd = int(fa.shape.size());
   if (axis < 0 || axis >= nd)
@@ -77,7 +73,7 @@ py::object fourier(py::handle x, f64_array coef, double c0, double period) {
   Backend& backend = pick_backend(op, {{"x", x}});
   const bool fm_result = any_array({x});
   // The kernel reads consecutive samples per thread.
-  const DType dtype = compute_dtype(x, backend, "fourier_series_l1_float64");
+  const DType dtype = compute_dtype(x, op, "x", backend);
   Array xa = to_contiguous_array(x, backend, op, "x", dtype);
   std::vector<double> cf(coef.data(), coef.data() + coef.size());
   FourierParams p;

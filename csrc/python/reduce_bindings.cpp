@@ -251,7 +251,7 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
   // where the backend has the float64 GEMM (cpu, cuda); else float32.
   const bool f64 = (native_dtype_of(a, op, "a") == DType::float64 ||
                     native_dtype_of(b, op, "b") == DType::float64) &&
-                   be.has_kernel("matmul_float64");
+                   be.has_float64();
   const DType dtype = f64 ? DType::float64 : DType::float32;
   Array aa = to_array(a, be, op, "a", dtype);
   Array ba = to_array(b, be, op, "b", dtype);

@@ -79,9 +79,9 @@ class _Input:
 
 
 def _doubles(device) -> bool:
-    """Whether `device` (None: the default one) computes float64 data in double: it has the
-    kernels' float64 instances (cpu and cuda; Apple GPUs have no double)."""
-    return _core._has_kernel(device or _core.default_device(), "stencil_edges_float64")
+    """Whether `device` (None: the default one) computes float64 data in double (cpu and
+    cuda; Apple GPUs have no double)."""
+    return bool(_core._device_capabilities(device or _core.default_device())["float64"])
 
 
 def _fm_device(*objs):
