@@ -83,6 +83,30 @@ void rows_native_f64(const double* x, i64 outer, i64 R, i64 inner, const double*
       double hi[kBlock] = {}, lo[kBlock] = {}, m[kBlock] = {};
       if (Op == CpuReduce::sumsq_dev)
         for (i64 i = i0; i < i1; ++i) m[i - i0] = mean[ob * inner + i];
+      if (inner == 1) {  // one output along contiguous rows: 8 independent pairs (r mod 8)
+        constexpr int L = 8;
+        const double* row = x + ob * R;
+        i64 r = r0;
+        for (; r + L <= r1; r += L)
+          for (int j = 0; j < L; ++j) {
+            double v = row[r + j];
+            if (Op == CpuReduce::sumsq_dev) v = (v - m[0]) * (v - m[0]);
+            add_exact(hi[j], lo[j], v);
+          }
+        for (int j = 0; r < r1; ++r, ++j) {
+          double v = row[r];
+          if (Op == CpuReduce::sumsq_dev) v = (v - m[0]) * (v - m[0]);
+          add_exact(hi[j], lo[j], v);
+        }
+        double h = 0.0, l = 0.0;
+        for (int j = 0; j < L; ++j) {
+          add_exact(h, l, hi[j]);
+          l += lo[j];
+        }
+        part_hi[std::size_t(t.slot(ob, c, 0))] = h;
+        part_lo[std::size_t(t.slot(ob, c, 0))] = l;
+        return;
+      }
       for (i64 r = r0; r < r1; ++r) {
         const double* row = x + (ob * R + r) * inner;
         for (i64 i = i0; i < i1; ++i) {
