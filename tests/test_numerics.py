@@ -2,7 +2,8 @@
 
 The kernels compute in float32, so every comparison uses a tolerance derived from float32
 rounding of the *inputs and the stencil* (eps32 * |f| * sum|w|), not a fixed number: a wrong
-weight, offset or edge formula gives errors of order |f| / h, far above these bounds.
+weight, offset or edge formula gives errors of order |f| / h, far above these bounds. float64
+data computes in double on cpu and cuda (the float64 section at the end, eps64 bounds).
 """
 from __future__ import annotations
 
