@@ -493,11 +493,6 @@ FM_FUNC float fm_gelu_grad(float x) {
   return metal::select(cdf + x * pdf, x, metal::isnan(x));
 }
 
-// +-inf and finite masks (NaN is neither), as one comparison each; fm_math64.h has their
-// double forms (the op table's isinf / isfinite use these, so the double form follows).
-FM_FUNC bool fm_isinf(float x) { return metal::fabs(x) > 3.40282347e38f; }
-FM_FUNC bool fm_isfinite(float x) { return metal::fabs(x) <= 3.40282347e38f; }
-
 // NaN-propagating max/min (NumPy's maximum/minimum, not C's fmax/fmin).
 FM_FUNC float fm_maximum(float x, float y) { return metal::select(y, x, metal::isnan(x) || x > y); }
 FM_FUNC float fm_minimum(float x, float y) { return metal::select(y, x, metal::isnan(x) || x < y); }

@@ -15,10 +15,6 @@
 
 #if FM_HAS_DOUBLE
 
-// +-inf and finite masks (NaN is neither): double's range, not float's.
-FM_FUNC bool fm_isinf(double x) { return metal::fabs(x) > 1.7976931348623157e308; }
-FM_FUNC bool fm_isfinite(double x) { return metal::fabs(x) <= 1.7976931348623157e308; }
-
 FM_FUNC double fm_exp(double x) { return metal::exp(x); }
 FM_FUNC double fm_log(double x) { return metal::log(x); }
 FM_FUNC double fm_log2(double x) { return metal::log2(x); }
@@ -86,7 +82,7 @@ FM_FUNC double fm_erfc_of_neg_scaled(double x) {
   const double dz = metal::fma(-x, c_hi, -z) - x * c_lo;
   const double e = metal::erfc(z);
   const double corrected = e - 1.1283791670955126 * metal::exp(-z * z) * dz;
-  return fm_isfinite(x) ? corrected : e;  // +-inf: dz is NaN there
+  return metal::isfinite(x) ? corrected : e;  // +-inf: dz is NaN there
 }
 // GELU, exact erf form: x/2 erfc(-x/sqrt2) (full relative accuracy in the negative tail).
 // -inf gives NaN (-inf * 0), as the float64 reference.

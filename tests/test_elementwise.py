@@ -424,7 +424,7 @@ SPECIALS64 = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5,
 # IEEE operations rounded once, exact operations and masks: NumPy's values bit for bit.
 EXACT64 = {"relu", "abs", "negative", "square", "reciprocal", "sqrt", "add", "subtract", "multiply",
            "divide", "maximum", "minimum", "copy", "floor_divide", "remainder", "floor", "ceil",
-           "trunc", "round", "sign", "isnan", "isinf", "isfinite"}
+           "trunc", "round", "sign"}
 # The comparisons give bool (their own kernels, metal/convert.metal); the table's float-mask
 # instances stay for fastmetal's own use.
 COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}

@@ -333,11 +333,8 @@ def check_file(cindex, metal: Path, metal_dir: Path, gen_dir: Path) -> list[Find
     for p in [metal, *sorted(metal_dir.glob("*.h"))]:
         t = without_discrete_only(fe.blank_comments(p.read_text(), strings=True))
         for m in re.finditer(r"\bdouble\b", t):
-            if any(a <= m.start() < b for a, b in allowed):
-                continue
             findings.append(Finding(rel(p), fe.line_of(t, m.start()), "double",
-                                    "double does not exist on Apple GPUs (outside #if FM_HAS_DOUBLE "
-                                    "and FM_INSTANTIATE_DISCRETE / _CPU lines)"))
+                                    "double does not exist on Apple GPUs"))
     return findings
 
 
