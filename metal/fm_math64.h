@@ -15,6 +15,7 @@
 
 #if FM_HAS_DOUBLE
 
+FM_FUNC double fm_copysign(double x, double s) { return metal::copysign(x, s); }
 FM_FUNC double fm_exp(double x) { return metal::exp(x); }
 FM_FUNC double fm_log(double x) { return metal::log(x); }
 FM_FUNC double fm_log2(double x) { return metal::log2(x); }

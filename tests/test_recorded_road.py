@@ -25,6 +25,7 @@ def leaf(*shape, device):
 # name -> call(x, y, device), x and y (3, 4) leaves that require grad.
 CALLS = {
     "isnan": lambda x, y, d: fm.isnan(x),
+    "signbit": lambda x, y, d: fm.signbit(x),
     "isinf": lambda x, y, d: fm.isinf(x),
     "isfinite": lambda x, y, d: fm.isfinite(x),
     "where": lambda x, y, d: fm.where(x > 1.0, x, y),
@@ -157,7 +158,7 @@ NOT_OPS = {"Array", "asarray", "default_device", "devices", "empty", "ones", "ze
 # all / any: reductions of comparisons (bool in PyTorch).
 PIECEWISE_CONSTANT = {s.name for s in OPS if s.public and not s.grads} | {
     "all", "any", "logical_not", "logical_and", "logical_or", "logical_xor", "isnan", "isinf",
-    "isfinite",
+    "isfinite", "signbit",
     "unique_values", "unique_all"}  # unique: which values is an index decision
 
 

@@ -124,7 +124,8 @@ DType on_device(DType t, bool has_float64) { return t == f64 && !has_float64 ? f
 
 ReduceDTypes reduce_dtypes(const std::string& op, DType input, const char* arg) {
   if (input == f64) return {f64, op == "argmax" || op == "argmin" ? i64 : f64};
-  if (op == "argmax" || op == "argmin") return {f32, i64};  // integers: exact below 2**24
+  // integers and bool in double (exact below 2**53; on_device makes it float32 on metal)
+  if (op == "argmax" || op == "argmin") return {is_float(input) ? f32 : f64, i64};
   if (!is_float(input)) {
     if (op == "sum" || op == "prod") return {i64, i64};
     if (op == "max" || op == "min") return {i64, input};

@@ -90,8 +90,9 @@ py::object reduce_py(const std::string& name, py::handle x, py::handle axis, boo
   Backend& b = pick_backend(name, {{"a", x}, {"out", out}});
   const bool as_array = is_array(x);
   const bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
-  const ReduceDTypes t = reduce_dtypes(name, on_device(native_dtype_of(x, name, "a"),
-                                                       b.has_float64()), "a");
+  ReduceDTypes t = reduce_dtypes(name, on_device(native_dtype_of(x, name, "a"), b.has_float64()),
+                                 "a");
+  t.compute = on_device(t.compute, b.has_float64());
   Array a = to_operand(x, b, name, "a", t.compute);
   const std::vector<int> axes = parse_axes(name, axis, a.ndim(), !arg);
   Array r;

@@ -45,7 +45,7 @@ from .ops.standard import (__array_api_version__, __array_namespace_info__, bool
                            isdtype, result_type, can_cast, concat, permute_dims, pow, clip,
                            all, any, broadcast_to, broadcast_arrays, flip, roll, repeat, tile,
                            eye, tril, triu, meshgrid, take, tensordot, vecdot,
-                           matrix_transpose, isnan, isinf, isfinite, logical_not, logical_and,
+                           matrix_transpose, isnan, signbit, isinf, isfinite, logical_not, logical_and,
                            logical_or, logical_xor,
                            count_nonzero, argsort, sort, searchsorted, unique_values,
                            unique_counts, unique_inverse, unique_all, nonzero)  # noqa: A004
@@ -119,7 +119,7 @@ __all__ = [
     "finfo", "iinfo", "isdtype",
     "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",
     "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril", "triu",
-    "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "isnan", "isinf", "isfinite",
+    "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "isnan", "signbit", "isinf", "isfinite",
     "logical_not", "logical_and",
     "logical_or", "logical_xor", "count_nonzero", "argsort", "sort", "searchsorted",
     "unique_values", "unique_counts", "unique_inverse", "unique_all", "nonzero",

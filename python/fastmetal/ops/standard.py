@@ -33,7 +33,7 @@ __all__ = ["__array_api_version__", "__array_namespace_info__", "bool", "uint8",
            "float64", "finfo", "iinfo", "isdtype",
            "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",
            "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril",
-           "triu", "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "isnan",
+           "triu", "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "isnan", "signbit",
            "isinf", "isfinite", "logical_not",
            "logical_and", "logical_or", "logical_xor", "count_nonzero", "argsort", "sort",
            "searchsorted", "unique_values", "unique_counts", "unique_inverse", "unique_all",
@@ -609,6 +609,14 @@ def isinf(x: Any, /) -> Any:
 def isfinite(x: Any, /) -> Any:
     """True where ``x`` is neither inf nor NaN, as ``numpy.isfinite``."""
     return _F["less"](_F["abs"](x), math.inf)
+
+
+def signbit(x: Any, /) -> Any:
+    """True where the sign bit of ``x`` is set (-0.0 and NaNs with the bit too), as
+    ``numpy.signbit``; for integers, ``x < 0``; bool: False."""
+    if isinstance(x, Array) and x.dtype.kind != "f":
+        return _F["less"](x, 0)
+    return _F["less"](_F["copysign"](1.0, x), 0)
 
 
 def logical_not(x: Any, /) -> Array:
