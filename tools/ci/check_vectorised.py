@@ -53,11 +53,15 @@ ALL_ISAS = X86_ISAS + ("arm64",)
 # Packed single-precision arithmetic (not moves or shuffles), and the register it needs.
 X86_PACKED = re.compile(
     r"^v?(add|sub|mul|div|min|max|sqrt|rcp14|rsqrt14|rcp|rsqrt|and|andn|or|xor|cmp[a-z]*|"
-    r"blendv|blendm|round|rndscale|fn?m(add|sub)(132|213|231)|getexp|scalef)ps$")
+    r"blendv|blendm|round|rndscale|fn?m(add|sub)(132|213|231)|getexp|scalef)ps$"
+    # AVX-512's bitwise ternary logic on whole registers (copysign's and/or of sign bits)
+    r"|^vpternlog[dq]$")
 X86_WIDTH = {"base": "%xmm", "avx2": "%ymm", "avx512": "%zmm"}
 ARM_PACKED = re.compile(
     r"^\s*(fadd|fsub|fmul|fdiv|fmla|fmls|fmax|fmin|fmaxnm|fminnm|fsqrt|fabs|fneg|fcm[a-z]+|"
-    r"frint[a-z]|fcvt[a-z]+|scvtf|ucvtf)\s+v\d+\.4s")
+    r"frint[a-z]|fcvt[a-z]+|scvtf|ucvtf)\s+v\d+\.4s"
+    # bitwise selects on whole vectors (copysign: the sign bit of one lane into another)
+    r"|^\s*(bif|bit|bsl)\s+v\d+\.16b")
 LIBM = re.compile(r"\b(sin|cos|tan|exp|exp2|expm1|log|log2|log10|log1p|pow|tanh|sinh|cosh|"
                   r"atan|atan2|asin|acos|erf|erfc|fma|rint|nearbyint|round|floor|ceil|trunc|"
                   r"sqrt|fmod|cbrt|hypot|ldexp|scalbn)f?\b")
