@@ -28,10 +28,6 @@ DType scalar_default(Operand s) {
 }
 bool is_weak(Operand x) { return int(x) >= kDTypes; }
 
-bool is_rounding(const std::string& op) {
-  return op == "floor" || op == "ceil" || op == "trunc" || op == "round";
-}
-
 // Ops that compute in the float kernels only (the op table); integers and bool take float32.
 bool float_only(const std::string& op, int arity) {
   if (op == "copy" || is_comparison(op)) return false;

@@ -79,6 +79,10 @@ bool is_int_binary(const std::string& op) {
          op == "remainder" || op == "maximum" || op == "minimum" || op == "power" || is_bitwise(op);
 }
 
+bool is_rounding(const std::string& op) {
+  return op == "floor" || op == "ceil" || op == "trunc" || op == "round";
+}
+
 bool is_int_unary(const std::string& op) {
   return op == "negative" || op == "abs" || op == "square" || op == "bitwise_invert";
 }

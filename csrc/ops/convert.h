@@ -27,6 +27,8 @@ void launch_compare(const std::string& op, const Array& x, const Array& y, const
 bool is_int_binary(const std::string& op);
 bool is_int_unary(const std::string& op);
 bool is_bitwise(const std::string& op);
+// floor, ceil, trunc, round: the identity on integers (which keep their dtype, a copy).
+bool is_rounding(const std::string& op);
 // op(x, y) broadcast as NumPy, wrapping on overflow, into out (x, y and out of one integer
 // or bool dtype, any strides, no partial overlap with x or y).
 void launch_binary_int(const std::string& op, const Array& x, const Array& y, const Array& out);

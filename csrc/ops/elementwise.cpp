@@ -320,8 +320,7 @@ void launch_unary_any(const std::string& op, const Array& x, const Array& out) {
                      (x.dtype == DType::float64 && op != "copy");
   if (table) return launch_unary(op, x, out);
   // copies; and floor/ceil/trunc/round of integers, which change nothing
-  if (op == "copy" || op == "floor" || op == "ceil" || op == "trunc" || op == "round")
-    return launch_convert(x, out);
+  if (op == "copy" || is_rounding(op)) return launch_convert(x, out);
   launch_unary_int(op, x, out);
 }
 

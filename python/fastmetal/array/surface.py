@@ -74,11 +74,11 @@ def _operand(obj: object) -> bool:
 _COMMON_OPERANDS = frozenset({Array, float, int, bool, np.ndarray, np.float32, np.float64})
 
 
-def _binary_operator(name: str, reflected: bool) -> Callable[[Array, Any], Any]:
+def _binary_operator(fn: Callable, reflected: bool) -> Callable[[Array, Any], Any]:
+    """An operator method calling `fn` (a table function or a bitwise one)."""
     def op(self: Array, other: Any) -> Any:
         if type(other) is not Array and not _operand(other):  # Array first: the common case
             return NotImplemented
-        fn = _F[name]
         return fn(other, self) if reflected else fn(self, other)
     return op
 
@@ -87,27 +87,11 @@ def _invert(self: Array) -> Any:
     return bitwise.bitwise_invert(self)
 
 
-def _bitwise_operator(fn: Callable, reflected: bool) -> Callable[[Array, Any], Any]:
-    def op(self: Array, other: Any) -> Any:
-        if type(other) is not Array and not _operand(other):
-            return NotImplemented
-        return fn(other, self) if reflected else fn(self, other)
-    return op
-
-
-def _bitwise_inplace(fn: Callable) -> Callable[[Array, Any], Any]:
+def _inplace_operator(fn: Callable) -> Callable[[Array, Any], Any]:
     def op(self: Array, other: Any) -> Any:
         if not _operand(other):
             return NotImplemented
         return fn(self, other, out=self)
-    return op
-
-
-def _inplace_operator(name: str) -> Callable[[Array, Any], Any]:
-    def op(self: Array, other: Any) -> Any:
-        if not _operand(other):
-            return NotImplemented
-        return _F[name](self, other, out=self)
     return op
 
 
@@ -808,12 +792,12 @@ def _install() -> None:
         "__abs__": _unary_operator("abs"),
         "__pow__": _pow, "__rpow__": _rpow,
         "__matmul__": _matmul, "__rmatmul__": _rmatmul,
-        "__floordiv__": _binary_operator("floor_divide", reflected=False),
-        "__rfloordiv__": _binary_operator("floor_divide", reflected=True),
-        "__ifloordiv__": _inplace_operator("floor_divide"),
-        "__mod__": _binary_operator("remainder", reflected=False),
-        "__rmod__": _binary_operator("remainder", reflected=True),
-        "__imod__": _inplace_operator("remainder"),
+        "__floordiv__": _binary_operator(_F["floor_divide"], reflected=False),
+        "__rfloordiv__": _binary_operator(_F["floor_divide"], reflected=True),
+        "__ifloordiv__": _inplace_operator(_F["floor_divide"]),
+        "__mod__": _binary_operator(_F["remainder"], reflected=False),
+        "__rmod__": _binary_operator(_F["remainder"], reflected=True),
+        "__imod__": _inplace_operator(_F["remainder"]),
         "__divmod__": _divmod_operator(reflected=False),
         "__rdivmod__": _divmod_operator(reflected=True),
         "__array_ufunc__": _array_ufunc, "__array_function__": _array_function,
@@ -834,20 +818,20 @@ def _install() -> None:
     }
     for dunder, op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
                        ("truediv", "divide")):
-        methods[f"__{dunder}__"] = _binary_operator(op, reflected=False)
-        methods[f"__r{dunder}__"] = _binary_operator(op, reflected=True)
-        methods[f"__i{dunder}__"] = _inplace_operator(op)
-    methods["__ipow__"] = _inplace_operator("power")  # in place, as NumPy's a **= b
+        methods[f"__{dunder}__"] = _binary_operator(_F[op], reflected=False)
+        methods[f"__r{dunder}__"] = _binary_operator(_F[op], reflected=True)
+        methods[f"__i{dunder}__"] = _inplace_operator(_F[op])
+    methods["__ipow__"] = _inplace_operator(_F["power"])  # in place, as NumPy's a **= b
     for dunder, fn in (("and", bitwise.bitwise_and), ("or", bitwise.bitwise_or),
                        ("xor", bitwise.bitwise_xor), ("lshift", bitwise.bitwise_left_shift),
                        ("rshift", bitwise.bitwise_right_shift)):
-        methods[f"__{dunder}__"] = _bitwise_operator(fn, reflected=False)
-        methods[f"__r{dunder}__"] = _bitwise_operator(fn, reflected=True)
-        methods[f"__i{dunder}__"] = _bitwise_inplace(fn)
+        methods[f"__{dunder}__"] = _binary_operator(fn, reflected=False)
+        methods[f"__r{dunder}__"] = _binary_operator(fn, reflected=True)
+        methods[f"__i{dunder}__"] = _inplace_operator(fn)
     methods["__invert__"] = _invert
     for dunder, op in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
                        ("ge", "greater_equal"), ("eq", "equal"), ("ne", "not_equal")):
-        methods[f"__{dunder}__"] = _binary_operator(op, reflected=False)
+        methods[f"__{dunder}__"] = _binary_operator(_F[op], reflected=False)
     for name in _REDUCTIONS:
         methods[name] = _reduction(name, with_ddof=name in ("var", "std"))
     methods.update(_habit_methods())  # PyTorch's habits and the Array API (above)

@@ -15,7 +15,7 @@ from .. import _core
 
 DTYPES = tuple(np.dtype(n) for n in
                ("bool", "uint8", "int32", "int64", "float16", "float32", "float64"))
-NAMES = "bool, uint8, int32, int64, float16, float32 or float64"
+NAMES = ", ".join(d.name for d in DTYPES[:-1]) + " or " + DTYPES[-1].name  # for messages
 
 
 def native_dtype(dtype: Any, where: str) -> np.dtype:
