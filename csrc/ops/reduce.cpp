@@ -256,6 +256,42 @@ Array reduce_int64(ReduceOp op, const Array& x, const std::vector<int>& axes) {
   return out;
 }
 
+// Runs `op` with the backend's own row reductions of T (NativeRows / NativeRows64: `suffix`
+// "" or "_float64"), where it has them, and returns whether it did. `call` adapts the two
+// signatures: call(fn, x, outer, R, inner, mean, divisor, root, out, mean_out), mean_out (the
+// means var/std need first) given only when out is not.
+template <typename T, typename Fn, typename Call>
+bool reduce_rows_natively(Backend& b, ReduceOp op, const Layout& l, const Array& out, double R,
+                          double divisor, bool root, const std::string& suffix, Call call) {
+  const bool is_sum = op == ReduceOp::sum || op == ReduceOp::mean;
+  const bool is_dev = op == ReduceOp::var || op == ReduceOp::std;
+  auto find = [&](const char* stem) { return native_pointer<Fn>(b, (stem + suffix).c_str()); };
+  Fn* sum_rows = find("reduce_sum_rows");
+  Fn* fast = is_sum ? sum_rows
+             : is_dev ? (sum_rows ? find("reduce_sumsq_dev_rows") : nullptr)
+             : op == ReduceOp::max ? find("reduce_max_rows")
+             : op == ReduceOp::min ? find("reduce_min_rows")
+                                   : nullptr;
+  if (fast == nullptr) return false;
+  b.synchronize();  // the gather, if any
+  const T* src = reinterpret_cast<const T*>(l.src.host_data());
+  T* dst = reinterpret_cast<T*>(out.host_data());
+  const i64 outer = l.outer, rows = l.R, inner = l.inner, outputs = outer * inner;
+  // Raw pointers into the two storages: a capture keeps those alive (capture::run_host).
+  capture::run_host(
+      [=] {
+        if (is_dev) {
+          std::vector<double> mean(static_cast<std::size_t>(outputs));
+          call(sum_rows, src, outer, rows, inner, nullptr, R, false, nullptr, mean.data());
+          call(fast, src, outer, rows, inner, mean.data(), divisor, root, dst, nullptr);
+        } else {
+          call(fast, src, outer, rows, inner, nullptr, divisor, false, dst, nullptr);
+        }
+      },
+      {l.src.storage, out.storage});
+  return true;
+}
+
 }  // namespace
 
 ReduceOp parse_reduce_op(const std::string& n) {
@@ -294,63 +330,21 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
   if (op == ReduceOp::var || op == ReduceOp::std) divisor = std::max(0.0, R - ddof);
   const bool root = op == ReduceOp::std;
 
-  const bool is_sum = op == ReduceOp::sum || op == ReduceOp::mean;
-  const bool is_dev = op == ReduceOp::var || op == ReduceOp::std;
-  // The backends' own reductions are float32's.
-  NativeRows* sum_rows = f64 ? nullptr : native_pointer<NativeRows>(b, "reduce_sum_rows");
-  NativeRows* fast = f64 ? nullptr
-                     : is_sum ? sum_rows
-                     : is_dev ? (sum_rows ? native_pointer<NativeRows>(b, "reduce_sumsq_dev_rows") : nullptr)
-                     : op == ReduceOp::max ? native_pointer<NativeRows>(b, "reduce_max_rows")
-                     : op == ReduceOp::min ? native_pointer<NativeRows>(b, "reduce_min_rows")
-                                           : nullptr;
-  if (fast != nullptr) {
-    b.synchronize();  // the gather, if any
-    const float* src = reinterpret_cast<const float*>(l.src.host_data());
-    float* dst = reinterpret_cast<float*>(out.host_data());
-    const i64 outer = l.outer, rows = l.R, inner = l.inner;
-    // Raw pointers into the two storages: a capture keeps those alive (capture::run_host).
-    capture::run_host(
-        [=] {
-          if (is_dev) {
-            std::vector<double> mean(static_cast<std::size_t>(outputs));
-            sum_rows(src, outer, rows, inner, nullptr, R, false, nullptr, mean.data());
-            fast(src, outer, rows, inner, mean.data(), divisor, root, dst, nullptr);
-          } else {
-            fast(src, outer, rows, inner, nullptr, divisor, false, dst, nullptr);
-          }
-        },
-        {l.src.storage, out.storage});
-    return out;
-  }
-
-  if (f64) {
-    NativeRows64* sum64 = native_pointer<NativeRows64>(b, "reduce_sum_rows_float64");
-    NativeRows64* fast64 =
-        is_sum ? sum64
-        : is_dev ? (sum64 ? native_pointer<NativeRows64>(b, "reduce_sumsq_dev_rows_float64") : nullptr)
-        : op == ReduceOp::max ? native_pointer<NativeRows64>(b, "reduce_max_rows_float64")
-        : op == ReduceOp::min ? native_pointer<NativeRows64>(b, "reduce_min_rows_float64")
-                              : nullptr;
-    if (fast64 != nullptr) {
-      b.synchronize();  // the gather, if any
-      const double* src = reinterpret_cast<const double*>(l.src.host_data());
-      double* dst = reinterpret_cast<double*>(out.host_data());
-      const i64 outer = l.outer, rows = l.R, inner = l.inner;
-      capture::run_host(
-          [=] {
-            if (is_dev) {
-              std::vector<double> mean(static_cast<std::size_t>(outputs));
-              sum64(src, outer, rows, inner, nullptr, R, false, mean.data());
-              fast64(src, outer, rows, inner, mean.data(), divisor, root, dst);
-            } else {
-              fast64(src, outer, rows, inner, nullptr, divisor, false, dst);
-            }
-          },
-          {l.src.storage, out.storage});
-      return out;
-    }
-  }
+  // The backend's own row reductions (the CPU's), float32's or float64's.
+  const bool native =
+      f64 ? reduce_rows_natively<double, NativeRows64>(
+                b, op, l, out, R, divisor, root, "_float64",
+                [](NativeRows64* f, const double* src, i64 o, i64 r, i64 in, const double* mean,
+                   double d, bool rt, double* dst, double* mean_out) {
+                  f(src, o, r, in, mean, d, rt, mean_out ? mean_out : dst);  // means into the one out
+                })
+          : reduce_rows_natively<float, NativeRows>(
+                b, op, l, out, R, divisor, root, "",
+                [](NativeRows* f, const float* src, i64 o, i64 r, i64 in, const double* mean,
+                   double d, bool rt, float* dst, double* mean_out) {
+                  f(src, o, r, in, mean, d, rt, dst, mean_out);
+                });
+  if (native) return out;
 
   const ReduceArgs a = kernel_args(l, name, /*may_split=*/true);
   switch (op) {
