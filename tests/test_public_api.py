@@ -91,7 +91,7 @@ def test_every_public_name_is_a_real_definition():
     assert "globals().update" not in Path(fm.__file__).read_text()
 
 
-@pytest.mark.parametrize("module", ["fastmetal.optim", "fastmetal.optim.lr_scheduler",
+@pytest.mark.parametrize("module", ["fastmetal.accelerator", "fastmetal.optim", "fastmetal.optim.lr_scheduler",
                                     "fastmetal.nn.functional", "fastmetal.autograd",
                                     "fastmetal.data", "fastmetal.distributed",
                                     "fastmetal.nn.parallel"])

@@ -365,3 +365,82 @@ def test_pytorch_example_idioms_run_unchanged(device):
     assert feats.shape == (8, 32)
     _, predicted = torch_.max(output.detach(), dim=1)
     np.testing.assert_array_equal(host(predicted), logp.argmax(1))
+
+
+# ------------------------------------------------------------- torch.device, torch.accelerator
+def test_device_is_the_name_with_pytorchs_type_and_index(device):
+    d = fm.device(device)
+    assert d == device and isinstance(d, str) and d.type == device and d.index is None
+    assert type(d.type) is str and hash(d) == hash(device)
+    d0 = fm.device(f"{device}:0")
+    assert d0 == device and d0.index == 0 and repr(d0) == f"device(type='{device}', index=0)"
+    assert fm.device(device, 0) == d0 and fm.device(d0) is d0
+    with pytest.raises(ValueError, match="PyTorch's 'mps', Apple's GPU, is fastmetal's Metal"):
+        fm.device("mps")
+    assert pickle.loads(pickle.dumps(d0)) == device and pickle.loads(pickle.dumps(d0)).index == 0
+    # Every function that takes a device name takes one, as Module.to and Array.to do.
+    x = fm.zeros(3, device=d0)
+    assert x.device == device and fm.asarray(np.ones(2, np.float32)).to(d0).device == device
+    model = fm.nn.Linear(2, 3).to(fm.device(device))
+    assert model.weight.device == device
+    np.testing.assert_array_equal(host(fm.ones(2, device=d) + x[:2]), [1.0, 1.0])
+
+
+def test_device_as_context_sets_the_default_device(device):
+    before = fm.default_device()
+    with fm.device(device) as d:
+        assert d == device and fm.default_device() == device
+        assert fm.zeros(2).device == device
+        with fm.device("cpu"):
+            assert fm.zeros(2).device == "cpu"
+        assert fm.default_device() == device
+    assert fm.default_device() == before
+
+
+def test_device_bad_names():
+    with pytest.raises(ValueError, match=r"\[fastmetal.device\] expected a device kind .* got 'gpu'"):
+        fm.device("gpu")
+    with pytest.raises(ValueError, match="one cuda device per process, index 0, got index 1"):
+        fm.device("cuda:1")
+    with pytest.raises(ValueError, match="non-negative integer index, got 'cpu:-1'"):
+        fm.device("cpu:-1")
+    with pytest.raises(ValueError, match="the index is given twice"):
+        fm.device("cpu:0", 0)
+    with pytest.raises(ValueError, match="expected index to be a non-negative int, got True"):
+        fm.device("cpu", True)
+    with pytest.raises(TypeError, match=r"\[fastmetal.device\] expected a device name, .* got int"):
+        fm.device(0)
+    # Making one does not ask whether it is present (PyTorch's); using it does.
+    absent = [k for k in ("cuda", "metal") if k not in fm.devices()]
+    for kind in absent:
+        with pytest.raises(ValueError, match=f"unknown or unavailable device '{kind}'"):
+            fm.zeros(2, device=fm.device(kind))
+
+
+def test_accelerator_is_the_first_gpu_of_devices():
+    gpus = [d for d in fm.devices() if d != "cpu"]
+    acc = fm.accelerator.current_accelerator()
+    assert fm.accelerator.is_available() == bool(gpus)
+    assert fm.accelerator.device_count() == (1 if gpus else 0)
+    assert fm.accelerator.current_device_index() == (0 if gpus else -1)
+    if gpus:
+        assert isinstance(acc, fm.device) and acc == gpus[0] and acc.type == gpus[0]
+        fm.accelerator.synchronize()
+        fm.accelerator.synchronize(acc)
+    else:
+        assert acc is None
+        fm.accelerator.synchronize()  # nothing to wait for
+    fm.accelerator.synchronize("cpu")
+
+
+def test_pytorch_examples_device_idiom_runs_unchanged():
+    # pytorch/examples mnist/main.py and vae/main.py, as written there (with fm for torch).
+    torch_ = fm
+    use_accel = torch_.accelerator.is_available()
+    if use_accel:
+        dev = torch_.accelerator.current_accelerator()
+    else:
+        dev = torch_.device("cpu")
+    model = fm.nn.Linear(4, 2).to(dev)
+    data = fm.asarray(np.ones((3, 4), np.float32)).to(dev)
+    assert model(data).device == dev.type and dev.type in fm.devices()

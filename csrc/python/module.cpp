@@ -381,11 +381,13 @@ PYBIND11_MODULE(_core, m) {
         d["dlpack_device"] = py::make_tuple(dl.type, dl.id);
         d["cuda_array_interface"] = b.cuda_array_interface();
         d["float64"] = b.has_float64();
+        d["gpu"] = !b.serial_grid();  // an accelerator: not the host's own cores
         return d;
       },
       py::arg("device"),
       "What `device` is, by capability (so Python names no backend): host_visible (NumPy "
-      "views share its memory), discrete_gpu, dlpack_device, cuda_array_interface, float64.");
+      "views share its memory), discrete_gpu, dlpack_device, cuda_array_interface, float64, "
+      "gpu (an accelerator, not the host's cores: fastmetal.accelerator).");
   m.def("_has_kernel", [](const std::string& device, const std::string& name) {
     return get_backend(device).has_kernel(name);
   });

@@ -19,7 +19,7 @@ from .autograd.functional import grad, value_and_grad
 from .autograd.tape import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.capture import CompileWarning, compile  # noqa: A004
 from .ops.devices import (configuration_problems as _configuration_problems, default_device,
-                          devices, set_default_device, synchronize)
+                          device, devices, set_default_device, synchronize)
 from .ops.creation import (arange, asarray, empty, empty_like, full, full_like, linspace,
                            ones, ones_like, zeros, zeros_like)
 # One function per line of metal/elementwise_ops.tbl (defined by name in ops/elementwise).
@@ -57,7 +57,7 @@ from .ops.standard import (e, pi, inf, nan, newaxis, reshape, astype, positive, 
 from .ops.habits import (cat, clamp, flatten, unsqueeze, split, chunk, randn, rand, randint,
                          randn_like, rand_like, from_numpy)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
-from . import autograd, data, distributed, nn, optim, random
+from . import accelerator, autograd, data, distributed, nn, optim, random
 from .serialization import load, save
 
 try:
@@ -80,6 +80,7 @@ __all__ = [
     "Array",
     "asarray",
     "default_device",
+    "device",
     "devices",
     "empty",
     "ones",
@@ -112,8 +113,8 @@ __all__ = [
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
     "max_pool2d", "max_pool2d_backward", "softmax", "logsumexp",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
-    "manual_seed", "save", "load", "autograd", "data", "distributed", "nn", "optim",
-    "random",
+    "manual_seed", "save", "load", "accelerator", "autograd", "data", "distributed", "nn",
+    "optim", "random",
     # the Array API standard (standard.py): its version, dtypes, introspection, functions
     "__array_api_version__", "__array_namespace_info__", "bool", "uint8", "int32", "int64", "float16", "float32", "float64",
     "finfo", "iinfo", "isdtype",

@@ -10,6 +10,7 @@ from typing import Any, Callable, Collection, Sequence, SupportsIndex, TypeVar, 
 import numpy as np
 import numpy.typing as npt
 
+from . import accelerator as accelerator
 from . import autograd as autograd
 from . import data as data
 from . import distributed as distributed
@@ -24,6 +25,15 @@ from ._core import (
     synchronize as synchronize,
 )
 from .ops.elementwise import *
+
+class device(str):
+    def __new__(cls, type: str, index: int | None = ...) -> device: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def index(self) -> int | None: ...
+    def __enter__(self) -> device: ...
+    def __exit__(self, *exc: object) -> None: ...
 
 __version__: str
 __all__: list[str]
