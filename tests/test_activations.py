@@ -72,11 +72,32 @@ def test_dropout2d_zeroes_whole_channels_reproducibly(device):
     assert 0.55 < np.mean(kept > 0) < 0.95
     layer = nn.Dropout2d(0.25)
     np.testing.assert_array_equal(host(layer.eval()(x)), host(x))
-    assert host(F.dropout2d(x[0], 1.0)).max() == 0.0  # (C, H, W) input, p = 1
+    with pytest.warns(UserWarning, match="interpreted as shape \\(N, C, L\\)"):
+        assert host(F.dropout2d(x[0], 1.0)).max() == 0.0  # 3-D input, p = 1
     with pytest.raises(ValueError, match=r"\[fastmetal.dropout2d\] expected p in \[0, 1\]"):
         F.dropout2d(x, 1.5)
-    with pytest.raises(ValueError, match="expected \\(N, C, H, W\\)"):
-        F.dropout2d(x[0, 0], 0.5)
+    with pytest.raises(ValueError, match="expected \\(N, C, H, W\\) input \\(at least 2 axes\\), got shape \\(3,\\)"):
+        F.dropout2d(x[0, 0, 0], 0.5)
+
+
+@pytest.mark.parametrize("shape", [(64, 40), (6, 5, 7), (6, 5, 4, 3, 2)])
+def test_dropout2d_of_other_ranks_masks_the_first_two_axes_as_pytorch(device, shape):
+    # PyTorch takes the first two axes as (sample, channel) whatever the rank, with a
+    # warning: a 2-D (N, F) batch is dropped element by element (pytorch/examples mnist_rnn),
+    # 3-D input is (N, C, L).
+    x = fm.asarray(RNG.uniform(1, 2, shape).astype(np.float32), device=device)
+    fm.manual_seed(5)
+    with pytest.warns(UserWarning, match="dropout2d: Received a"):
+        a = host(F.dropout2d(x, 0.5))
+    ratio = (a / host(x)).reshape(shape[0] * shape[1], -1)
+    np.testing.assert_allclose(ratio.min(axis=1), ratio.max(axis=1), rtol=1e-6)
+    assert np.all(np.isclose(ratio[:, 0], 0.0) | np.isclose(ratio[:, 0], 2.0, rtol=1e-6))
+    assert 0 < np.count_nonzero(ratio[:, 0]) < len(ratio)
+    if torch is not None:  # PyTorch's mask has the same shape: constant along the rest
+        with pytest.warns(UserWarning, match="Received a"):
+            t = torch.nn.functional.dropout2d(torch.ones(shape), 0.5).numpy()
+        t = t.reshape(shape[0] * shape[1], -1)
+        np.testing.assert_array_equal(t.min(axis=1), t.max(axis=1))
 
 
 def test_module_dict_and_apply():

@@ -158,3 +158,24 @@ def test_prefetch_leaves_no_thread_behind_when_the_loop_stops_early():
 def test_prefetch_must_be_a_bool():
     with pytest.raises(TypeError, match=r"\[fastmetal.data.DataLoader\] expected prefetch"):
         DataLoader(TensorDataset(X), prefetch="yes")
+
+
+def test_pytorchs_worker_arguments_are_taken(device):
+    # PyTorch's loader, as its examples write it: worker processes become the prefetch thread.
+    kwargs = {"num_workers": 1, "persistent_workers": True, "pin_memory": True, "shuffle": True}
+    workers = DataLoader(TensorDataset(X, Y), batch_size=4, device=device,
+                         generator=fm.random.Generator(7), **kwargs)
+    plain = DataLoader(TensorDataset(X, Y), batch_size=4, shuffle=True, device=device,
+                       generator=fm.random.Generator(7))
+    assert workers.prefetch and workers.num_workers == 1 and workers.pin_memory
+    for (xa, ya), (xb, yb) in zip(plain, workers, strict=True):
+        np.testing.assert_array_equal(host(xa), host(xb))
+        np.testing.assert_array_equal(host(ya), host(yb))
+    assert not _prefetch_threads()
+    assert not DataLoader(TensorDataset(X), num_workers=0, pin_memory=True).prefetch
+    with pytest.raises(ValueError, match=r"persistent_workers=True needs num_workers > 0"):
+        DataLoader(TensorDataset(X), persistent_workers=True)
+    with pytest.raises(ValueError, match=r"expected num_workers to be a non-negative int, got -1"):
+        DataLoader(TensorDataset(X), num_workers=-1)
+    with pytest.raises(TypeError, match=r"expected pin_memory to be a bool, got 'yes'"):
+        DataLoader(TensorDataset(X), pin_memory="yes")

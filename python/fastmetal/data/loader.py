@@ -84,12 +84,19 @@ class DataLoader:
     dataset's ``__getitem__``, collation and the copy to the device) while the caller trains on
     the current one: the same batches in the same order. An exception raised while preparing
     a batch is raised by the iteration, where that batch would have come; leaving the loop
-    early (``break``, an exception in the caller) stops and joins the thread."""
+    early (``break``, an exception in the caller) stops and joins the thread.
+
+    PyTorch's ``num_workers``, ``pin_memory`` and ``persistent_workers`` are taken, so its
+    loaders are written the same way: ``num_workers > 0`` turns ``prefetch`` on (one thread,
+    not worker processes: the same batches in the same order), ``pin_memory`` changes
+    nothing (batches are copied to the device here, with no pinned staging), and
+    ``persistent_workers=True`` needs ``num_workers > 0`` as in PyTorch."""
 
     def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False,
                  sampler: Any = None, drop_last: bool = False,
                  collate_fn: Optional[Callable] = None, generator: Any = None,
-                 device: Optional[str] = None, prefetch: bool = False) -> None:
+                 device: Optional[str] = None, prefetch: bool = False, num_workers: int = 0,
+                 pin_memory: bool = False, persistent_workers: bool = False) -> None:
         where = "fastmetal.data.DataLoader"
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise TypeError(f"[{where}] expected a dataset with __getitem__ and __len__, got "
@@ -103,9 +110,22 @@ class DataLoader:
         self.dataset, self.batch_size = dataset, int(batch_size)
         self.shuffle, self.sampler, self.drop_last = bool(shuffle), sampler, bool(drop_last)
         self.collate_fn, self.generator, self.device = collate_fn, generator, device
-        if not isinstance(prefetch, (bool, np.bool_)):
-            raise TypeError(f"[{where}] expected prefetch to be a bool, got {prefetch!r}")
-        self.prefetch = bool(prefetch)
+        for name, flag in (("prefetch", prefetch), ("pin_memory", pin_memory),
+                           ("persistent_workers", persistent_workers)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"[{where}] expected {name} to be a bool, got {flag!r}")
+        if isinstance(num_workers, (bool, np.bool_)) or not isinstance(num_workers, numbers.Integral) \
+                or num_workers < 0:
+            raise ValueError(f"[{where}] expected num_workers to be a non-negative int, got "
+                             f"{num_workers!r}")
+        if persistent_workers and num_workers == 0:
+            raise ValueError(f"[{where}] persistent_workers=True needs num_workers > 0 (PyTorch's "
+                             "rule), got num_workers=0")
+        # PyTorch's worker processes become the one prefetch thread (the batches and their
+        # order are the same); pin_memory has nothing to do: batches are copied to the device
+        # here, with no pinned staging buffer to ask for.
+        self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory)
+        self.prefetch = bool(prefetch) or self.num_workers > 0
 
     def _order(self) -> np.ndarray:
         if self.sampler is not None:
