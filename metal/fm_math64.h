@@ -18,8 +18,16 @@
 FM_FUNC double fm_copysign(double x, double s) { return metal::copysign(x, s); }
 FM_FUNC double fm_exp(double x) { return metal::exp(x); }
 FM_FUNC double fm_log(double x) { return metal::log(x); }
-FM_FUNC double fm_log2(double x) { return metal::log2(x); }
-FM_FUNC double fm_log10(double x) { return metal::log10(x); }
+// log2 and log10 scale a subnormal x into the normal range first (by 2^54, exactly), so the
+// result does not depend on how the C library treats subnormals: the manylinux stand-in
+// toolchain (zig's clang, whose compiler-rt brings its own log2/log10) lost 22 bits there.
+FM_FUNC bool fm_subnormal(double x) { return x > 0.0 && x < 2.2250738585072014e-308; }
+FM_FUNC double fm_log2(double x) {
+  return fm_subnormal(x) ? metal::log2(x * 0x1p54) - 54.0 : metal::log2(x);
+}
+FM_FUNC double fm_log10(double x) {
+  return fm_subnormal(x) ? metal::log10(x * 0x1p54) - 16.255619765854984 : metal::log10(x);  // 54 log10(2)
+}
 FM_FUNC double fm_log1p(double x) { return metal::log1p(x); }
 FM_FUNC double fm_expm1(double x) { return metal::expm1(x); }
 FM_FUNC double fm_sin(double x) { return metal::sin(x); }
