@@ -14,6 +14,7 @@ import pytest
 
 import fastmetal as fm
 from fastmetal import _core
+from fastmetal.nn import functional as F
 
 from references import msl_kernels_on_cpu
 
@@ -266,3 +267,56 @@ def test_against_torch(device):
                                rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(host(_core._one_hot(ids, 65)),
                                   torch.nn.functional.one_hot(torch.tensor(ids), 65).numpy())
+
+
+def renorm_reference(w, ids, max_norm, p):
+    """PyTorch's embedding_renorm_ in float64: each distinct picked row longer than max_norm
+    scaled by max_norm / (norm + 1e-7)."""
+    w = w.astype(np.float64).copy()
+    for i in np.unique(ids):
+        norm = np.abs(w[i]).max() if np.isinf(p) else (np.abs(w[i]) ** p).sum() ** (1 / p)
+        if norm > max_norm:
+            w[i] *= max_norm / (norm + 1e-7)
+    return w
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+def test_max_norm_shortens_the_picked_rows_in_place(device, norm_type):
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((13, 5)) * 3).astype(np.float32)
+    w[4] *= 0.01  # a picked row already short: untouched
+    ids = np.array([[1, 2, 2, 4], [12, 1, 0, 4]])
+    weight = fm.nn.Parameter(fm.asarray(w, device=device))
+    out = F.embedding(fm.asarray(ids, device=device), weight, max_norm=1.5, norm_type=norm_type)
+    want = renorm_reference(w, ids, 1.5, norm_type)
+    np.testing.assert_allclose(host(weight), want, rtol=2e-6, atol=1e-7)  # in place
+    np.testing.assert_allclose(host(out), want[ids], rtol=2e-6, atol=1e-7)
+    untouched = np.setdiff1d(np.arange(13), ids)
+    np.testing.assert_array_equal(host(weight)[untouched], w[untouched])
+    # The gradient is the plain lookup's: one row of g per position, summed per id.
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    out.backward(fm.asarray(g, device=device))
+    check_grad(host(weight.grad), g, ids, 13)
+    if torch is not None:
+        tw = torch.tensor(w)
+        to = torch.nn.functional.embedding(torch.tensor(ids), tw, max_norm=1.5,
+                                           norm_type=norm_type)
+        np.testing.assert_allclose(host(out), to.numpy(), rtol=2e-6, atol=1e-7)
+        np.testing.assert_allclose(host(weight), tw.numpy(), rtol=2e-6, atol=1e-7)
+
+
+def test_embedding_module_max_norm_and_unbuilt_options(device):
+    layer = fm.nn.Embedding(20, 6, max_norm=1.0, seed=3, device=device)
+    assert "max_norm=1.0" in repr(layer)
+    ids = np.array([3, 5, 3, 19])
+    out = host(layer(ids))
+    np.testing.assert_array_less(np.linalg.norm(out, axis=1), 1.0 + 1e-6)
+    assert np.all(np.linalg.norm(host(layer.weight)[[3, 5, 19]], axis=1) <= 1.0 + 1e-6)
+    with pytest.raises(NotImplementedError, match=r"scale_grad_by_freq=True is not built"):
+        fm.nn.Embedding(4, 2, scale_grad_by_freq=True)
+    with pytest.raises(NotImplementedError, match=r"\[fastmetal.embedding\] sparse=True"):
+        F.embedding(np.array([0]), layer.weight, sparse=True)
+    with pytest.raises(ValueError, match=r"expected max_norm > 0, got -1.0"):
+        F.embedding(np.array([0]), layer.weight, max_norm=-1.0)
+    with pytest.raises(ValueError, match=r"\[fastmetal.embedding\]"):  # ids checked first
+        F.embedding(np.array([20]), layer.weight, max_norm=1.0)

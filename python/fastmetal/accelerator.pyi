@@ -1,6 +1,8 @@
+# Type stubs of fastmetal.accelerator (see accelerator.py for the documentation).
 from . import device
 
-__all__: list[str]
+__all__ = ["is_available", "current_accelerator", "device_count", "current_device_index",
+           "synchronize"]
 
 def is_available() -> bool: ...
 def current_accelerator(check_available: bool = ...) -> device | None: ...

@@ -190,7 +190,11 @@ class Embedding(Module):
     embedding_dim: int
     padding_idx: int | None
     weight: Array
+    max_norm: float | None
+    norm_type: float
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = ...,
+                 max_norm: float | None = ..., norm_type: float = ...,
+                 scale_grad_by_freq: bool = ..., sparse: bool = ...,
                  *, seed: int | None = ..., rng: np.random.Generator | None = ...,
                  device: str | None = ...) -> None: ...
     def forward(self, input: Any) -> Any: ...

@@ -16,7 +16,15 @@ import numpy as np
 from .. import _core
 from .._core import Array
 from ..autograd.declare import op
+from ..autograd.tape import no_grad
+from .checks import real_number
+from .creation import asarray
+from .elementwise import FUNCTIONS as E
+from .manipulation import where
+from .reductions import max as reduce_max
+from .reductions import sum as reduce_sum
 from .training import _is_int
+from .views import reshape
 
 __all__ = ["embedding", "one_hot"]
 
@@ -35,8 +43,8 @@ def _padding_idx(padding_idx, rows, where):
     return int(padding_idx) % rows
 
 
-@op(grads=("weight",), saves=("input",), aux=True)
-def embedding(input, weight, padding_idx=None):  # noqa: A002 (PyTorch's name)
+@op(grads=("weight",), saves=("input",), aux=True, name="embedding", public=False)
+def _lookup(input, weight, padding_idx=None):  # noqa: A002 (PyTorch's name)
     """Rows of ``weight`` ``(num_embeddings, embedding_dim)`` picked by the integer ids in
     ``input``: ``weight[input]``, shape ``input.shape + (embedding_dim,)``, as
     ``torch.nn.functional.embedding``. Ids outside ``[0, num_embeddings)`` raise
@@ -51,10 +59,61 @@ def embedding(input, weight, padding_idx=None):  # noqa: A002 (PyTorch's name)
     return _core._embedding(input, weight), (shape[0], pad)
 
 
-@embedding.vjp
+@_lookup.vjp
 def _embedding_vjp(ctx, g):  # aux: the table's rows and the checked padding row
     rows, pad = ctx.aux
     return _core._embedding_backward(g, ctx.input, rows, pad)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
+              scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight`` ``(num_embeddings, embedding_dim)`` picked by the integer ids in
+    ``input``: ``weight[input]``, shape ``input.shape + (embedding_dim,)``, as
+    ``torch.nn.functional.embedding``. Ids outside ``[0, num_embeddings)`` raise
+    ``ValueError`` (in a replay of ``fastmetal.compile``: a row of NaN instead). The row
+    ``padding_idx`` (if given; negative counts from the end) gets no gradient.
+    Differentiable with respect to ``weight``.
+
+    ``max_norm`` (PyTorch's): first, outside the graph and in place, every row the ids pick
+    whose ``norm_type``-norm exceeds ``max_norm`` is scaled to ``max_norm / (norm + 1e-7)``
+    times itself, as PyTorch's ``embedding_renorm_`` (on the device; a row picked twice is
+    written twice with the same value). ``scale_grad_by_freq`` and ``sparse`` are PyTorch's
+    options for other gradients; only their default (False) is built.
+    """
+    for name, flag in (("scale_grad_by_freq", scale_grad_by_freq), ("sparse", sparse)):
+        if flag is not False:
+            raise NotImplementedError(f"[fastmetal.embedding] {name}={flag!r} is not built: "
+                                      "only the dense, unscaled gradient (False)")
+    if max_norm is not None:
+        _renorm_picked_rows(input, weight, max_norm, norm_type)
+    return _lookup(input, weight, padding_idx)
+
+
+def _renorm_picked_rows(input, weight, max_norm, norm_type):
+    """PyTorch's embedding_renorm_: the picked rows longer than max_norm, shortened in place."""
+    max_norm = real_number(max_norm, "max_norm", "embedding")
+    norm_type = real_number(norm_type, "norm_type", "embedding")
+    if not max_norm > 0:
+        raise ValueError(f"[fastmetal.embedding] expected max_norm > 0, got {max_norm!r}")
+    if not norm_type > 0:
+        raise ValueError(f"[fastmetal.embedding] expected norm_type > 0, got {norm_type!r}")
+    if not isinstance(weight, Array):
+        raise TypeError("[fastmetal.embedding] max_norm renormalises weight in place: expected "
+                        f"weight to be a fastmetal.Array, got {type(weight).__name__}")
+    with no_grad():
+        ids = input if isinstance(input, Array) else asarray(np.asarray(input), dtype="int64",
+                                                             device=weight.device)
+        ids = reshape(ids, -1)
+        rows = _core._embedding(ids, weight)  # checks the ids against the table
+        size = E["abs"](rows)
+        if np.isinf(norm_type):
+            norms = reduce_max(size, axis=-1, keepdims=True)
+        else:
+            norms = E["power"](reduce_sum(E["power"](size, norm_type), axis=-1, keepdims=True),
+                               1.0 / norm_type)
+        scale = where(E["greater"](norms, max_norm),
+                      E["divide"](max_norm, E["add"](norms, 1e-7)), 1.0)
+        weight[ids] = E["multiply"](rows, scale)
 
 
 def one_hot(tensor, num_classes=-1):

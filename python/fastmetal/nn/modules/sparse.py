@@ -18,11 +18,19 @@ class Embedding(Module):
     """A table of ``num_embeddings`` vectors of ``embedding_dim``, as ``torch.nn.Embedding``:
     ``weight`` drawn from N(0, 1) (PyTorch's initialisation), the row ``padding_idx`` (if
     given; negative counts from the end) zero and never updated by a gradient.
-    ``forward(ids)`` takes an int64 Array or NumPy integers."""
+    ``forward(ids)`` takes an int64 Array or NumPy integers. ``max_norm`` / ``norm_type``:
+    the rows a forward picks are first shortened in place to ``max_norm`` (PyTorch's;
+    ``fastmetal.nn.functional.embedding`` says how)."""
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, *, seed=None, rng=None,
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, *, seed=None, rng=None,
                  device=None):
         super().__init__()
+        for name, flag in (("scale_grad_by_freq", scale_grad_by_freq), ("sparse", sparse)):
+            if flag is not False:
+                raise NotImplementedError(f"[fastmetal.nn.Embedding] {name}={flag!r} is not "
+                                          "built: only the dense, unscaled gradient (False)")
+        self.max_norm, self.norm_type = max_norm, norm_type
         self.num_embeddings = positive_int(num_embeddings, "num_embeddings", "Embedding")
         self.embedding_dim = positive_int(embedding_dim, "embedding_dim", "Embedding")
         self.padding_idx = None if padding_idx is None else _embedding._padding_idx(
@@ -39,8 +47,10 @@ class Embedding(Module):
                 self.weight[self.padding_idx] = 0.0
 
     def forward(self, input):  # noqa: A002 (PyTorch's name)
-        return _embedding.embedding(input, self.weight, self.padding_idx)
+        return _embedding.embedding(input, self.weight, self.padding_idx, self.max_norm,
+                                    self.norm_type)
 
     def extra_repr(self):
         extra = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        extra += f", max_norm={self.max_norm}" if self.max_norm is not None else ""
         return f"{self.num_embeddings}, {self.embedding_dim}{extra}"
