@@ -162,13 +162,13 @@ def test_probability_targets(device, rng):
 
 
 @pytest.mark.parametrize("call,err,match", [
-    (lambda: fm.cross_entropy(np.zeros((2, 3)), np.array([0, 3])), ValueError,
+    (lambda: fm.cross_entropy(np.zeros((2, 3)), np.array([0, 3])), IndexError,
      r"target in \[0, 3\) \(or ignore_index=-100\), got 3"),
-    (lambda: fm.cross_entropy(np.zeros((2, 3, 4)), np.full((2, 4), -1)), ValueError,
+    (lambda: fm.cross_entropy(np.zeros((2, 3, 4)), np.full((2, 4), -1)), IndexError,
      r"target in \[0, 3\).*got -1"),
     (lambda: fm.cross_entropy(np.zeros((2, 3)), np.array([0, 5]), ignore_index=5,
                               weight=np.ones(2)), ValueError, r"weight .* shape \(3,\)"),
-    (lambda: fm.nll_loss(np.zeros((2, 3)), np.array([0, 7]), ignore_index=1), ValueError,
+    (lambda: fm.nll_loss(np.zeros((2, 3)), np.array([0, 7]), ignore_index=1), IndexError,
      r"target in \[0, 3\).*got 7"),
     (lambda: fm.cross_entropy(np.zeros((2, 3)), np.array([0, 1]), label_smoothing=1.5),
      ValueError, "label_smoothing"),
@@ -185,6 +185,21 @@ def test_probability_targets(device, rng):
 def test_bad_arguments_are_named(call, err, match):
     with pytest.raises(err, match=r"^\[fastmetal\.(cross_entropy|nll_loss)\] expected .*" + match):
         call()
+
+
+def test_targets_out_of_range_are_pytorchs_index_error_and_a_value_error(device):
+    # PyTorch raises IndexError here; fastmetal raised ValueError before: both catch it.
+    x = fm.asarray(np.zeros((2, 3), np.float32), device=device)
+    for target in (np.array([0, 3]), fm.asarray(np.array([0, 3]), device=device)):
+        for call in (lambda: fm.cross_entropy(x, target), lambda: fm.nll_loss(x, target),
+                     lambda: nn.CrossEntropyLoss(label_smoothing=0.1)(x, target)):
+            with pytest.raises(IndexError, match=r"target|labels") as caught:
+                call()
+            assert isinstance(caught.value, ValueError)
+            assert type(caught.value) is fm._core.IndexOutOfRange
+    if torch is not None:
+        with pytest.raises(IndexError):
+            torch.nn.functional.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 3]))
 
 
 def test_modules_take_the_arguments(device, rng):

@@ -305,6 +305,17 @@ def test_max_norm_shortens_the_picked_rows_in_place(device, norm_type):
         np.testing.assert_allclose(host(weight), tw.numpy(), rtol=2e-6, atol=1e-7)
 
 
+def test_ids_out_of_range_are_pytorchs_index_error_and_a_value_error(device):
+    w = fm.asarray(np.zeros((4, 2), np.float32), device=device)
+    for ids in (np.array([1, 4]), fm.asarray(np.array([-1, 0]), device=device)):
+        with pytest.raises(IndexError, match=r"\[fastmetal.embedding\] expected every id") as caught:
+            F.embedding(ids, w)
+        assert isinstance(caught.value, ValueError)
+    if torch is not None:
+        with pytest.raises(IndexError):
+            torch.nn.functional.embedding(torch.tensor([4]), torch.zeros(4, 2))
+
+
 def test_embedding_module_max_norm_and_unbuilt_options(device):
     layer = fm.nn.Embedding(20, 6, max_norm=1.0, seed=3, device=device)
     assert "max_norm=1.0" in repr(layer)

@@ -1,6 +1,8 @@
 // Error types of the portable core. module.cpp maps them onto Python exceptions:
 // ValueError / TypeError for bad input (raised before any work starts), RuntimeError
-// for failures of a backend or driver.
+// for failures of a backend or driver, and IndexError for an id or class label out of range
+// (Python's IndexError and ValueError at once, as NumPy's AxisError: PyTorch raises
+// IndexError there, and fastmetal raised ValueError before).
 #pragma once
 #include <sstream>
 #include <stdexcept>
@@ -10,6 +12,9 @@ namespace fm {
 
 struct ValueError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
+};
+struct IndexError : ValueError {
+  using ValueError::ValueError;
 };
 struct TypeError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;

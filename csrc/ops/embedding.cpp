@@ -49,7 +49,7 @@ bool check_ids(const Array& ids, std::int64_t rows, const char* op) {
                              host.size() * sizeof(std::int64_t));
   const auto mm = std::minmax_element(host.begin(), host.end());
   if (*mm.first < 0 || *mm.second >= rows)
-    throw ValueError(message(op, "expected every id in input to be in [0, ", rows,
+    throw IndexError(message(op, "expected every id in input to be in [0, ", rows,
                              ") (num_embeddings = ", rows, "), got ",
                              *mm.first < 0 ? *mm.first : *mm.second, " (index out of range)"));
   return replayed;

@@ -158,11 +158,23 @@ const char* buffer_format(DType t) {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "fastmetal's compiled core. Use the public package `fastmetal` instead.";
 
+  // IndexOutOfRange: an IndexError (PyTorch's class for an id or label out of range) that
+  // is also a ValueError (what fastmetal raised for it before), as NumPy's AxisError.
+  static PyObject* index_out_of_range = [] {
+    py::tuple bases = py::make_tuple(py::handle(PyExc_IndexError), py::handle(PyExc_ValueError));
+    return PyErr_NewExceptionWithDoc(
+        "fastmetal._core.IndexOutOfRange",
+        "An id or class label outside its range: an IndexError (as PyTorch's) and a ValueError.",
+        bases.ptr(), nullptr);
+  }();
+  m.attr("IndexOutOfRange") = py::handle(index_out_of_range);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const fm::TypeError& e) {
       PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const fm::IndexError& e) {
+      PyErr_SetString(index_out_of_range, e.what());
     } catch (const fm::ValueError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const fm::BackendError& e) {

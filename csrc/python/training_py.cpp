@@ -122,7 +122,7 @@ Array label_array(py::handle labels, Backend& be, const std::string& op, std::in
   auto check = [&](const std::int64_t* lp, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i)
       if (lp[i] < 0 || lp[i] >= classes)
-        throw ValueError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
+        throw IndexError(message(op, "expected labels in [0, ", classes, "), got ", lp[i]));
   };
   bool checked = false;
   if (is_array(labels)) {

@@ -137,7 +137,7 @@ def _nll(logp, t, weight, ignore_index, reduction, smoothing, op):
     valid = t != ignore_index
     bad = valid & ((t < 0) | (t >= classes))
     if bad.any():
-        raise ValueError(f"[fastmetal.{op}] expected target in [0, {classes}) (or "
+        raise _core.IndexOutOfRange(f"[fastmetal.{op}] expected target in [0, {classes}) (or "
                          f"ignore_index={ignore_index}), got {t[bad].flat[0]}")
     tc = np.where(valid, t, 0).astype(np.int64).reshape(n, inner)
     idx = (np.arange(n, dtype=np.int64)[:, None] * (classes * inner) + tc * inner
@@ -283,7 +283,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if plain and not (t == ignore_index).any():
         bad = (t < 0) | (t >= classes)
         if bad.any():
-            raise ValueError(f"[fastmetal.{op}] expected target in [0, {classes}) (or "
+            raise _core.IndexOutOfRange(f"[fastmetal.{op}] expected target in [0, {classes}) (or "
                              f"ignore_index={ignore_index}), got {t[bad][0]}")
         # An int64 Array target is read in place by the kernel (checked above on the host).
         labels = target if on_device and not unbatched else t.astype(np.int64, copy=False)
