@@ -38,6 +38,7 @@ TEETH = [
     ("nullable-to-nonnull", "newFunctionWithName:ns_name]",
      "newFunctionWithName:[NSString stringWithUTF8String:kernel.c_str()]]"),
     ("unknown-selector", "dispatchThreads:MTLSizeMake", "dispatchThread:MTLSizeMake"),
+    ("icb-selector", "[command setBarrier]", "[command setBarriers]"),
 ]
 
 

@@ -35,6 +35,7 @@
 
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
+#include "../capture.h"
 #include "../launch.h"
 #include "command_tracker.h"
 #include "dispatch_math.h"
@@ -200,13 +201,46 @@ class MetalBackend final : public Backend {
     });
   }
 
-  // fastmetal.compile replays a capture through Backend::replay (capture.cpp): the recorded
-  // launches are encoded again, from C++, into the open command buffer, with their argument
-  // blocks set from the capture's arena (setBytes) where patches wrote them. That removes
-  // Python and the ops' checks and allocations from a step; what remains per launch is the
-  // encoding itself (pipeline lookup, setBuffer/setBytes, dispatchThreads). An
-  // MTLIndirectCommandBuffer encoded once would remove that too; it is not written because
-  // its gain cannot be measured without a Mac.
+  // fastmetal.compile on Metal: a capture's kernels are encoded ONCE, at its first replay,
+  // into an indirect command buffer (ICB), and every replay then only executes that ICB:
+  // no pipeline lookup, setBuffer or dispatch per kernel, which is what a step of small
+  // kernels spends its host time on. What changes between replays (a dropout key, a
+  // learning rate: the patched argument blocks) lives in the capture's arena, so the ICB
+  // binds every argument block from the ICB's own copy of the arena (an ICB command cannot
+  // setBytes). Each replay blits a snapshot of the arena into that copy first: in queue
+  // order, so the previous replay has read the old values by then (Metal tracks the hazard
+  // on the buffer), as CUDA's graph replay uploads its arena. Recorded copies from the host
+  // (uploads) split the kernels into runs: each run is one executeCommandsInBuffer range,
+  // and the copy after it a blit from the arena copy, so everything keeps its recorded order.
+  // Every command carries a barrier: the step's kernels read what the previous one wrote,
+  // as in the serial encoder of eager launches. Compute commands in an ICB need macOS 11;
+  // before that (and for a capture with host calls, which only the CPU records) the replay
+  // encodes the recorded launches again through run_kernel (Backend::replay), from C++.
+  void replay(capture::Capture& c) override {
+    if (c.size() == 0) return;
+    if (@available(macOS 11.0, *)) {
+      bool shares_host_memory = false;
+      pooled([&] {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto state = std::static_pointer_cast<IcbReplay>(c.backend_state);
+        if (!state) {
+          state = encode_icb_locked(c);
+          c.backend_state = state;
+        }
+        if (!state->usable) return;
+        encode_replay_locked(c, *state);
+        shares_host_memory = state->shares_host_memory;
+      });
+      auto state = std::static_pointer_cast<IcbReplay>(c.backend_state);
+      if (state && state->usable) {
+        if (shares_host_memory) launched_on_host_memory_ = true;
+        end_op();
+        return;
+      }
+    }
+    Backend::replay(c);
+  }
+
   void run_kernel(const std::string& kernel, const Dispatch& d,
                   const std::vector<KernelArg>& args) override {
     pooled([&] { launch_impl(kernel, d, args); });
@@ -286,6 +320,181 @@ class MetalBackend final : public Backend {
   }
 
  private:
+  // A capture encoded into an indirect command buffer (replay() above).
+  struct IcbReplay {
+    bool usable = false;  // false: the capture has host calls; replay by re-encoding
+    id<MTLIndirectCommandBuffer> icb;
+    id<MTLBuffer> arena;  // the ICB's copy of the capture's arena (argument blocks, uploads)
+    struct Run {
+      NSUInteger first = 0, count = 0;              // ICB commands
+      std::vector<const capture::Entry*> uploads;  // the copies from the host after them
+    };
+    std::vector<Run> runs;
+    std::vector<id<MTLResource>> resources;  // every buffer the ICB binds (useResources)
+    std::vector<StoragePtr> storages;        // their Storages, for last_use
+    bool shares_host_memory = false;
+  };
+
+  // The pipeline of a kernel for ICB commands (supportIndirectCommandBuffers), on first use.
+  const Pipeline& icb_pipeline(const std::string& kernel) {
+    {
+      std::lock_guard<std::mutex> lock(pipelines_mu_);
+      auto it = icb_pipelines_.find(kernel);
+      if (it != icb_pipelines_.end()) return it->second;
+    }
+    const Pipeline& plain = pipeline(kernel);  // checks the name, finds the function
+    NSString* ns_name = [NSString stringWithUTF8String:kernel.c_str()];
+    if (ns_name == nil) throw BackendError("[fastmetal] invalid kernel name '" + kernel + "'");
+    id<MTLFunction> function = [library_ newFunctionWithName:ns_name];
+    if (function == nil)
+      throw BackendError("[fastmetal] the Metal library has no function '" + kernel + "'");
+    MTLComputePipelineDescriptor* descriptor = [[MTLComputePipelineDescriptor alloc] init];
+    descriptor.computeFunction = function;
+    descriptor.supportIndirectCommandBuffers = YES;
+    NSError* error = nil;
+    id<MTLComputePipelineState> state = [device_ newComputePipelineStateWithDescriptor:descriptor
+                                                                              options:MTLPipelineOptionNone
+                                                                           reflection:nil
+                                                                                error:&error];
+    if (state == nil)
+      throw BackendError("[fastmetal] could not create the Metal ICB pipeline for '" + kernel +
+                         "': " + describe(error));
+    Pipeline p = plain;
+    p.state = state;
+    p.max_threads = std::min<std::uint32_t>(
+        plain.max_threads, std::uint32_t(std::max<NSUInteger>(1, state.maxTotalThreadsPerThreadgroup)));
+    std::lock_guard<std::mutex> lock(pipelines_mu_);
+    return icb_pipelines_.emplace(kernel, std::move(p)).first->second;
+  }
+
+  // Encodes the capture's kernels into one ICB (called with mu_ held, at the first replay).
+  std::shared_ptr<IcbReplay> encode_icb_locked(const capture::Capture& c) API_AVAILABLE(macos(11.0)) {
+    auto state = std::make_shared<IcbReplay>();
+    NSUInteger commands = 0;
+    for (const capture::Entry& e : c.entries()) {
+      if (e.kind == capture::Entry::Kind::host_call) return state;  // not usable
+      if (e.kind == capture::Entry::Kind::kernel &&
+          std::uint64_t(e.dispatch.grid[0]) * e.dispatch.grid[1] * e.dispatch.grid[2] != 0)
+        ++commands;
+    }
+    state->arena = [device_ newBufferWithLength:std::max<NSUInteger>(c.arena().size(), 16)
+                                        options:MTLResourceStorageModePrivate];
+    if (state->arena == nil)
+      throw BackendError("[fastmetal.compile] Metal could not allocate the capture's arguments");
+    if (commands > 0) {
+      MTLIndirectCommandBufferDescriptor* descriptor = [[MTLIndirectCommandBufferDescriptor alloc] init];
+      descriptor.commandTypes = MTLIndirectCommandTypeConcurrentDispatchThreads;
+      descriptor.inheritPipelineState = NO;
+      descriptor.inheritBuffers = NO;
+      descriptor.maxKernelBufferBindCount = kMaxBufferArgs;
+      // Shared: the commands are encoded by the CPU, here.
+      state->icb = [device_ newIndirectCommandBufferWithDescriptor:descriptor
+                                                   maxCommandCount:commands
+                                                           options:MTLResourceStorageModeShared];
+      if (state->icb == nil)
+        throw BackendError("[fastmetal.compile] Metal could not create an indirect command "
+                           "buffer of " + std::to_string(commands) + " commands");
+    }
+    std::unordered_set<const void*> named;
+    auto bind = [&](const StoragePtr& s) {
+      if (!named.insert(s->handle).second) return;
+      state->resources.push_back(buffer_of(*s));
+      state->storages.push_back(s);
+      if (s->shared_with_host || s->copied_from != nullptr) state->shares_host_memory = true;
+    };
+    state->runs.emplace_back();
+    NSUInteger index = 0;
+    for (const capture::Entry& e : c.entries()) {
+      if (e.kind == capture::Entry::Kind::upload) {
+        bind(e.dst);
+        state->runs.back().uploads.push_back(&e);
+        continue;
+      }
+      if (std::uint64_t(e.dispatch.grid[0]) * e.dispatch.grid[1] * e.dispatch.grid[2] == 0) continue;
+      if (!state->runs.back().uploads.empty()) state->runs.push_back({index, 0, {}});
+      const Pipeline& p = icb_pipeline(e.kernel);
+      id<MTLIndirectComputeCommand> command = [state->icb indirectComputeCommandAtIndex:index];
+      [command setComputePipelineState:p.state];
+      for (std::size_t i = 0; i < e.args.size(); ++i) {
+        const KernelArg& a = e.args[i];
+        if (a.storage) {
+          id<MTLBuffer> buffer = buffer_of(*a.storage);
+          const char* contents = static_cast<const char*>([buffer contents]);
+          const std::size_t base = std::size_t(static_cast<const char*>(a.storage->host) - contents);
+          [command setKernelBuffer:buffer offset:NSUInteger(base + a.offset) atIndex:NSUInteger(i)];
+          bind(a.storage);
+        }
+      }
+      for (const auto& [i, at] : e.blocks)  // argument blocks: from the arena's copy
+        [command setKernelBuffer:state->arena offset:NSUInteger(at) atIndex:NSUInteger(i)];
+      [command concurrentDispatchThreads:MTLSizeMake(e.dispatch.grid[0], e.dispatch.grid[1],
+                                                     e.dispatch.grid[2])
+                   threadsPerThreadgroup:group_size(e.dispatch, p)];
+      [command setBarrier];
+      ++index;
+      ++state->runs.back().count;
+    }
+    state->resources.push_back(state->arena);
+    state->usable = true;
+    return state;
+  }
+
+  // One replay into the open command buffer (mu_ held): the arena's snapshot, then each
+  // run of ICB commands and the uploads after it.
+  void encode_replay_locked(const capture::Capture& c, IcbReplay& state) API_AVAILABLE(macos(11.0)) {
+    if (encoder_ != nil) {  // what is queued runs first; the replay gets encoders of its own
+      [encoder_ endEncoding];
+      encoder_ = nil;
+    }
+    if (cb_ == nil) {
+      cb_ = [queue_ commandBuffer];
+      if (cb_ == nil) throw BackendError("[fastmetal] Metal could not create a command buffer");
+    }
+    if (!c.arena().empty()) {
+      id<MTLBuffer> snapshot = [device_ newBufferWithBytes:c.arena().data()
+                                                    length:NSUInteger(c.arena().size())
+                                                   options:MTLResourceStorageModeShared];
+      id<MTLBlitCommandEncoder> blit = [cb_ blitCommandEncoder];
+      if (snapshot == nil || blit == nil)
+        throw BackendError("[fastmetal.compile] Metal could not copy the capture's arguments");
+      [blit copyFromBuffer:snapshot sourceOffset:0 toBuffer:state.arena destinationOffset:0
+                      size:snapshot.length];
+      [blit endEncoding];
+    }
+    for (const IcbReplay::Run& run : state.runs) {
+      if (run.count > 0) {
+        id<MTLComputeCommandEncoder> encoder =
+            [cb_ computeCommandEncoderWithDispatchType:MTLDispatchTypeSerial];
+        if (encoder == nil)
+          throw BackendError("[fastmetal] Metal could not create a compute command encoder");
+        // Buffers an ICB names are not made resident by the ICB itself.
+        [encoder useResources:state.resources.data()
+                        count:NSUInteger(state.resources.size())
+                        usage:MTLResourceUsageRead | MTLResourceUsageWrite];
+        [encoder executeCommandsInBuffer:state.icb withRange:NSMakeRange(run.first, run.count)];
+        [encoder endEncoding];
+      }
+      if (!run.uploads.empty()) {
+        id<MTLBlitCommandEncoder> copies = [cb_ blitCommandEncoder];
+        if (copies == nil) throw BackendError("[fastmetal] Metal could not create a blit encoder");
+        for (const capture::Entry* u : run.uploads) {
+          id<MTLBuffer> dst = buffer_of(*u->dst);
+          const char* contents = static_cast<const char*>([dst contents]);
+          const std::size_t base = std::size_t(static_cast<const char*>(u->dst->host) - contents);
+          [copies copyFromBuffer:state.arena sourceOffset:NSUInteger(u->at) toBuffer:dst
+               destinationOffset:NSUInteger(base + u->dst_offset) size:NSUInteger(u->n)];
+        }
+        [copies endEncoding];
+      }
+    }
+    for (const StoragePtr& s : state.storages) {
+      s->last_use.store(open_seq_, std::memory_order_release);
+      keep_.push_back(s);
+    }
+    dispatches_ += int(state.runs.size());
+    if (dispatches_ >= kMaxDispatchesPerCommandBuffer) flush_locked();
+  }
+
   // A pooled allocation; `owner` (if any) lives as long as the Storage.
   StoragePtr pool_storage(std::size_t nbytes, std::shared_ptr<void> owner) {
     CachingAllocator::Block b = pool_.acquire(nbytes);
@@ -450,6 +659,7 @@ class MetalBackend final : public Backend {
 
   std::mutex pipelines_mu_;
   std::unordered_map<std::string, Pipeline> pipelines_;
+  std::unordered_map<std::string, Pipeline> icb_pipelines_;  // supportIndirectCommandBuffers
 
   // This thread's launches since its last end_op() bound memory shared with the caller.
   static thread_local bool launched_on_host_memory_;

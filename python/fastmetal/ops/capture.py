@@ -8,8 +8,8 @@ How it works (the C++ half is ``csrc/backend/capture.h``):
   ``.grad`` buffers). The second call is *traced*: it runs eagerly too, while the device
   work of every op it issues (kernel launches, host-to-device copies, the CPU's native
   routines) is recorded with the buffers it uses, which the recording keeps alive. Later
-  calls *replay* the recording from C++ (a CUDA graph on cuda, the launch list on cpu, the
-  commands encoded again on metal): no Python runs per op.
+  calls *replay* the recording from C++ (a CUDA graph on cuda, the launch list on cpu, an
+  indirect command buffer encoded once on metal): no Python runs per op.
 - Array arguments are inputs: each call copies them into the buffers the trace read.
   Everything else the step touches (parameters, optimizer state, buffers) is state, updated
   in place by the replayed kernels exactly as eagerly. Returned Arrays are fresh copies,

@@ -64,7 +64,22 @@ NS_ASSUME_NONNULL_BEGIN
 
 __attribute__((objc_root_class))
 @interface NSObject <NSObject>
++ (instancetype)alloc;
+- (instancetype)init;
 @end
+
+// ---- NSRange.h -----------------------------------------------------------------------
+typedef struct _NSRange {
+  NSUInteger location;
+  NSUInteger length;
+} NSRange;
+
+static inline NSRange NSMakeRange(NSUInteger loc, NSUInteger len) {
+  NSRange r;
+  r.location = loc;
+  r.length = len;
+  return r;
+}
 
 // ---- NSString.h ----------------------------------------------------------------------
 @interface NSString : NSObject
