@@ -1,4 +1,5 @@
-// conv2d kernels: forward, input gradient, weight gradient, bias gradient.
+// conv2d kernels: forward, input gradient, weight gradient (the bias gradient is two row
+// sums of reduce.metal: csrc/ops/conv2d.cpp).
 //
 // Tensors are contiguous float32: x (N, C_in, H, W), w (C_out, C_in/groups, kH, kW),
 // y / gy (N, C_out, H_out, W_out). The argument block is Conv2dArgs (conv2d_args.h).
@@ -29,7 +30,7 @@
 // conv2d_forward_direct when C_out/groups <= 4 and conv2d_backward_input_direct when
 // C_in/groups <= 4 (one thread per output element, no barriers), and
 // conv2d_reduce<WeightDot> (one threadgroup per weight element) when
-// (C_out/groups) * (C_in/groups) <= 4. conv2d_reduce<BiasSum> is the bias gradient.
+// (C_out/groups) * (C_in/groups) <= 4.
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "conv2d_args.h"
@@ -427,15 +428,6 @@ kernel void conv2d_backward_input_direct(device const float* gy [[buffer(0)]],
 // out[o] = sum over i < N * H_out * W_out of R::term(o, i); one threadgroup per o
 // (o = threadgroup_position_in_grid.x). Each thread sums a strided share, then the group
 // adds the shares as a tree in threadgroup memory.
-struct BiasSum {  // o = output channel
-  static FM_FUNC float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
-                    int32_t o, int32_t i) {
-    const int32_t hw = a.H_out * a.W_out;
-    const int32_t n = i / hw, p = i - n * hw;
-    return gy[(n * a.C_out + o) * hw + p];
-  }
-};
-
 struct WeightDot {  // o = flat weight index (co, ci, kh, kw)
   static FM_FUNC float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
                     int32_t o, int32_t i) {
@@ -488,7 +480,6 @@ kernel void conv2d_reduce(device const float* gy [[buffer(0)]],
   if (tid == 0) out[o] = partial[0];
 }
 
-FM_INSTANTIATE("conv2d_backward_bias", conv2d_reduce, BiasSum);
 FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
 
 // ---------------------------------------------------------------- conv_transpose2d

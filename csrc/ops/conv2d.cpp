@@ -14,6 +14,7 @@
 #include "core/errors.h"
 #include "ops/array_arg.h"
 #include "ops/conv2d_shared.h"
+#include "ops/reduce.h"
 
 namespace fm {
 namespace {
@@ -657,8 +658,15 @@ void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb)
   if (a.N == 0) return fill_zero(gb);
   Backend& b = gb.backend();
   if (auto fast = native<NativeBackwardBias>(b, "conv2d_backward_bias")) return fast(a, gy, gb);
-  // buffer(1) (the input) is not read by the bias sum; bind gy there.
-  launch_reduce(b, "conv2d_backward_bias", a, a.C_out, gy, gy, gb);
+  // Two row sums (reduce.metal's, Kahan-compensated and of a fixed order): over each
+  // (n, c) plane of H_out * W_out, then over n. N * C_out threadgroups fill a GPU where one
+  // per channel (the sum over N * H_out * W_out in one group) left most of it idle: MNIST's
+  // 32 and 64 channels of 40k elements took ~40 us a step on an H200.
+  const std::int64_t planes = std::int64_t(a.N) * a.C_out, hw = std::int64_t(a.H_out) * a.W_out;
+  if (a.N == 1) return sum_rows_into(gy, planes, hw, 1, gb);
+  Array per_plane = Array::empty(b, {a.N, a.C_out}, DType::float32);
+  sum_rows_into(gy, planes, hw, 1, per_plane);
+  sum_rows_into(per_plane, 1, a.N, a.C_out, gb);
 }
 
 }  // namespace fm
