@@ -1,4 +1,5 @@
-// conv2d kernels: forward, input gradient, weight gradient, bias gradient.
+// conv2d kernels: forward, input gradient, weight gradient, and the first pass of the bias
+// gradient (its second is reduce.metal's row sum: csrc/ops/conv2d.cpp).
 //
 // Tensors are contiguous float32: x (N, C_in, H, W), w (C_out, C_in/groups, kH, kW),
 // y / gy (N, C_out, H_out, W_out). The argument block is Conv2dArgs (conv2d_args.h).
@@ -29,7 +30,7 @@
 // conv2d_forward_direct when C_out/groups <= 4 and conv2d_backward_input_direct when
 // C_in/groups <= 4 (one thread per output element, no barriers), and
 // conv2d_reduce<WeightDot> (one threadgroup per weight element) when
-// (C_out/groups) * (C_in/groups) <= 4. conv2d_reduce<BiasSum> is the bias gradient.
+// (C_out/groups) * (C_in/groups) <= 4.
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "conv2d_args.h"
@@ -354,6 +355,27 @@ kernel void conv2d_sum_splits(device const float* ws [[buffer(0)]],
   out[i] = s;
 }
 
+// The bias gradient's first pass: part[(c * chunks + s) * hw + p] = the sum of gy[n][c][p]
+// over the `per` images of chunk s, in order (chunks = ceil(N / per)); the host then sums
+// each channel's chunks * hw parts with reduce.metal's row sum. Short serial chains over many
+// threads: on an H100, one group per channel summing N * H_out * W_out took 20 us a launch for
+// MNIST's layers, and N * C_out groups of reduce_sum (a few elements each) 12 us.
+// Grid: (H_out * W_out, C_out, chunks).
+kernel void conv2d_bias_grad_parts(device const float* gy [[buffer(0)]],
+                                   device float* part [[buffer(1)]],
+                                   constant Conv2dArgs& a [[buffer(2)]],
+                                   constant uint32_t& per [[buffer(3)]],
+                                   uint3 gid [[thread_position_in_grid]]) {
+  const int32_t hw = a.H_out * a.W_out, chunk = int32_t(per);
+  const int32_t p = int32_t(gid.x), c = int32_t(gid.y), s = int32_t(gid.z);
+  const int32_t n0 = s * chunk;
+  if (p >= hw || c >= a.C_out || n0 >= a.N) return;
+  const int32_t n1 = min(a.N, n0 + chunk), chunks = (a.N + chunk - 1) / chunk;
+  float sum = 0.0f;
+  for (int32_t n = n0; n < n1; ++n) sum += gy[(n * a.C_out + c) * hw + p];
+  part[(c * chunks + s) * hw + p] = sum;
+}
+
 // ---------------------------------------------------------------- direct kernels
 // One thread per output element; grid = (H_out * W_out, C_out, N).
 kernel void conv2d_forward_direct(device const float* x [[buffer(0)]],
@@ -427,15 +449,6 @@ kernel void conv2d_backward_input_direct(device const float* gy [[buffer(0)]],
 // out[o] = sum over i < N * H_out * W_out of R::term(o, i); one threadgroup per o
 // (o = threadgroup_position_in_grid.x). Each thread sums a strided share, then the group
 // adds the shares as a tree in threadgroup memory.
-struct BiasSum {  // o = output channel
-  static FM_FUNC float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
-                    int32_t o, int32_t i) {
-    const int32_t hw = a.H_out * a.W_out;
-    const int32_t n = i / hw, p = i - n * hw;
-    return gy[(n * a.C_out + o) * hw + p];
-  }
-};
-
 struct WeightDot {  // o = flat weight index (co, ci, kh, kw)
   static FM_FUNC float term(constant Conv2dArgs& a, device const float* gy, device const float* x,
                     int32_t o, int32_t i) {
@@ -488,7 +501,6 @@ kernel void conv2d_reduce(device const float* gy [[buffer(0)]],
   if (tid == 0) out[o] = partial[0];
 }
 
-FM_INSTANTIATE("conv2d_backward_bias", conv2d_reduce, BiasSum);
 FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
 
 // ---------------------------------------------------------------- conv_transpose2d

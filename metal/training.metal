@@ -199,63 +199,85 @@ kernel void cross_entropy_mean(device const float* row_loss [[buffer(0)]],
 }
 
 // ---------------------------------------------------------------------------- optimizers
+// Each update is one element of one tensor: param[i], grad[i] and the state s1[i], s2[i]
+// (unused ones are bound but not read), with the tensor's hyper-parameters `a`.
+
 // torch.optim.SGD: g += wd * p; buf = first ? g : momentum * buf + (1 - dampening) * g;
 // g = nesterov ? g + momentum * buf : buf (when momentum != 0); p -= lr * g.
-kernel void sgd_step(device float* param [[buffer(0)]],
-                     device const float* grad [[buffer(1)]],
-                     device float* buf [[buffer(2)]],
-                     constant OptimArgs& a [[buffer(3)]],
-                     uint gid [[thread_position_in_grid]]) {
-  if (gid >= a.n) return;
-  const float p = param[gid];
-  float g = grad[gid];
-  if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
-  if (a.momentum != 0.0f) {
-    const float b = a.first != 0 ? g : a.momentum * buf[gid] + (1.0f - a.dampening) * g;
-    buf[gid] = b;
-    g = a.nesterov != 0 ? g + a.momentum * b : b;
+struct SgdUpdate {
+  static FM_FUNC void apply(device float* param, device const float* grad, device float* buf,
+                            device float* unused, constant OptimArgs& a, uint32_t i) {
+    const float p = param[i];
+    float g = grad[i];
+    if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
+    if (a.momentum != 0.0f) {
+      const float b = a.first != 0 ? g : a.momentum * buf[i] + (1.0f - a.dampening) * g;
+      buf[i] = b;
+      g = a.nesterov != 0 ? g + a.momentum * b : b;
+    }
+    param[i] = p - a.lr * g;
   }
-  param[gid] = p - a.lr * g;
-}
+};
 
 // torch.optim.Adam (amsgrad=False): m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
 // p -= step_size * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), as torch's order of operations.
-kernel void adam_step(device float* param [[buffer(0)]],
-                      device const float* grad [[buffer(1)]],
-                      device float* exp_avg [[buffer(2)]],
-                      device float* exp_avg_sq [[buffer(3)]],
-                      constant OptimArgs& a [[buffer(4)]],
-                      uint gid [[thread_position_in_grid]]) {
-  if (gid >= a.n) return;
-  const float p = param[gid];
-  float g = grad[gid];
-  if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
-  const float m0 = exp_avg[gid];
-  const float m = m0 + (1.0f - a.beta1) * (g - m0);
-  const float v = a.beta2 * exp_avg_sq[gid] + (1.0f - a.beta2) * g * g;
-  exp_avg[gid] = m;
-  exp_avg_sq[gid] = v;
-  const float denom = sqrt(v) / a.sqrt_bias2 + a.eps;
-  param[gid] = p - a.step_size * (m / denom);
-}
+struct AdamUpdate {
+  static FM_FUNC void apply(device float* param, device const float* grad, device float* exp_avg,
+                            device float* exp_avg_sq, constant OptimArgs& a, uint32_t i) {
+    const float p = param[i];
+    float g = grad[i];
+    if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
+    const float m0 = exp_avg[i];
+    const float m = m0 + (1.0f - a.beta1) * (g - m0);
+    const float v = a.beta2 * exp_avg_sq[i] + (1.0f - a.beta2) * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    const float denom = sqrt(v) / a.sqrt_bias2 + a.eps;
+    param[i] = p - a.step_size * (m / denom);
+  }
+};
 
 // torch.optim.Adadelta: sq = rho sq + (1 - rho) g^2; delta = sqrt(acc + eps) / sqrt(sq + eps) g;
 // acc = rho acc + (1 - rho) delta^2; p -= lr * delta.
-kernel void adadelta_step(device float* param [[buffer(0)]],
-                          device const float* grad [[buffer(1)]],
-                          device float* square_avg [[buffer(2)]],
-                          device float* acc_delta [[buffer(3)]],
-                          constant OptimArgs& a [[buffer(4)]],
-                          uint gid [[thread_position_in_grid]]) {
-  if (gid >= a.n) return;
-  const float p = param[gid];
-  float g = grad[gid];
-  if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
-  const float sq = a.rho * square_avg[gid] + (1.0f - a.rho) * g * g;
-  square_avg[gid] = sq;
-  const float ad = acc_delta[gid];
-  const float delta = sqrt(ad + a.eps) / sqrt(sq + a.eps) * g;
-  acc_delta[gid] = a.rho * ad + (1.0f - a.rho) * delta * delta;
-  param[gid] = p - a.lr * delta;
+struct AdadeltaUpdate {
+  static FM_FUNC void apply(device float* param, device const float* grad,
+                            device float* square_avg, device float* acc_delta,
+                            constant OptimArgs& a, uint32_t i) {
+    const float p = param[i];
+    float g = grad[i];
+    if (a.weight_decay != 0.0f) g = g + a.weight_decay * p;
+    const float sq = a.rho * square_avg[i] + (1.0f - a.rho) * g * g;
+    square_avg[i] = sq;
+    const float ad = acc_delta[i];
+    const float delta = sqrt(ad + a.eps) / sqrt(sq + a.eps) * g;
+    acc_delta[i] = a.rho * ad + (1.0f - a.rho) * delta * delta;
+    param[i] = p - a.lr * delta;
+  }
+};
+
+// Up to FM_OPTIM_SLOTS tensors in one launch (training_args.h): thread gid updates element
+// gid - start[k] of the slot k whose range holds it. A kernel binds a fixed set of buffers,
+// so the slots are spelled out; selecting a pointer by slot is plain MSL.
+template <typename U>
+kernel void optimizer_multi(device float* p0 [[buffer(0)]], device const float* g0 [[buffer(1)]],
+                            device float* a0 [[buffer(2)]], device float* b0 [[buffer(3)]],
+                            device float* p1 [[buffer(4)]], device const float* g1 [[buffer(5)]],
+                            device float* a1 [[buffer(6)]], device float* b1 [[buffer(7)]],
+                            device float* p2 [[buffer(8)]], device const float* g2 [[buffer(9)]],
+                            device float* a2 [[buffer(10)]], device float* b2 [[buffer(11)]],
+                            constant OptimMultiArgs& m [[buffer(12)]],
+                            uint gid [[thread_position_in_grid]]) {
+  static_assert(FM_OPTIM_SLOTS == 3, "optimizer_multi spells out 3 slots");
+  if (gid >= m.start[m.count]) return;
+  const uint32_t k = gid < m.start[1] ? 0u : gid < m.start[2] ? 1u : 2u;
+  const uint32_t i = gid - m.start[k];
+  device float* p = k == 0u ? p0 : k == 1u ? p1 : p2;
+  device const float* g = k == 0u ? g0 : k == 1u ? g1 : g2;
+  device float* sa = k == 0u ? a0 : k == 1u ? a1 : a2;
+  device float* sb = k == 0u ? b0 : k == 1u ? b1 : b2;
+  U::apply(p, g, sa, sb, m.slot[k], i);
 }
 
+FM_INSTANTIATE("sgd_step", optimizer_multi, SgdUpdate);
+FM_INSTANTIATE("adam_step", optimizer_multi, AdamUpdate);
+FM_INSTANTIATE("adadelta_step", optimizer_multi, AdadeltaUpdate);

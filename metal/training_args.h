@@ -45,3 +45,15 @@ struct OptimArgs {
   float rho;                               // Adadelta
   float pad_;
 };
+
+// One launch updates up to FM_OPTIM_SLOTS tensors of an optimizer (a multi-tensor step, as
+// torch's foreach optimizers): slot k binds buffers 4k..4k+3 (param, grad, state1, state2)
+// and owns the threads [start[k], start[k + 1]); unused slots have start[k] = start[count]
+// (empty). 3 slots: 12 buffers and this block fit CUDA's 16 launch arguments (Metal: 31).
+#define FM_OPTIM_SLOTS 3
+struct OptimMultiArgs {
+  uint32_t count;                        // slots in use, 1..FM_OPTIM_SLOTS
+  uint32_t start[FM_OPTIM_SLOTS + 1];    // start[count] = the launch's threads
+  uint32_t pad_[3];
+  OptimArgs slot[FM_OPTIM_SLOTS];        // each slot's hyper-parameters (its n unused)
+};

@@ -29,7 +29,8 @@ def test_conv_kernels_are_built(device):
     gemms = [f"conv2d_{p}_{t}" for p in ("forward", "backward_input", "backward_weight")
              for t in GEMM_TILES]
     for name in (*gemms, "conv2d_forward_direct", "conv2d_backward_input_direct",
-                 "conv2d_backward_weight_reduce", "conv2d_sum_splits", "conv2d_backward_bias"):
+                 "conv2d_backward_weight_reduce", "conv2d_sum_splits",
+                 "conv2d_bias_grad_parts", "reduce_sum"):  # reduce_sum: the bias's 2nd pass
         assert _core._has_kernel(device, name), name
 
 
@@ -133,6 +134,47 @@ def test_msl_reductions_for_any_group_size(kernel_path):
         _core._set_conv_group_size(threads)
         os.environ["FASTMETAL_EMULATOR_SEED"] = str(i)
         check_backward(x, w, kw, r, needs=("weight", "bias"))
+
+
+# The bias gradient a GPU computes: conv2d_bias_grad_parts (sums over chunks of 8 images)
+# then reduce.metal's row sum per channel, here with the reductions' MSL kernels too (the
+# CPU's native rows off). Shapes: one image (the row sum alone), one partial chunk, rows long
+# enough to be split into segments (>= 8192 elements), several chunks, the last partial;
+# NaN and inf stay in their channel.
+BIAS_CASES = [((1, 3, 7, 9), 1), ((5, 4, 6, 7), 2), ((1, 2, 96, 100), 3), ((2, 3, 91, 91), 4),
+              ((16, 20, 6, 5), 5), ((19, 3, 5, 4), 6)]
+
+
+@pytest.mark.parametrize("shape,seed", BIAS_CASES)
+@pytest.mark.cpu_only
+def test_bias_gradient_on_the_gpu_road(kernel_path, shape, seed):
+    native = _core._native_cpu()
+    _core._set_native_cpu(False)
+    try:
+        r = np.random.default_rng(seed)
+        n, c, h, w = shape
+        x = r.standard_normal((n, 2, h + 2, w + 2)).astype(np.float32)
+        wt = r.standard_normal((c, 2, 3, 3)).astype(np.float32)
+        gy = (r.standard_normal(shape) * 10.0 ** r.integers(-3, 4, shape)).astype(np.float32)
+        gy[0, -1, 0, 0] = np.nan
+        if c > 2:
+            gy[-1, 1, -1, -1] = np.inf
+        results = []
+        for threads in (0, 37):
+            _core._set_kernel_group_size(threads)
+            os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+            gb = fm.conv2d_backward(gy, x, wt, needs=("bias",))[2]
+            results.append(np.asarray(gb))
+            gb2 = np.asarray(fm.conv2d_backward(gy, x, wt, needs=("bias",))[2])
+            np.testing.assert_array_equal(gb2, results[-1])  # a fixed order: the same bits
+        ref = gy.astype(np.float64).sum(axis=(0, 2, 3))
+        scale = np.abs(gy.astype(np.float64)).sum(axis=(0, 2, 3))
+        for gb in results:
+            assert np.isnan(gb[-1]) and (c <= 2 or gb[1] == np.inf)
+            finite = np.isfinite(ref)
+            assert np.all(np.abs(gb[finite] - ref[finite]) <= 1e-6 * scale[finite])
+    finally:
+        _core._set_native_cpu(native)
 
 
 @pytest.mark.parametrize("seed", range(12))

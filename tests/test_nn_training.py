@@ -126,6 +126,50 @@ def test_optimizer_matches_torch_optim(device, rng, case):
     np.testing.assert_allclose(b, tb.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
+# Parameters of one optimizer, several per launch (FM_OPTIM_SLOTS, metal/training_args.h):
+# launch boundaries, an empty and a 0-d parameter, a float16 one (updated through float32).
+MULTI_SHAPES = [(5, 7), (3,), (), (0,), (40, 33), (1,), (2, 2, 3), (17,)]
+MULTI_DTYPES = [np.float32] * 7 + [np.float16]
+
+
+@pytest.mark.parametrize("case", range(len(OPTIM_CASES)))
+def test_multi_tensor_step_matches_each_parameter_alone(device, rng, case):
+    """Eight parameters in two param groups of different learning rates: each follows the
+    float64 formulas with its own group's hyper-parameters, and equals, bit for bit, the
+    same optimizer stepping that parameter alone (a slot mixed up in a launch would not)."""
+    kind, cls, hyper = OPTIM_CASES[case]
+    lr = hyper.get("lr", 1.0 if kind == "adadelta" else 1e-3)
+    hypers = [dict(hyper, lr=lr), dict(hyper, lr=0.3 * lr)]
+    split = 5  # params[:5] in the first group
+    p0 = [rng.standard_normal(s).astype(d) for s, d in zip(MULTI_SHAPES, MULTI_DTYPES)]
+    steps = [[rng.standard_normal(s).astype(d) for s, d in zip(MULTI_SHAPES, MULTI_DTYPES)]
+             for _ in range(4)]
+
+    def run(indices, group_of):
+        ps = {i: nn.Parameter(fm.asarray(p0[i].copy(), dtype=p0[i].dtype, device=device))
+              for i in indices}
+        groups = [{"params": [ps[i] for i in indices if group_of(i) == g], **hypers[g]}
+                  for g in (0, 1)]
+        opt = cls([g for g in groups if g["params"]])
+        for grads in steps:
+            for i in indices:
+                ps[i].grad = fm.asarray(grads[i], dtype=grads[i].dtype, device=device)
+            opt.step()
+        return {i: host(p) for i, p in ps.items()}
+
+    group_of = lambda i: 0 if i < split else 1  # noqa: E731
+    together = run(range(len(MULTI_SHAPES)), group_of)
+    for i in range(len(MULTI_SHAPES)):
+        alone = run([i], group_of)[i]
+        np.testing.assert_array_equal(together[i], alone, err_msg=f"parameter {i}")
+        assert together[i].dtype == MULTI_DTYPES[i] and together[i].shape == MULTI_SHAPES[i]
+        want = numpy_steps(kind, hypers[group_of(i)], p0[i].astype(np.float32),
+                           [g[i].astype(np.float32) for g in steps])
+        tol = dict(rtol=2e-5, atol=2e-6) if MULTI_DTYPES[i] == np.float32 else \
+            dict(rtol=4e-3, atol=4e-3)
+        np.testing.assert_allclose(together[i], want, **tol, err_msg=f"parameter {i}")
+
+
 def test_optimizer_skips_missing_gradients_and_zero_grad(device, rng):
     layer = Params(np.ones((2, 2), np.float32), np.ones(2, np.float32), device=device)
     opt = nn.optim.SGD(layer.parameters(), lr=0.5)

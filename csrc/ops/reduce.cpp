@@ -375,6 +375,22 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
   return out;
 }
 
+void sum_rows_into(const Array& x, i64 outer, i64 R, i64 inner, const Array& out) {
+  Layout l;
+  l.src = x;
+  l.outer = outer;
+  l.R = R;
+  l.inner = inner;
+  l.kept = {outer * inner};
+  if (outer * inner == 0) return;
+  Backend& b = x.backend();
+  const bool native = reduce_rows_natively<float, NativeRows>(
+      b, ReduceOp::sum, l, out, double(R), 1.0, false, "",
+      [](NativeRows* f, const float* src, i64 o, i64 r, i64 in, const double* mean, double d,
+         bool rt, float* dst, double* mean_out) { f(src, o, r, in, mean, d, rt, dst, mean_out); });
+  if (!native) launch_sum_rows(l, kernel_args(l, "sum", /*may_split=*/true), nullptr, out, 1.0, false);
+}
+
 Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   const std::string name = reduce_op_name(op);
   const bool f64 = x.dtype == DType::float64;

@@ -31,5 +31,11 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis);
 // The cumulative sum along `axis` (all axes, flattened, when axis < 0), as NumPy's cumsum:
 // a new contiguous array of x's dtype (float32, float16 or int64).
 Array cumsum(const Array& x, int axis);
+// out[o * inner + i] = the sum over r < R of x[(o * R + r) * inner + i], x a contiguous
+// float32 (outer, R, inner) array, out a contiguous float32 array of outer * inner elements
+// written in place: reduce(sum)'s kernels, splits and native rows, for an op that sums into
+// a buffer of its own (conv2d's bias gradient).
+void sum_rows_into(const Array& x, std::int64_t outer, std::int64_t R, std::int64_t inner,
+                   const Array& out);
 
 }  // namespace fm

@@ -147,17 +147,47 @@ void launch_cross_entropy(const Array& logits, const Array& labels, const CrossE
             {KernelArg::buffer(rows), buf(loss), KernelArg::inline_bytes(&a, sizeof(a))});
 }
 
-void launch_optimizer(const char* kind, const Array& param, const Array& grad,
-                      const Array& state1, const Array* state2, const OptimArgs& a) {
-  if (a.n == 0) return;
-  Backend& be = param.backend();
+void launch_optimizer(const char* kind, const std::vector<OptimTensor>& tensors) {
   const std::string kernel = std::string(kind) + "_step";
-  Dispatch d = grid(be, kernel, a.n);
-  d.cost = 4;
-  std::vector<KernelArg> args = {buf(param), buf(grad), buf(state1)};
-  if (state2) args.push_back(buf(*state2));
-  args.push_back(KernelArg::inline_bytes(&a, sizeof(a)));
-  be.launch(kernel, d, args);
+  std::vector<const OptimTensor*> chunk;
+  std::uint64_t total = 0;
+  auto flush = [&] {
+    if (chunk.empty()) return;
+    Backend& be = chunk[0]->param->backend();
+    OptimMultiArgs m{};
+    m.count = std::uint32_t(chunk.size());
+    std::vector<KernelArg> args;
+    std::uint32_t at = 0;
+    for (std::size_t k = 0; k < FM_OPTIM_SLOTS; ++k) {
+      // Unused slots bind slot 0's buffers and own no threads.
+      const OptimTensor& t = *chunk[k < chunk.size() ? k : 0];
+      m.start[k] = at;
+      if (k < chunk.size()) {
+        m.slot[k] = t.args;
+        at += t.args.n;
+      }
+      args.push_back(buf(*t.param));
+      args.push_back(buf(*t.grad));
+      args.push_back(buf(*t.state1));
+      args.push_back(buf(t.state2 ? *t.state2 : *t.state1));
+    }
+    m.start[FM_OPTIM_SLOTS] = at;
+    args.push_back(KernelArg::inline_bytes(&m, sizeof(m)));
+    Dispatch d = grid(be, kernel, at);
+    d.cost = 4;
+    be.launch(kernel, d, args);
+    chunk.clear();
+    total = 0;
+  };
+  for (const OptimTensor& t : tensors) {
+    if (t.args.n == 0) continue;
+    if (chunk.size() == FM_OPTIM_SLOTS ||
+        total + t.args.n > std::numeric_limits<std::uint32_t>::max())
+      flush();
+    chunk.push_back(&t);
+    total += t.args.n;
+  }
+  flush();
 }
 
 }  // namespace fm

@@ -5,6 +5,7 @@
 // training.cpp, declared to Python there (FM_PYTHON_OP).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/array.h"
 #include "training_args.h"
@@ -23,9 +24,19 @@ void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out);
 void launch_cross_entropy(const Array& logits, const Array& labels, const CrossEntropyArgs& a,
                           const Array& loss, const Array& grad);
 
-// kind: "sgd" (state = momentum buffer), "adam" (exp_avg, exp_avg_sq), "adadelta"
-// (square_avg, acc_delta). param is updated in place; state2 unused for sgd.
-void launch_optimizer(const char* kind, const Array& param, const Array& grad,
-                      const Array& state1, const Array* state2, const OptimArgs& a);
+// One tensor of an optimizer's update: param and its state updated in place with args
+// (args.n = its elements); state2 unused (may be null) for sgd.
+struct OptimTensor {
+  const Array* param;
+  const Array* grad;
+  const Array* state1;
+  const Array* state2;
+  OptimArgs args;
+};
+
+// kind: "sgd" (state1 = momentum buffer), "adam" (exp_avg, exp_avg_sq), "adadelta"
+// (square_avg, acc_delta). Every tensor updated, FM_OPTIM_SLOTS of them per launch, in
+// order (a multi-tensor step: one launch instead of one per parameter).
+void launch_optimizer(const char* kind, const std::vector<OptimTensor>& tensors);
 
 }  // namespace fm

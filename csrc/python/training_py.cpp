@@ -243,45 +243,71 @@ void copy_back(const InPlace& p) {
                                    p.array.nbytes());
 }
 
-void optimizer_step(const std::string& kind, py::handle param, py::handle grad, py::handle s1,
-                    py::handle s2, const py::dict& hyper) {
+// One multi-tensor update: params[i] with grads[i], states1[i], states2[i] (None for sgd)
+// and hypers[i]; every tensor is checked before anything is launched.
+void optimizer_steps(const std::string& kind, const py::list& params, const py::list& grads,
+                     const py::list& states1, const py::list& states2, const py::list& hypers) {
   const std::string op = "nn.optim." + kind;
   if (kind != "sgd" && kind != "adam" && kind != "adadelta")
     throw ValueError(message(op, "internal: unknown optimizer"));
-  Backend& be = pick_backend(op, {{"param", param}, {"grad", grad}});
-  InPlace p = in_place(param, be, op, "param", is_array(param) ? param.cast<const Array&>().size()
-                                                               : py::reinterpret_borrow<py::array>(param).size());
-  const std::int64_t n = p.array.size();
-  if (n > std::int64_t(std::numeric_limits<std::uint32_t>::max()))
-    throw ValueError(message(op, "expected fewer than 2**32 elements per parameter, got ", n));
-  Array g = to_contiguous_array(grad, be, op, "grad", DType::float32);
-  if (g.size() != n)
-    throw ValueError(message(op, "expected a gradient with ", n, " elements, got ", g.size()));
-  InPlace a = in_place(s1, be, op, "state", n);
-  InPlace b;
+  const std::size_t count = params.size();
+  if (grads.size() != count || states1.size() != count || states2.size() != count ||
+      hypers.size() != count)
+    throw ValueError(message(op, "internal: expected lists of one length"));
+  if (count == 0) return;
+  std::vector<NamedArg> named;
+  for (std::size_t i = 0; i < count; ++i) {
+    named.push_back({"param", params[i]});
+    named.push_back({"grad", grads[i]});
+  }
+  Backend& be = pick_backend(op, named);
   const bool two = kind != "sgd";
-  if (two) b = in_place(s2, be, op, "state", n);
-  OptimArgs args{};
-  args.n = std::uint32_t(n);
-  auto get = [&](const char* k) { return hyper.contains(k) ? hyper[k].cast<double>() : 0.0; };
-  args.first = get("first") != 0.0;
-  args.nesterov = get("nesterov") != 0.0;
-  args.lr = float(get("lr"));
-  args.weight_decay = float(get("weight_decay"));
-  args.momentum = float(get("momentum"));
-  args.dampening = float(get("dampening"));
-  args.beta1 = float(get("beta1"));
-  args.beta2 = float(get("beta2"));
-  args.eps = float(get("eps"));
-  args.step_size = float(get("step_size"));
-  args.sqrt_bias2 = float(get("sqrt_bias2"));
-  args.rho = float(get("rho"));
-  run_op(be, [&] {
-    launch_optimizer(kind.c_str(), p.array, g, a.array, two ? &b.array : nullptr, args);
-  });
-  copy_back(p);
-  copy_back(a);
-  if (two) copy_back(b);
+  std::vector<InPlace> p(count), a(count), b(count);
+  std::vector<Array> g(count);
+  std::vector<OptimTensor> tensors(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    py::handle param = params[i];
+    p[i] = in_place(param, be, op, "param",
+                    is_array(param) ? param.cast<const Array&>().size()
+                                    : py::reinterpret_borrow<py::array>(param).size());
+    const std::int64_t n = p[i].array.size();
+    if (n > std::int64_t(std::numeric_limits<std::uint32_t>::max()))
+      throw ValueError(message(op, "expected fewer than 2**32 elements per parameter, got ", n));
+    g[i] = to_contiguous_array(grads[i], be, op, "grad", DType::float32);
+    if (g[i].size() != n)
+      throw ValueError(message(op, "expected a gradient with ", n, " elements, got ", g[i].size()));
+    a[i] = in_place(states1[i], be, op, "state", n);
+    if (two) b[i] = in_place(states2[i], be, op, "state", n);
+    const py::dict hyper = hypers[i].cast<py::dict>();
+    OptimArgs& args = tensors[i].args;
+    args = OptimArgs{};
+    args.n = std::uint32_t(n);
+    auto get = [&](const char* k) { return hyper.contains(k) ? hyper[k].cast<double>() : 0.0; };
+    args.first = get("first") != 0.0;
+    args.nesterov = get("nesterov") != 0.0;
+    args.lr = float(get("lr"));
+    args.weight_decay = float(get("weight_decay"));
+    args.momentum = float(get("momentum"));
+    args.dampening = float(get("dampening"));
+    args.beta1 = float(get("beta1"));
+    args.beta2 = float(get("beta2"));
+    args.eps = float(get("eps"));
+    args.step_size = float(get("step_size"));
+    args.sqrt_bias2 = float(get("sqrt_bias2"));
+    args.rho = float(get("rho"));
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    tensors[i].param = &p[i].array;
+    tensors[i].grad = &g[i];
+    tensors[i].state1 = &a[i].array;
+    tensors[i].state2 = two ? &b[i].array : nullptr;
+  }
+  run_op(be, [&] { launch_optimizer(kind.c_str(), tensors); });
+  for (std::size_t i = 0; i < count; ++i) {
+    copy_back(p[i]);
+    copy_back(a[i]);
+    if (two) copy_back(b[i]);
+  }
 }
 
 }  // namespace
@@ -298,8 +324,9 @@ void bind_training(py::module_& m) {
         "Private: see training.py.");
   m.def("_reshaped_view", &reshaped_view, py::arg("x"), py::arg("shape"),
         "Private: a contiguous Array with another shape, sharing memory (see layers.py).");
-  m.def("_optimizer_step", &optimizer_step, py::arg("kind"), py::arg("param"), py::arg("grad"),
-        py::arg("state1"), py::arg("state2"), py::arg("hyper"), "Private: see optim.py.");
+  m.def("_optimizer_steps", &optimizer_steps, py::arg("kind"), py::arg("params"),
+        py::arg("grads"), py::arg("states1"), py::arg("states2"), py::arg("hypers"),
+        "Private: see optim.py.");
 }
 
 }  // namespace fm::python

@@ -202,8 +202,10 @@ def _cross_entropy_vjp(ctx, g):
     return ctx.aux * g  # the fused gradient, scaled by the loss's own gradient
 
 
-def optimizer_step(kind, param, grad, state1, state2, hyper):
-    """One optimizer update of `param` and its state buffers in place, in one fused kernel
-    (``kind``: "sgd", "adam", "adadelta"; ``hyper``: its hyper-parameters by name). Not
-    differentiable: optimizers call it under ``no_grad``."""
-    _core._optimizer_step(kind, param, grad, state1, state2, hyper)
+def optimizer_steps(kind, params, grads, states1, states2, hypers):
+    """One optimizer update of every ``params[i]`` and its state buffers ``states1[i]``,
+    ``states2[i]`` (None for "sgd") in place, with ``grads[i]`` and ``hypers[i]`` (its
+    hyper-parameters by name): fused kernels, several tensors per launch (``kind``: "sgd",
+    "adam", "adadelta"). Not differentiable: optimizers call it under ``no_grad``."""
+    _core._optimizer_steps(kind, list(params), list(grads), list(states1), list(states2),
+                           list(hypers))

@@ -1,5 +1,5 @@
 """``fastmetal.optim``: optimizers with PyTorch's update rules (SGD, Adam, AdamW and Adadelta
-one fused kernel per parameter; RMSprop, Adagrad and LBFGS written with fastmetal's ops), on
+through fused kernels, several parameters per launch; RMSprop, Adagrad and LBFGS written with fastmetal's ops), on
 float32 and float16 parameters, with ``step(closure=None)``, ``state_dict()`` and
 ``load_state_dict()``; the learning-rate schedules in ``lr_scheduler``.
 ``fastmetal.nn.optim`` is this same module."""

@@ -1,4 +1,4 @@
-"""``torch.optim.Adadelta``, one fused kernel per parameter."""
+"""``torch.optim.Adadelta``, fused kernels over several parameters per launch."""
 from __future__ import annotations
 
 from .optimizer import Optimizer, _number, _zeros_like

@@ -1,4 +1,4 @@
-"""``torch.optim.Adam`` and ``AdamW``, one fused kernel per parameter."""
+"""``torch.optim.Adam`` and ``AdamW``, fused kernels over several parameters per launch."""
 from __future__ import annotations
 
 import math

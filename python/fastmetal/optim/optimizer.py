@@ -1,6 +1,7 @@
 """The optimizers' base class (``fastmetal.optim``; ``fastmetal.nn.optim`` is the same module): SGD, Adam, AdamW and Adadelta with PyTorch's update
-formulas, each step one fused kernel per parameter that updates the parameter and its state
-in place on the parameter's device (``metal/training.metal``); the schedules are in lr_scheduler.py.
+formulas, each step fused kernels that update the parameters and their state in place on
+their device, several tensors per launch (a multi-tensor step, ``metal/training.metal``); the
+schedules are in lr_scheduler.py.
 
 An optimizer takes what PyTorch's take: any iterable of parameters (``model.parameters()``,
 a list, the sum of two lists) or of param-group dicts (``{"params": [...], "lr": ...}``,
@@ -20,7 +21,7 @@ from ..autograd.tape import enable_grad, no_grad
 from ..ops.creation import asarray, zeros
 from ..ops.capture import dynamic, tracing
 from ..ops.elementwise import copy
-from ..ops.training import optimizer_step
+from ..ops.training import optimizer_steps
 
 __all__ = ["Optimizer"]
 
@@ -64,11 +65,6 @@ def _param_list(params, cls, where):
 
 def _zeros_like(p):
     return zeros(tuple(p.shape), dtype=np.float32, device=p.device)  # float16 params too
-
-
-def _run_all(updates):
-    for update in updates:
-        update()
 
 
 class Optimizer:
@@ -138,16 +134,16 @@ class Optimizer:
         with no_grad():
             # Re-run at each replay of a compiled step (fastmetal.compile): the step count,
             # bias corrections and learning rate are Python's.
-            updates = [functools.partial(self._update_param, p, p.grad,
-                                         self.state.setdefault(id(p), {}), group)
-                       for group in self.param_groups for p in group["params"]
-                       if p.grad is not None]
+            items = [(p, p.grad, self.state.setdefault(id(p), {}), group)
+                     for group in self.param_groups for p in group["params"]
+                     if p.grad is not None]
             # A key only where it can stay the same: the arguments are _prepare's, and no
             # step count changes them at every step (Adam's bias corrections).
             plain = tracing() and type(self)._update is Optimizer._update and not any(
                 "step" in self.state.get(id(p), ()) for g in self.param_groups
                 for p in g["params"])
-            dynamic(functools.partial(_run_all, updates), key=self._replay_key if plain else None)
+            dynamic(functools.partial(self._update_all, items),
+                    key=self._replay_key if plain else None)
         return loss
 
     def _replay_key(self):
@@ -162,9 +158,36 @@ class Optimizer:
                 key.append((state.get("step"), self._prepare(p, state, group)[2]))
         return key
 
+    def _update_all(self, items):
+        """The update of every (parameter, grad, state, group) in ``items``: the fused kernel
+        of ``_kind`` for all of them together (a multi-tensor step, a few tensors per
+        launch); optimizers that override ``_update`` run it per parameter. float32
+        parameters are updated in place; a float16 one through float32 copies of it and its
+        gradient (its state is kept in float32), rounded back once at the end."""
+        if type(self)._update is not Optimizer._update:
+            for item in items:
+                self._update_param(*item)
+            return
+        params, grads, states1, states2, hypers, back = [], [], [], [], [], []
+        for p, grad, state, group in items:
+            work = p if p.dtype == np.float32 else p.astype(np.float32)
+            if work is not p:
+                back.append((work, p))
+            s1, s2, hyper = self._prepare(work, state, group)
+            self._before(work, group)
+            params.append(work)
+            grads.append(grad if grad.dtype == np.float32 else grad.astype(np.float32))
+            states1.append(s1)
+            states2.append(s2)
+            hypers.append(hyper)
+        optimizer_steps(self._kind, params, grads, states1, states2, hypers)
+        for _, _, state, _ in items:
+            self._after(state)
+        for work, p in back:
+            copy(work, out=p)
+
     def _update_param(self, p, grad, state, group):
-        """float32 parameters are updated in place; a float16 one through float32 copies of
-        it and its gradient (its state is kept in float32), rounded back once at the end."""
+        """One parameter through ``_update`` (optimizers written with fastmetal's ops)."""
         if p.dtype == np.float32:  # the common case: no conversion call on the step's path
             self._update(p, grad if grad.dtype == np.float32 else grad.astype(np.float32),
                          state, group)
@@ -174,12 +197,10 @@ class Optimizer:
         copy(work, out=p)
 
     def _update(self, param, grad, state, group):
-        """The update of a float32 parameter (and its state) in place: the fused kernel of
-        ``_kind``; optimizers written with fastmetal's ops override this."""
-        s1, s2, hyper = self._prepare(param, state, group)
-        self._before(param, group)
-        optimizer_step(self._kind, param, grad, s1, s2, hyper)
-        self._after(state)
+        """The update of a float32 parameter (and its state) in place; optimizers written
+        with fastmetal's ops override this (the fused kinds go through ``_update_all``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no fused kernel: it overrides "
+                                  "_update")
 
     # -- checkpoints, as torch.optim.Optimizer's
     def _indexed(self):

@@ -1,4 +1,4 @@
-"""``torch.optim.SGD``, one fused kernel per parameter."""
+"""``torch.optim.SGD``, fused kernels over several parameters per launch."""
 from __future__ import annotations
 
 from ..ops.checks import check_bool
