@@ -324,6 +324,9 @@ def test_from_dlpack_bad_input():
         fm.from_dlpack([1, 2])
     with pytest.raises(TypeError, match=r"\[fastmetal.from_dlpack\] expected copy"):
         fm.from_dlpack(np.zeros(2), copy="yes")
+    with pytest.raises(TypeError, match=r"\[fastmetal.from_dlpack\] expected an array DLPack "
+                                        r"can carry .*ndarray"):
+        fm.from_dlpack(np.array(["x"]))
 
 
 # ----------------------------------------------------------------------------- 0-d masks

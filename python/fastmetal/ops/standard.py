@@ -557,7 +557,11 @@ def from_dlpack(x: Any, /, *, device: Optional[str] = None,
                         f"PyTorch tensor, a fastmetal.Array), got {type(x).__name__}")
     kind = int(x.__dlpack_device__()[0]) if hasattr(x, "__dlpack_device__") else _DL_CPU
     if kind in (_DL_CPU, _DL_CUDA_HOST):
-        host = np.from_dlpack(x, copy=copy)
+        try:
+            host = np.from_dlpack(x, copy=copy)
+        except BufferError as err:  # what DLPack cannot carry (strings, objects)
+            raise TypeError(f"[{where}] expected an array DLPack can carry (bool, integers, "
+                            f"floats), got {type(x).__name__}: {err}") from err
         return creation.asarray(host, device="cpu" if device is None else device,
                                 copy=False if copy is False else None)
     if kind in (_DL_CUDA, _DL_CUDA_MANAGED):
