@@ -549,7 +549,7 @@ def from_dlpack(x: Any, /, *, device: Optional[str] = None,
         raise TypeError(f"[{where}] expected copy to be True, False or None, got {copy!r}")
     if isinstance(x, Array):
         target = x.device if device is None else device
-        if copy is None and target == x.device:
+        if copy is not True and target == x.device:
             return x._alias()
         return creation.asarray(x, device=target, copy=copy)
     if not hasattr(x, "__dlpack__"):
