@@ -589,6 +589,39 @@ FM_FUNC float fm_floor_divide(float a, float b) {
 // The sign bit of x as one comparison (true for -0 and negative NaNs).
 FM_FUNC bool fm_signbit(float x) { return metal::as_type<int32_t>(x) < 0; }
 
+// C's nextafter on the bits of a float32 or float16 (bx, by widened to 32 bits; sign: the
+// format's sign bit; inf: its +inf bits). Integer arithmetic only, so subnormals are exact
+// where a GPU flushes them in float arithmetic. As C and NumPy: NaN if either is NaN, y if
+// x == y (nextafter(0.0, -0.0) is -0.0), the smallest subnormal of y's sign from a zero,
+// -0.0 from -denorm_min toward 0, +-inf from +-max outward.
+FM_FUNC uint32_t fm_nextafter_bits(uint32_t bx, uint32_t by, uint32_t sign, uint32_t inf) {
+  const uint32_t ax = bx & (sign - 1u), ay = by & (sign - 1u);
+  // The values' order as integers (sign-magnitude to two's complement; -0 and +0 both 0).
+  const int32_t ox = metal::select(int32_t(ax), -int32_t(ax), bx >= sign);
+  const int32_t oy = metal::select(int32_t(ay), -int32_t(ay), by >= sign);
+  // Away from zero (magnitude + 1) when moving up from a positive x or down from a negative.
+  const uint32_t away = metal::select(uint32_t(ox > oy), uint32_t(ox < oy), bx < sign);
+  uint32_t r = metal::select(bx - 1u, bx + 1u, away != 0u);
+  r = metal::select(r, (by & sign) | 1u, ax == 0u);
+  r = metal::select(r, by, ox == oy);
+  r = metal::select(r, by, ay > inf);
+  return metal::select(r, bx, ax > inf);
+}
+
+FM_FUNC float fm_nextafter(float x, float y) {
+  return metal::as_type<float>(fm_nextafter_bits(metal::as_type<uint32_t>(x),
+                                                 metal::as_type<uint32_t>(y), 0x80000000u,
+                                                 0x7f800000u));
+}
+
+// float16 results: the step is one float16 ulp. x is a float16 value (the kernel loaded it);
+// y is rounded to float16 first, as NumPy casts a Python scalar to the array's dtype.
+FM_FUNC float fm_nextafter_f16(float x, float y) {
+  const uint32_t bx = metal::as_type<uint16_t>(half(x));
+  const uint32_t by = metal::as_type<uint16_t>(half(y));
+  return float(metal::as_type<half>(uint16_t(fm_nextafter_bits(bx, by, 0x8000u, 0x7c00u))));
+}
+
 // log x from its float-float log times a float-float constant c_hi + c_lo (log2, log10),
 // with log's special values.
 FM_FUNC float fm_log_scaled(float x, float c_hi, float c_lo) {

@@ -130,4 +130,19 @@ FM_FUNC double fm_floor_divide(double a, double b) {
   return floordiv;
 }
 
+// fm_math.h's fm_nextafter on the 64 bits (the same steps, C's and NumPy's special values).
+FM_FUNC double fm_nextafter(double x, double y) {
+  const uint64_t sign = 0x8000000000000000ull, inf = 0x7ff0000000000000ull;
+  const uint64_t bx = metal::as_type<uint64_t>(x), by = metal::as_type<uint64_t>(y);
+  const uint64_t ax = bx & (sign - 1u), ay = by & (sign - 1u);
+  if (ax > inf) return x;
+  if (ay > inf) return y;
+  const int64_t ox = bx >= sign ? -int64_t(ax) : int64_t(ax);
+  const int64_t oy = by >= sign ? -int64_t(ay) : int64_t(ay);
+  if (ox == oy) return y;
+  if (ax == 0u) return metal::as_type<double>((by & sign) | 1u);
+  const bool away = bx < sign ? ox < oy : ox > oy;
+  return metal::as_type<double>(away ? bx + 1u : bx - 1u);
+}
+
 #endif  // FM_HAS_DOUBLE

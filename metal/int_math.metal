@@ -119,15 +119,16 @@ kernel void binary_int(device const T* x [[buffer(0)]], device const T* y [[buff
       binary_op<T, Op>(x[int_view_offset(a, 0, e)], y[int_view_offset(a, 1, e)]);
 }
 
-// Op: 0 negative, 1 abs, 2 square, 3 bitwise_invert (abs(MIN) is MIN, as NumPy; the
-// negative of an unsigned value wraps around).
+// Op: 0 negative, 1 abs, 2 square, 3 bitwise_invert, 4 sign (abs(MIN) is MIN, as NumPy;
+// the negative of an unsigned value wraps around; sign is -1, 0 or 1 in x's dtype).
 template <typename T, int Op>
 FM_FUNC T unary_op(T x) {
   switch (Op) {
     case 0: return wrap_sub(T(0), x);
     case 1: return x < T(0) ? wrap_sub(T(0), x) : x;
     case 2: return wrap_mul(x, x);
-    default: return T(~x);
+    case 3: return T(~x);
+    default: return x > T(0) ? T(1) : (x == T(0) ? T(0) : wrap_sub(T(0), T(1)));
   }
 }
 
@@ -175,6 +176,7 @@ FM_INSTANTIATE("int64_negative", unary_int, int64_t, 0);
 FM_INSTANTIATE("int64_abs", unary_int, int64_t, 1);
 FM_INSTANTIATE("int64_square", unary_int, int64_t, 2);
 FM_INSTANTIATE("int64_bitwise_invert", unary_int, int64_t, 3);
+FM_INSTANTIATE("int64_sign", unary_int, int64_t, 4);
 FM_INSTANTIATE("int32_add", binary_int, int32_t, 0);
 FM_INSTANTIATE("int32_subtract", binary_int, int32_t, 1);
 FM_INSTANTIATE("int32_multiply", binary_int, int32_t, 2);
@@ -192,6 +194,7 @@ FM_INSTANTIATE("int32_negative", unary_int, int32_t, 0);
 FM_INSTANTIATE("int32_abs", unary_int, int32_t, 1);
 FM_INSTANTIATE("int32_square", unary_int, int32_t, 2);
 FM_INSTANTIATE("int32_bitwise_invert", unary_int, int32_t, 3);
+FM_INSTANTIATE("int32_sign", unary_int, int32_t, 4);
 FM_INSTANTIATE("uint8_add", binary_int, uchar, 0);
 FM_INSTANTIATE("uint8_subtract", binary_int, uchar, 1);
 FM_INSTANTIATE("uint8_multiply", binary_int, uchar, 2);
@@ -209,3 +212,4 @@ FM_INSTANTIATE("uint8_negative", unary_int, uchar, 0);
 FM_INSTANTIATE("uint8_abs", unary_int, uchar, 1);
 FM_INSTANTIATE("uint8_square", unary_int, uchar, 2);
 FM_INSTANTIATE("uint8_bitwise_invert", unary_int, uchar, 3);
+FM_INSTANTIATE("uint8_sign", unary_int, uchar, 4);

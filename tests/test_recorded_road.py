@@ -46,6 +46,7 @@ CALLS = {
     "min": lambda x, y, d: fm.min(x),
     "prod": lambda x, y, d: fm.prod(x, axis=0),
     "cumsum": lambda x, y, d: fm.cumsum(x, axis=1),
+    "cumprod": lambda x, y, d: fm.cumprod(x, axis=1),
     "matmul": lambda x, y, d: fm.matmul(x, fm.transpose(y)),
     "dot": lambda x, y, d: fm.dot(x, 3.0),
     "linear": lambda x, y, d: fm.linear(x, y),
@@ -129,6 +130,8 @@ CALLS = {
     "real": lambda x, y, d: fm.real(x),
     "unstack": lambda x, y, d: fm.unstack(x, axis=1)[2],
     "cumulative_sum": lambda x, y, d: fm.cumulative_sum(x, axis=1, include_initial=True),
+    "cumulative_prod": lambda x, y, d: fm.cumulative_prod(x, axis=1, include_initial=True),
+    "imag": lambda x, y, d: fm.imag(x),
     "diff": lambda x, y, d: fm.diff(x, axis=0, prepend=y[:1]),
     "take_along_axis": lambda x, y, d: fm.take_along_axis(x, fm.argsort(y, axis=1), axis=1),
     # The gradients themselves (the per-layer API before autograd): not differentiable.
@@ -151,6 +154,8 @@ NOT_OPS = {"Array", "asarray", "default_device", "devices", "empty", "ones", "ze
            # dtype introspection; creation and random draws (they make leaves)
            "finfo", "iinfo", "isdtype", "result_type", "can_cast", "eye", "randn", "rand",
            "randint", "randn_like", "rand_like", "from_numpy", "__array_namespace_info__",
+           # an import (as torch.from_dlpack: the result is a new leaf over the same memory)
+           "from_dlpack",
            # integer and bool results: no gradient by design (floats are a TypeError)
            "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
            "bitwise_right_shift", "bitwise_invert", "left_shift", "right_shift", "invert",
@@ -158,7 +163,7 @@ NOT_OPS = {"Array", "asarray", "default_device", "devices", "empty", "ones", "ze
 # all / any: reductions of comparisons (bool in PyTorch).
 PIECEWISE_CONSTANT = {s.name for s in OPS if s.public and not s.grads} | {
     "all", "any", "logical_not", "logical_and", "logical_or", "logical_xor", "isnan", "isinf",
-    "isfinite", "signbit",
+    "isfinite", "signbit", "imag",  # imag of a real number: the constant 0
     "unique_values", "unique_all"}  # unique: which values is an index decision
 
 

@@ -84,7 +84,8 @@ bool is_rounding(const std::string& op) {
 }
 
 bool is_int_unary(const std::string& op) {
-  return op == "negative" || op == "abs" || op == "square" || op == "bitwise_invert";
+  return op == "negative" || op == "abs" || op == "square" || op == "bitwise_invert" ||
+         op == "sign";
 }
 
 namespace {

@@ -448,10 +448,12 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   return out;
 }
 
-Array cumsum(const Array& x, int axis) {
+namespace {
+// A scan (kernel "<op>_<dtype>" of metal/scan.metal) along `axis`, or of the flattened x.
+Array scan(const Array& x, int axis, const std::string& op) {
   if (x.dtype != DType::float32 && x.dtype != DType::float16 && x.dtype != DType::int64 &&
       x.dtype != DType::float64)
-    throw TypeError(message("cumsum", "expected a float32, float64, float16 or int64 array, got ",
+    throw TypeError(message(op, "expected a float32, float64, float16 or int64 array, got ",
                             dtype_name(x.dtype)));
   Array flat = x;
   if (axis < 0) {  // NumPy: the flattened array
@@ -461,12 +463,12 @@ Array cumsum(const Array& x, int axis) {
     axis = 0;
   }
   Layout l = layout(flat, {axis});
-  Array out = Array::empty(x.backend(), flat.shape, x.dtype, "cumsum");
+  Array out = Array::empty(x.backend(), flat.shape, x.dtype, op.c_str());
   const i64 lines = l.outer * l.inner;
   if (out.size() == 0) return out;
   if (lines > i64(std::numeric_limits<std::uint32_t>::max()) ||
       l.R > i64(std::numeric_limits<std::uint32_t>::max()))
-    throw ValueError(message("cumsum", "expected at most 2**32-1 lines of at most 2**32-1 ",
+    throw ValueError(message(op, "expected at most 2**32-1 lines of at most 2**32-1 ",
                              "elements, got ", lines, " lines of ", l.R));
   // layout() put the axis last where it had to gather: then the lines are rows (inner = 1)
   // of a (kept..., R) copy, and the result is written in that order and moved back below.
@@ -477,12 +479,12 @@ Array cumsum(const Array& x, int axis) {
   a.inner = std::uint32_t(l.inner);
   a.split = 1;
   a.seg_len = a.R;
-  Array target = moved ? Array::empty(x.backend(), l.src.shape, x.dtype, "cumsum") : out;
+  Array target = moved ? Array::empty(x.backend(), l.src.shape, x.dtype, op.c_str()) : out;
   Dispatch d;
   d.grid[0] = std::uint32_t(lines);
-  d.group[0] = x.backend().preferred_group_size(std::string("cumsum_") + dtype_name(x.dtype));
+  d.group[0] = x.backend().preferred_group_size(op + "_" + dtype_name(x.dtype));
   d.cost = std::uint64_t(std::max<i64>(1, l.R));
-  x.backend().launch(std::string("cumsum_") + dtype_name(x.dtype), d,
+  x.backend().launch(op + "_" + dtype_name(x.dtype), d,
                      {buf(l.src), buf(target), KernelArg::inline_bytes(&a, sizeof a)});
   if (moved) {
     // target is (kept axes..., axis) in C order: view it with the axis back in its place.
@@ -499,5 +501,9 @@ Array cumsum(const Array& x, int axis) {
   }
   return out;
 }
+}  // namespace
+
+Array cumsum(const Array& x, int axis) { return scan(x, axis, "cumsum"); }
+Array cumprod(const Array& x, int axis) { return scan(x, axis, "cumprod"); }
 
 }  // namespace fm

@@ -29,8 +29,10 @@ Array reduce(ReduceOp op, const Array& x, const std::vector<int>& axes, double d
 // array of indices on x's device, with the shape of the kept axes (in order).
 Array reduce_arg(ReduceOp op, const Array& x, int axis);
 // The cumulative sum along `axis` (all axes, flattened, when axis < 0), as NumPy's cumsum:
-// a new contiguous array of x's dtype (float32, float16 or int64).
+// a new contiguous array of x's dtype (float32, float64, float16 or int64).
 Array cumsum(const Array& x, int axis);
+// The cumulative product, the same way (NumPy's cumprod; int64 wraps on overflow).
+Array cumprod(const Array& x, int axis);
 // out[o * inner + i] = the sum over r < R of x[(o * R + r) * inner + i], x a contiguous
 // float32 (outer, R, inner) array, out a contiguous float32 array of outer * inner elements
 // written in place: reduce(sum)'s kernels, splits and native rows, for an op that sums into

@@ -109,9 +109,9 @@ py::object reduce_py(const std::string& name, py::handle x, py::handle axis, boo
   return give(name, std::move(r), out, as_array);
 }
 
-// cumsum(a, axis=None): in a's dtype (floats), int64 for integers and bool (as NumPy).
-py::object cumsum_py(py::handle x, py::handle axis, py::handle out) {
-  const std::string name = "cumsum";
+// cumsum(a, axis=None) and cumprod: in a's dtype (floats), int64 for integers and bool (as
+// NumPy).
+py::object scan_py(const std::string& name, py::handle x, py::handle axis, py::handle out) {
   Backend& b = pick_backend(name, {{"a", x}, {"out", out}});
   const DType dtype = cumsum_dtype(on_device(native_dtype_of(x, name, "a"), b.has_float64()));
   Array a = to_operand(x, b, name, "a", dtype);
@@ -126,7 +126,7 @@ py::object cumsum_py(py::handle x, py::handle axis, py::handle out) {
   Array r;
   {
     py::gil_scoped_release nogil;
-    r = cumsum(a, ax);
+    r = name == "cumprod" ? cumprod(a, ax) : cumsum(a, ax);
     b.end_op();
   }
   if (out.is_none()) return wrap_result(std::move(r), is_array(x));
@@ -284,8 +284,12 @@ py::object store_out_py(const std::string& op, py::handle result, py::handle out
 void bind_reductions(py::module_& m) {
   m.def("_reduce", &reduce_py, py::arg("op"), py::arg("a"), py::arg("axis") = py::none(),
         py::arg("keepdims") = false, py::arg("ddof") = 0.0, py::arg("out") = py::none());
-  m.def("_cumsum", &cumsum_py, py::arg("a"), py::arg("axis") = py::none(),
-        py::arg("out") = py::none());
+  m.def("_cumsum", [](py::handle a, py::handle axis, py::handle out) {
+          return scan_py("cumsum", a, axis, out);
+        }, py::arg("a"), py::arg("axis") = py::none(), py::arg("out") = py::none());
+  m.def("_cumprod", [](py::handle a, py::handle axis, py::handle out) {
+          return scan_py("cumprod", a, axis, out);
+        }, py::arg("a"), py::arg("axis") = py::none(), py::arg("out") = py::none());
   m.def("_store_out", &store_out_py, py::arg("op"), py::arg("result"), py::arg("out"));
   m.def("_matmul", &matmul_py, py::arg("a"), py::arg("b"), py::arg("out") = py::none());
   m.def("_linear", &linear_py, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());

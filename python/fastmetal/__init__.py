@@ -30,7 +30,8 @@ from .ops.views import expand_dims
 from .ops.numerics import derivative, fourier_series, gradient
 from .ops.random import seed as manual_seed  # torch.manual_seed's name for fm.random.seed
 from .ops.conv import conv2d, conv2d_backward
-from .ops.reductions import sum, mean, var, std, max, min, argmax, argmin, prod, cumsum  # noqa: A004
+from .ops.reductions import (sum, mean, var, std, max, min, argmax, argmin, prod, cumsum,  # noqa: A004
+                             cumprod)
 from .ops.linalg import matmul, linear, linear_backward, dot
 from .ops.manipulation import (where, concatenate, stack, transpose, permute, swapaxes, moveaxis,
                                squeeze)
@@ -52,8 +53,9 @@ from .ops.standard import (__array_api_version__, __array_namespace_info__, bool
 from .ops.bitwise import (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift,
                           bitwise_right_shift, bitwise_invert, left_shift, right_shift, invert,
                           bitwise_not)
-from .ops.standard import (e, pi, inf, nan, newaxis, reshape, astype, positive, conj, real,
-                           unstack, cumulative_sum, diff, take_along_axis)
+from .ops.standard import (e, pi, inf, nan, newaxis, reshape, astype, positive, conj, real, imag,
+                           unstack, cumulative_sum, cumulative_prod, diff, take_along_axis,
+                           from_dlpack)
 from .ops.habits import (cat, clamp, flatten, unsqueeze, split, chunk, randn, rand, randint,
                          randn_like, rand_like, from_numpy)
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
@@ -107,7 +109,7 @@ __all__ = [
     "conv2d",
     "conv2d_backward",
     # reductions and linear algebra
-    "sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod", "cumsum",
+    "sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod", "cumsum", "cumprod",
     "matmul", "linear", "linear_backward", "dot",
     # training
     "cross_entropy", "dropout", "dropout_backward", "log_softmax", "log_softmax_backward",
@@ -128,8 +130,8 @@ __all__ = [
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
     "bitwise_invert", "left_shift", "right_shift", "invert", "bitwise_not",
     # the standard's constants and the rest of its functions (standard.py)
-    "e", "pi", "inf", "nan", "newaxis", "reshape", "astype", "positive", "conj", "real",
-    "unstack", "cumulative_sum", "diff", "take_along_axis",
+    "e", "pi", "inf", "nan", "newaxis", "reshape", "astype", "positive", "conj", "real", "imag",
+    "unstack", "cumulative_sum", "cumulative_prod", "diff", "take_along_axis", "from_dlpack",
     # PyTorch's function names (habits.py)
     "cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
     "randn_like", "rand_like", "from_numpy",

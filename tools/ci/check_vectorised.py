@@ -15,7 +15,9 @@ the ISA's full vector width (xmm for base, ymm for avx2, zmm for avx512, v.4s fo
 and calls no libm function. An op with no arithmetic at all (its MSL expression is one of
 its arguments, as `copy`) has none to find: it passes instead with a full-width packed
 load AND a full-width packed store (x86 [v]movups/movaps/movdqu*/movdqa* on that register
-width; arm64 ldr/ldp/ld1 and str/stp/st1 on q or v.4s registers), and no libm call. Checked entries: every contiguous float32 elementwise entry
+width; arm64 ldr/ldp/ld1 and str/stp/st1 on q or v.4s registers), and no libm call. An op
+computed on the floats' bits (BIT_ENTRIES: nextafter) may show packed integer compares and
+adds instead of float arithmetic. Checked entries: every contiguous float32 elementwise entry
 (entry_unary_v_*_float32, entry_binary_v_*_float32) and the numerics kernels' lane-loop
 variants (fourier_series_l16/l64, stencil_interior_*_l16_*).
 
@@ -62,6 +64,13 @@ ARM_PACKED = re.compile(
     r"frint[a-z]|fcvt[a-z]+|scvtf|ucvtf)\s+v\d+\.4s"
     # bitwise selects on whole vectors (copysign: the sign bit of one lane into another)
     r"|^\s*(bif|bit|bsl)\s+v\d+\.16b")
+# Entries whose work is integer arithmetic on the floats' bits (nextafter: compares and +-1 on
+# the bit patterns, so subnormals stay exact): packed integer compares and adds at the ISA's
+# full width count as their vector work (GCC picks float-domain blends for the selects,
+# clang integer ones).
+BIT_ENTRIES = ("binary_v_nextafter_float32",)
+X86_PACKED_INT = re.compile(r"^v?p(add|sub|cmpgt|cmpeq|min[su]|max[su])[bwdq]$")
+ARM_PACKED_INT = re.compile(r"^\s*(add|sub|cmgt|cmge|cmeq|cmhi|cmhs)\s+v\d+\.4s")
 LIBM = re.compile(r"\b(sin|cos|tan|exp|exp2|expm1|log|log2|log10|log1p|pow|tanh|sinh|cosh|"
                   r"atan|atan2|asin|acos|erf|erfc|fma|rint|nearbyint|round|floor|ceil|trunc|"
                   r"sqrt|fmod|cbrt|hypot|ldexp|scalbn)f?\b")
@@ -227,17 +236,19 @@ def entry_code(funcs: dict[str, list[str]], symbol: str) -> list[str]:
     return code
 
 
-def judge(isa: str, instrs: list[str], moves: bool = False, need: str | None = None) -> str | None:
+def judge(isa: str, instrs: list[str], moves: bool = False, need: str | None = None,
+          bits: bool = False) -> str | None:
     """None when the function is vectorised for `isa`, else why not. `moves`: the op has no
     arithmetic, so full-width packed loads and stores are the evidence instead. `need`: an
-    x86 mnemonic that must also appear at the ISA's full width."""
+    x86 mnemonic that must also appear at the ISA's full width. `bits`: the op computes on
+    the bit patterns (BIT_ENTRIES), so packed integer arithmetic counts too."""
     calls = []
     packed = 0
     loads = stores = 0
     needed = 0
     for ins in instrs:
         if isa == "arm64":
-            if ARM_PACKED.match(ins):
+            if ARM_PACKED.match(ins) or (bits and ARM_PACKED_INT.match(ins)):
                 packed += 1
             loads += bool(ARM_LOAD.match(ins))
             stores += bool(ARM_STORE.match(ins))
@@ -251,7 +262,8 @@ def judge(isa: str, instrs: list[str], moves: bool = False, need: str | None = N
                     calls.append(target)
                 continue
             parts = ins.split(None, 2)
-            if len(parts) >= 3 and X86_PACKED.match(parts[1]) and X86_WIDTH[isa] in parts[2]:
+            if len(parts) >= 3 and X86_WIDTH[isa] in parts[2] and (
+                    X86_PACKED.match(parts[1]) or (bits and X86_PACKED_INT.match(parts[1]))):
                 packed += 1
             if need and len(parts) >= 3 and parts[1] == need and X86_WIDTH[isa] in parts[2]:
                 needed += 1
@@ -326,7 +338,7 @@ def check_isa(isa: str, gen: Path, metal: Path, flags: dict[str, list[str]], wor
                 continue
             checked += 1
             why = judge(isa, entry_code(funcs, symbol), moves_only(name, move_ops),
-                        need if name in SCALEF_ENTRIES else None)
+                        need if name in SCALEF_ENTRIES else None, name in BIT_ENTRIES)
             if why:
                 failures.append(f"{isa}: entry_{name} {why}")
     return failures, checked

@@ -361,6 +361,11 @@ def _cumsum(self: Array, axis: Any = None, *, dim: Any = None) -> Any:
     return reductions.cumsum(self, axis=axis, dim=dim)
 
 
+def _cumprod(self: Array, axis: Any = None, *, dim: Any = None) -> Any:
+    """fastmetal.cumprod(self, axis=axis) (dim= as PyTorch's)."""
+    return reductions.cumprod(self, axis=axis, dim=dim)
+
+
 def _permute(self: Array, *dims: Any) -> Array:
     """fastmetal.permute(self, *dims): the axes in the order dims (PyTorch's method)."""
     return manipulation.permute(self, *dims)
@@ -806,7 +811,7 @@ def _install() -> None:
         "reshape": views.reshape, "transpose": views.transpose, "T": property(_T),
         "squeeze": views.squeeze, "ravel": views.ravel, "flatten": views.flatten,
         "copy": views.contiguous_copy, "astype": views.astype, "to": views.to,
-        "prod": _prod, "cumsum": _cumsum, "permute": _permute, "swapaxes": _swapaxes,
+        "prod": _prod, "cumsum": _cumsum, "cumprod": _cumprod, "permute": _permute, "swapaxes": _swapaxes,
         "moveaxis": _moveaxis,
         # autograd
         "requires_grad": property(_requires_grad_get, tape.set_requires_grad,

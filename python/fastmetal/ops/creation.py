@@ -87,6 +87,12 @@ def _sizes(args: tuple, where: str) -> tuple:
     return args[0], rest[0], rest[1]
 
 
+def _given(shape: Any, sizes: tuple) -> tuple:
+    """The positional arguments of zeros / ones / empty as one tuple: the Array API's
+    ``shape`` parameter (positional or keyword), then PyTorch's further sizes."""
+    return sizes if shape is None and not sizes else (shape,) + sizes
+
+
 def _made(where: str, maker: Any, args: tuple, dtype: Any, device: Any,
           requires_grad: bool) -> Array:
     shape, pos_dtype, pos_device = _sizes(args, where)
@@ -100,23 +106,24 @@ def _made(where: str, maker: Any, args: tuple, dtype: Any, device: Any,
     return out.requires_grad_(True) if requires_grad else out
 
 
-def zeros(*shape: Any, dtype: Any = None, device: Optional[str] = None,
+def zeros(shape: Any = None, *sizes: Any, dtype: Any = None, device: Optional[str] = None,
           requires_grad: bool = False) -> Array:
-    """A new Array of zeros (float32 by default), as ``numpy.zeros(shape, dtype)`` and
-    ``torch.zeros(*size)``: the shape as one tuple or as ints."""
-    return _made("zeros", _core.zeros, shape, dtype, device, requires_grad)
+    """A new Array of zeros (float32 by default), as ``numpy.zeros(shape, dtype)``, the Array
+    API's ``zeros(shape, *, dtype, device)`` and ``torch.zeros(*size)``: the shape as one
+    tuple (by position or ``shape=``) or as ints."""
+    return _made("zeros", _core.zeros, _given(shape, sizes), dtype, device, requires_grad)
 
 
-def ones(*shape: Any, dtype: Any = None, device: Optional[str] = None,
+def ones(shape: Any = None, *sizes: Any, dtype: Any = None, device: Optional[str] = None,
          requires_grad: bool = False) -> Array:
     """A new Array of ones, as :func:`zeros` (``ones(2, 3)`` or ``ones((2, 3))``)."""
-    return _made("ones", _core.ones, shape, dtype, device, requires_grad)
+    return _made("ones", _core.ones, _given(shape, sizes), dtype, device, requires_grad)
 
 
-def empty(*shape: Any, dtype: Any = None, device: Optional[str] = None,
+def empty(shape: Any = None, *sizes: Any, dtype: Any = None, device: Optional[str] = None,
           requires_grad: bool = False) -> Array:
     """A new uninitialised Array, as :func:`zeros` (``empty(2, 3)`` or ``empty((2, 3))``)."""
-    return _made("empty", _core.empty, shape, dtype, device, requires_grad)
+    return _made("empty", _core.empty, _given(shape, sizes), dtype, device, requires_grad)
 
 
 

@@ -11,8 +11,9 @@ Reading gives a new array (a copy, as NumPy); assignment (``a[idx] = v``, ``a[ma
 writes in place, ``v`` broadcast to the indexed shape. Everything runs on the array's
 device (metal/index.metal), except two reads of small host data: the bounds of an int64
 Array index and the count of an Array mask's nonzero elements (one number), both through
-``.numpy()``. Out-of-bounds indices raise IndexError, as NumPy. Not supported (IndexError):
-0-d masks. Repeated indices in an assignment: one of the values wins, which one is
+``.numpy()``. Out-of-bounds indices raise IndexError, as NumPy. A 0-d mask adds an axis of
+length 1 (True) or 0 (False) in its place, as NumPy (not supported beside other index arrays:
+IndexError). Repeated indices in an assignment: one of the values wins, which one is
 unspecified (NumPy: the last).
 
 Several index arrays in one key (``a[[0, 2], [1, 3]]``, ``a[i, :, j]``; integers beside an
@@ -106,7 +107,7 @@ def plan(a: Array, key: Any, where: str, for_write: bool) -> Plan:
     kind, idx = _classify(items[pos], where)
     m = 1 if kind == "int" else idx.ndim
     if m == 0:
-        raise IndexError(f"[{where}] expected a mask of at least one dimension, got a 0-d mask")
+        return _plan_scalar_mask(a, items, pos, idx, where, for_write)
     slices = sum(1 for k in items if isinstance(k, slice))
     ellipsis_dims = max(0, a.ndim - slices - m)
     # Where the index array's axes start, in `a` and in the basic view.
@@ -153,6 +154,22 @@ def plan(a: Array, key: Any, where: str, for_write: bool) -> Plan:
         positions = np.flatnonzero(idx).astype(np.int64)
     shape = view.shape[:out_axis] + (int(positions.shape[0]),) + view.shape[out_axis + 1:]
     return Plan(view, out_axis, positions, shape)
+
+
+def _plan_scalar_mask(a: Array, items: Tuple[Any, ...], pos: int, mask: Any, where: str,
+                      for_write: bool) -> Plan:
+    """A 0-d mask, as NumPy: a new axis in its place, of length 1 where the mask is True and
+    0 where it is False (``x[True]`` has shape ``(1, *x.shape)``). The new axis (a basic view)
+    is indexed by ``[0]`` or ``[]``; an Array mask is read from the device (one value)."""
+    truth = bool(mask.numpy() if isinstance(mask, Array) else mask)
+    view = a[items[:pos] + (None,) + items[pos + 1:]]
+    # The new axis's place in the view: the axes the items before the mask give.
+    consumed = sum(1 for k in items if k is not None and k is not Ellipsis) - 1
+    axis = 0
+    for k in items[:pos]:
+        axis += max(0, a.ndim - consumed) if k is Ellipsis else 1
+    index = np.zeros(1 if truth else 0, dtype=np.int64)
+    return Plan(view, axis, index, view.shape[:axis] + (len(index),) + view.shape[axis + 1:])
 
 
 def getitem(a: Array, key: Any, where: str) -> Array:

@@ -39,9 +39,11 @@ from .. import _core
 from ..autograd.declare import op
 from ..autograd import tape
 from ..autograd.tape import broadcast_view
+from .dtypes import native_dtype
 from .elementwise import FUNCTIONS as E
 
-__all__ = ["sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod", "cumsum"]
+__all__ = ["sum", "mean", "var", "std", "max", "min", "argmax", "argmin", "prod", "cumsum",
+           "cumprod"]
 
 _builtin_sum = sum
 
@@ -114,6 +116,29 @@ def _warn_if_empty(name: str, a: Any, axis: Any, ddof: float) -> None:
         warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=4)
 
 
+def _in_dtype(name: str, a: Any, dtype: Any) -> tuple:
+    """sum / prod's dtype=, as the Array API's and NumPy's: the input converted to `dtype`
+    first (on its device; not recorded: the gradient goes back to the input's dtype), the
+    result in `dtype` (integers accumulate in int64 and wrap back, as NumPy's own dtype).
+    (a, the dtype or None)."""
+    if dtype is None:
+        return a, None
+    want = native_dtype(dtype, f"fastmetal.{name}")
+    if isinstance(a, _core.Array):
+        return (a if a.dtype == want else _core.asarray(a, dtype=want)), want
+    return np.asarray(a).astype(want, copy=False), want
+
+
+def _as_dtype(result: Any, want: Any) -> Any:
+    """A reduction's result in the dtype= asked for (an Array, a NumPy array or scalar)."""
+    if want is None or result.dtype == want:
+        return result
+    if isinstance(result, _core.Array):
+        return _core.asarray(result, dtype=want)
+    converted = np.asarray(result).astype(want)
+    return converted[()] if converted.ndim == 0 else converted
+
+
 def _reduce(name: str, a: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
             ddof: float = 0.0) -> Any:
     _check_dtype(name, dtype)
@@ -125,9 +150,12 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
 # Each reduction is declared with its gradient beside it (fastmetal._declare.op).
 @op(grads=("a",), higher_order=True)
 def sum(a, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
-    """Sum of the elements over ``axis`` (all by default), as ``numpy.sum``."""
+    """Sum of the elements over ``axis`` (all by default), as ``numpy.sum``; ``dtype``: the
+    input converted to it first and the result in it (integers wrap as NumPy's)."""
     axis, keepdims = _torch_axis("sum", axis, keepdims, dim, keepdim)
-    return _reduce("sum", a, axis, dtype, out, keepdims)
+    a, want = _in_dtype("sum", a, dtype)
+    result = _core._reduce("sum", a, axis, bool(keepdims), 0.0, out)
+    return result if out is not None else _as_dtype(result, want)
 
 
 @sum.vjp
@@ -262,11 +290,12 @@ def prod(a, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdi
     empty axis; float32 products in float32 (float16 input: computed in float32, returned as
     float16), int64 products wrapping on overflow as NumPy's. On the device: one
     threadgroup per output multiplies strided shares, then a tree (so the rounding order is
-    not NumPy's: results agree to float32 rounding, not bit for bit)."""
-    if dtype is not None and np.dtype(dtype) not in (np.float32, np.int64):
-        raise TypeError(f"[fastmetal.prod] expected dtype None, float32 or int64, got {dtype!r}")
+    not NumPy's: results agree to float32 rounding, not bit for bit). ``dtype`` as
+    :func:`sum`'s."""
     axis, keepdims = _torch_axis("prod", axis, keepdims, dim, keepdim)
-    return _core._reduce("prod", a, axis, bool(keepdims), 0.0, out)
+    a, want = _in_dtype("prod", a, dtype)
+    result = _core._reduce("prod", a, axis, bool(keepdims), 0.0, out)
+    return result if out is not None else _as_dtype(result, want)
 
 
 @prod.vjp
@@ -315,6 +344,48 @@ def _cumsum_vjp(ctx, g):
     rev = (slice(None),) * axis + (slice(None, None, -1),)
     back = cumsum(g[rev], axis)[rev]
     return back.reshape(shape) if flat else back
+
+
+@op(grads=("a",), saves=("a", "out"))
+def cumprod(a, axis=None, dtype=None, out=None, *, dim=None):
+    """Cumulative product along ``axis`` (of the flattened array when ``axis`` is None), as
+    ``numpy.cumprod``: in the input's dtype (float32, float16, float64; integers and bool in
+    int64, wrapping on overflow as NumPy's), each line multiplied in order, so the results
+    are NumPy's bit for bit (float16: each product rounded to float16). ``dtype``: the input
+    converted to it first, the result in it. ``dim=``: PyTorch's spelling of ``axis``."""
+    axis, _ = _torch_axis("cumprod", axis, False, dim, None)
+    a, want = _in_dtype("cumprod", a, dtype)
+    result = _core._cumprod(a, axis, out)
+    return result if out is not None else _as_dtype(result, want)
+
+
+@cumprod.vjp
+def _cumprod_vjp(ctx, g):
+    # d out_i / d x_k = prod_{j <= i, j != k} x_j for i >= k. Along each line, with z the
+    # first zero: k < z: (reversed cumsum of g * out)_k / x_k (the later terms hold the zero
+    # and vanish); k == z: the reversed cumsum of g * cumprod(x with that zero taken as 1);
+    # k > z: 0 (every term holds x_z). No division by a zero.
+    x, shape = ctx.a, ctx.shapes["a"]
+    axis = ctx.axis if ctx.dim is None else ctx.dim
+    flat = axis is None
+    if flat:
+        x, g, res = x.reshape(-1), g.reshape(-1), ctx.out.reshape(-1)
+    else:
+        res = ctx.out
+    axis = 0 if flat else int(axis) % len(shape)
+    rev = (slice(None),) * axis + (slice(None, None, -1),)
+
+    def rcumsum(v):
+        return cumsum(v[rev], axis)[rev]
+
+    zeros = E["equal"](x, 0.0)
+    seen = cumsum(zeros, axis)  # zeros so far, this one included
+    first = E["multiply"](zeros, E["equal"](seen, 1))
+    before = E["equal"](seen, 0)
+    others = cumprod(E["add"](x, first), axis)  # the first zero taken as 1
+    safe = E["add"](x, E["equal"](before, 0))  # 1 where not divided by (k >= z)
+    grad = E["divide"](rcumsum(g * res), safe) * before + rcumsum(g * others) * first
+    return grad.reshape(shape) if flat else grad
 
 
 # ----------------------------------------------------------------------------- gradients

@@ -25,7 +25,7 @@ import numpy as np
 from .. import _core
 from .._core import Array
 from ..autograd.declare import op
-from . import layouts, linalg, manipulation, reductions, views
+from . import creation, layouts, linalg, manipulation, reductions, views
 from .dtypes import DTYPES, native_dtype, promote
 from .elementwise import FUNCTIONS as _F
 
@@ -38,7 +38,8 @@ __all__ = ["__array_api_version__", "__array_namespace_info__", "bool", "uint8",
            "logical_and", "logical_or", "logical_xor", "count_nonzero", "argsort", "sort",
            "searchsorted", "unique_values", "unique_counts", "unique_inverse", "unique_all",
            "nonzero", "e", "pi", "inf", "nan", "newaxis", "reshape", "astype", "positive",
-           "conj", "real", "unstack", "cumulative_sum", "diff", "take_along_axis"]
+           "conj", "real", "imag", "unstack", "cumulative_sum", "cumulative_prod", "diff",
+           "take_along_axis", "from_dlpack"]
 
 # The version of the standard these names follow (Array.__array_namespace__ returns fastmetal).
 __array_api_version__ = "2024.12"
@@ -527,11 +528,64 @@ def triu(x: Any, /, *, k: int = 0) -> Array:
     return _triangle(x, k, upper=True)
 
 
+# DLPack device types (dlpack.h's DLDeviceType) a producer may report.
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+
+
+def from_dlpack(x: Any, /, *, device: Optional[str] = None,
+                copy: Optional[builtins.bool] = None) -> Array:
+    """An Array of ``x``, any object with ``__dlpack__`` (a NumPy array, a PyTorch CPU
+    tensor, a fastmetal Array), as the Array API's ``from_dlpack``. ``device=None``: x's
+    device (host memory: fastmetal's cpu device). Host memory is imported without a copy (through
+    ``numpy.from_dlpack``) onto host-visible devices; a fastmetal Array gives a new Array
+    over the same memory. ``copy=True`` always copies, ``copy=False`` never does (ValueError
+    where a copy is needed: another device, or a producer's device memory); ``copy=None``
+    copies only where it must. A CUDA producer (``__dlpack_device__`` kDLCUDA, e.g. a
+    ``torch`` CUDA tensor) is copied: the producer is asked for a host copy
+    (``dl_device=kDLCPU``), which then goes to ``device`` (a second copy for a cuda device;
+    producers that cannot copy to the host raise BufferError, with their message)."""
+    where = "fastmetal.from_dlpack"
+    if copy is not None and not isinstance(copy, (builtins.bool, np.bool_)):
+        raise TypeError(f"[{where}] expected copy to be True, False or None, got {copy!r}")
+    if isinstance(x, Array):
+        target = x.device if device is None else device
+        if copy is not True and target == x.device:
+            return x._alias()
+        return creation.asarray(x, device=target, copy=copy)
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"[{where}] expected an object with __dlpack__ (a NumPy array, a "
+                        f"PyTorch tensor, a fastmetal.Array), got {type(x).__name__}")
+    kind = int(x.__dlpack_device__()[0]) if hasattr(x, "__dlpack_device__") else _DL_CPU
+    if kind in (_DL_CPU, _DL_CUDA_HOST):
+        try:
+            host = np.from_dlpack(x, copy=copy)
+        except BufferError as err:  # what DLPack cannot carry (strings, objects)
+            raise TypeError(f"[{where}] expected an array DLPack can carry (bool, integers, "
+                            f"floats), got {type(x).__name__}: {err}") from err
+        return creation.asarray(host, device="cpu" if device is None else device,
+                                copy=False if copy is False else None)
+    if kind in (_DL_CUDA, _DL_CUDA_MANAGED):
+        if copy is False:
+            raise ValueError(f"[{where}] expected a producer whose memory can be shared "
+                             f"(host memory), got one in CUDA memory with copy=False: "
+                             f"fastmetal imports CUDA memory only through a copy")
+        try:
+            host = np.from_dlpack(x, device="cpu", copy=True)
+        except (BufferError, TypeError, ValueError, RuntimeError) as err:
+            raise BufferError(f"[{where}] expected a producer that copies its CUDA memory to "
+                              f"the host (dl_device=kDLCPU), got {type(x).__name__}: "
+                              f"{err}") from err
+        return creation.asarray(host, device=device)
+    raise BufferError(f"[{where}] expected a producer in host (kDLCPU) or CUDA memory, got "
+                      f"DLPack device type {kind} from {type(x).__name__}")
+
+
 # ----------------------------------------------------------------------------- products
 def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2) -> Array:
     """Sum of products over ``axes`` (an int: the last ``axes`` of ``x1`` with the first of
     ``x2``; or two sequences of axes), as the Array API's and NumPy's ``tensordot``: a
-    transpose, a reshape and one matmul."""
+    transpose, a reshape and one matmul; integers and bools (matmul is float only) exactly,
+    in their promoted dtype, wrapping as NumPy's (a broadcast product and an int64 sum)."""
     _require(x1, "tensordot", "x1")
     _require(x2, "tensordot", "x2")
     where = "fastmetal.tensordot"
@@ -564,13 +618,36 @@ def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2) -> Array:
     n = math.prod(x2.shape[j] for j in free2)
     left = views.reshape(manipulation.permute(x1, tuple(free1) + a1), (m, k))
     right = views.reshape(manipulation.permute(x2, a2 + tuple(free2)), (k, n))
-    return views.reshape(linalg.matmul(left, right),
+    kind = promote(x1.dtype.name, x2.dtype.name)
+    if kind.kind == "f":  # an integer operand beside a float: converted (matmul is float only)
+        product = linalg.matmul(views.astype(left, kind, copy=False),
+                                views.astype(right, kind, copy=False))
+    else:
+        product = _integer_matmul(left, right, kind)
+    return views.reshape(product,
                          tuple(x1.shape[i] for i in free1) + tuple(x2.shape[j] for j in free2))
+
+
+def _integer_matmul(left: Array, right: Array, dtype: np.dtype) -> Array:
+    """(m, k) @ (k, n) of integers (or bools) in ``dtype``, exactly, wrapping as NumPy's
+    integer dot: products in ``dtype`` (the elementwise kernels wrap), each row of sums in
+    int64 wrapped back to ``dtype`` (bool: any of the ands). matmul's kernels are float
+    only; this is broadcast multiply and sum, in blocks of rows of at most 2**22 products."""
+    left, right = views.astype(left, dtype, copy=False), views.astype(right, dtype, copy=False)
+    (m, k), n = left.shape, right.shape[1]
+    rows = builtins.max(1, (1 << 22) // builtins.max(1, k * n))
+    blocks = []
+    for start in range(0, builtins.max(m, 1), rows):
+        block = views.reshape(views.getitem(left, slice(start, start + rows)), (-1, k, 1))
+        terms = _F["multiply"](block, views.reshape(right, (1, k, n)))
+        blocks.append(reductions.sum(terms, axis=1, dtype=dtype))
+    return blocks[0] if len(blocks) == 1 else manipulation.concatenate(blocks, axis=0)
 
 
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
     """Dot products of the vectors along ``axis`` of ``x1`` and ``x2`` (broadcast together),
-    as the Array API's ``vecdot`` (real dtypes: no conjugation)."""
+    as the Array API's ``vecdot`` (real dtypes: no conjugation), in their promoted dtype
+    (integers wrap as NumPy's)."""
     _require(x1, "vecdot", "x1")
     _require(x2, "vecdot", "x2")
     if axis >= 0 or x1.ndim == 0 or x2.ndim == 0:
@@ -582,7 +659,9 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
         raise ValueError(f"[fastmetal.vecdot] expected both arrays to have the same length "
                          f"along axis {axis}, got shapes {tuple(x1.shape)} and "
                          f"{tuple(x2.shape)}")
-    return reductions.sum(_F["multiply"](x1, x2), axis=axis)
+    # The sum in the products' dtype (integers: accumulated in int64, wrapped back).
+    terms = _F["multiply"](x1, x2)
+    return reductions.sum(terms, axis=axis, dtype=terms.dtype)
 
 
 # ----------------------------------------------------------------------------- logical
@@ -847,6 +926,15 @@ def real(x: Any, /) -> Array:
     return _F["copy"](x)
 
 
+def imag(x: Any, /) -> Array:
+    """The imaginary part: zeros of ``x``'s dtype and shape for fastmetal's real dtypes, as
+    ``numpy.imag`` of real input (the Array API defines ``imag`` for complex input, which
+    fastmetal does not have; a real number's imaginary part is 0, and -0.0, inf and NaN
+    have 0 too). Constant, so outside the graph (no gradient to record)."""
+    _require(x, "imag")
+    return creation.zeros_like(x)
+
+
 def unstack(x: Any, /, *, axis: int = 0) -> tuple:
     """The slices of ``x`` along ``axis``, as a tuple of views (the Array API's ``unstack``,
     the inverse of :func:`fastmetal.stack`)."""
@@ -868,24 +956,44 @@ def _line_axis(x: Array, axis: Any, where: str) -> int:
     return layouts.normalize_axis(axis, builtins.max(x.ndim, 1), f"fastmetal.{where}")
 
 
-def cumulative_sum(x: Any, /, *, axis: Optional[int] = None, dtype: Any = None,
-                   include_initial: bool = False) -> Array:
-    """Running sums along ``axis`` (may be left out for 1-D ``x``), in ``dtype`` (``x`` is
-    converted first) or ``x``'s dtype, as the Array API's ``cumulative_sum``:
-    :func:`fastmetal.cumsum` with, for ``include_initial=True``, a zero before each line."""
-    _require(x, "cumulative_sum")
-    ax = _line_axis(x, axis, "cumulative_sum")
+def _cumulative(name: str, x: Any, axis: Any, dtype: Any, include_initial: Any) -> Array:
+    _require(x, name)
+    ax = _line_axis(x, axis, name)
     if x.ndim == 0:
         x = views.reshape(x, (1,))
-    if dtype is not None and np.dtype(dtype) != x.dtype:
-        x = views.astype(x, dtype)
-    out = reductions.cumsum(x, axis=ax)
+    want = None if dtype is None else native_dtype(dtype, f"fastmetal.{name}")
+    if want is not None and want != x.dtype:
+        x = views.astype(x, want)
+    product = name == "cumulative_prod"
+    out = (reductions.cumprod if product else reductions.cumsum)(x, axis=ax)
+    if want is not None and out.dtype != want:  # integers scan in int64: wrap back
+        out = views.astype(out, want)
     if not include_initial:
         return out
     shape = list(x.shape)
     shape[ax] = 1
-    zero = _core.asarray(np.zeros(shape, dtype=x.dtype), dtype=x.dtype, device=x.device)
-    return manipulation.concatenate([zero, out], axis=ax)
+    first = np.ones(shape, dtype=out.dtype) if product else np.zeros(shape, dtype=out.dtype)
+    initial = _core.asarray(first, dtype=out.dtype, device=x.device)
+    return manipulation.concatenate([initial, out], axis=ax)
+
+
+def cumulative_sum(x: Any, /, *, axis: Optional[int] = None, dtype: Any = None,
+                   include_initial: bool = False) -> Array:
+    """Running sums along ``axis`` (may be left out for 1-D ``x``), in ``dtype`` (``x`` is
+    converted first) or ``x``'s dtype (integers and bool: int64), as the Array API's
+    ``cumulative_sum``: :func:`fastmetal.cumsum` with, for ``include_initial=True``, a zero
+    before each line."""
+    return _cumulative("cumulative_sum", x, axis, dtype, include_initial)
+
+
+def cumulative_prod(x: Any, /, *, axis: Optional[int] = None, dtype: Any = None,
+                    include_initial: bool = False) -> Array:
+    """Running products along ``axis`` (may be left out for 1-D ``x``), in ``dtype`` (``x``
+    is converted first) or ``x``'s dtype (integers and bool: int64, wrapping as NumPy's), as
+    the Array API's ``cumulative_prod``: :func:`fastmetal.cumprod` (a product kernel: zeros,
+    signs, inf and NaN as NumPy's) with, for ``include_initial=True``, a one before each
+    line."""
+    return _cumulative("cumulative_prod", x, axis, dtype, include_initial)
 
 
 def diff(x: Any, /, *, axis: int = -1, n: int = 1, prepend: Any = None,
