@@ -15,7 +15,9 @@
 // contiguous float32 Array on the op's device: that of its fastmetal.Array arguments,
 // else the default device); float: double; int: std::int64_t; bool: bool. The C++
 // signature must match the declared one (checked when the module loads). Returns: an Array,
-// or a std::vector<Array> (a tuple in Python). The op validates its arguments (ValueError /
+// or a std::vector<Array> (a tuple in Python). FM_PYTHON_OP_FLOAT64 declares an op whose
+// Arrays keep float64 where the op's device has double (float64 in, computed in double); it
+// checks the dtypes it is given. The op validates its arguments (ValueError /
 // TypeError worded "[fastmetal.<name>] expected ..., got ...") and enqueues its work; the
 // binding waits for it.
 #pragma once
@@ -37,6 +39,7 @@ struct PythonOp {
   const char* doc;
   std::vector<OpType> types;  // of the C++ parameters
   bool returns_tuple = false;
+  bool keeps_float64 = false;  // FM_PYTHON_OP_FLOAT64: float64 Arrays stay float64
   std::vector<Array> (*call)(std::vector<OpValue>& args) = nullptr;
 };
 
@@ -86,8 +89,9 @@ PythonOp make(R (*)(P...), const char* signature, const char* doc) {
 
 // Returns true, so that a declaration can initialise a static bool.
 template <auto Fn>
-bool register_python_op(const char* signature, const char* doc) {
+bool register_python_op(const char* signature, const char* doc, bool keeps_float64 = false) {
   python_ops().push_back(python_op_detail::make<Fn>(Fn, signature, doc));
+  python_ops().back().keeps_float64 = keeps_float64;
   return true;
 }
 
@@ -95,3 +99,5 @@ bool register_python_op(const char* signature, const char* doc) {
 
 #define FM_PYTHON_OP(fn, signature, doc) \
   static const bool fm_python_op_##fn = ::fm::register_python_op<&fn>(signature, doc)
+#define FM_PYTHON_OP_FLOAT64(fn, signature, doc) \
+  static const bool fm_python_op_##fn = ::fm::register_python_op<&fn>(signature, doc, true)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string>
 
@@ -23,6 +24,31 @@ using i64 = std::int64_t;
 struct Dims {
   i64 T, B, H;
 };
+
+// The dtype the gate kernels compute in: the operands', float32 (the float kernels) or
+// float64 (their _float64 instances, on devices with double). The Python layer converts
+// and checks the user's arrays first; this guards the private entry points.
+DType compute_dtype(const char* op, std::initializer_list<const Array*> operands) {
+  const DType t = (*operands.begin())->dtype;
+  bool same = true;
+  for (const Array* a : operands) same = same && a->dtype == t;
+  if (!same || (t != DType::float32 && t != DType::float64)) {
+    std::string got;
+    for (const Array* a : operands) got += std::string(got.empty() ? "" : ", ") + dtype_name(a->dtype);
+    throw TypeError(message(op, "expected float32 or float64 operands of one dtype, got ", got));
+  }
+  Backend& be = (*operands.begin())->backend();
+  if (t == DType::float64 && !be.has_float64())
+    throw TypeError(message(op, "expected a dtype device '", be.name(), "' has, got float64 ",
+                            "(Apple GPUs have no double: use float32 there, or device='cpu' ",
+                            "for float64)"));
+  return t;
+}
+
+// The gate kernel of `base` for dtype t (metal/recurrent.metal's instance names).
+std::string kernel_name(const char* base, DType t) {
+  return t == DType::float64 ? std::string(base) + "_float64" : std::string(base);
+}
 
 // The shapes every layer function takes (the Python layer checks the user's arguments with
 // PyTorch's messages first; these guard the private entry points).
@@ -79,7 +105,7 @@ i64 slot_prev(i64 t, bool reverse) { return reverse ? t + 1 : t; }
 // Time of the s-th step taken (forward: 0, 1, ...; reverse: T - 1, T - 2, ...).
 i64 time_of(i64 s, i64 T, bool reverse) { return reverse ? T - 1 - s : s; }
 
-void launch_step(const char* kernel, const Dims& d, std::uint64_t cost, bool relu,
+void launch_step(const std::string& kernel, const Dims& d, std::uint64_t cost, bool relu,
                  std::vector<KernelArg> args) {
   RecurrentArgs a{};
   a.batch = std::int32_t(d.B);
@@ -105,27 +131,29 @@ std::vector<Array> lstm_layer(const Array& xg, const Array& h0, const Array& c0,
   if (c0.shape != h0.shape)
     throw ValueError(message(op, "expected c0 of h0's shape ", shape_str(h0.shape), ", got ",
                              shape_str(c0.shape)));
+  const DType dt = compute_dtype(op, {&xg, &w_hh, &b_hh});
   Backend& be = xg.backend();
   const i64 T = d.T, B = d.B, H = d.H, BH = B * H;
-  Array y = Array::empty(be, {2, T + 1, B, H}, DType::float32, op);
-  Array gates = Array::empty(be, {T, B, 4 * H}, DType::float32, op);
+  Array y = Array::empty(be, {2, T + 1, B, H}, dt, op);
+  Array gates = Array::empty(be, {T, B, 4 * H}, dt, op);
   if (BH == 0) return {y, gates};
   const i64 c_base = (T + 1) * BH, s0 = reverse ? T : 0;
   launch_convert(h0, part(y, s0 * BH, {B, H}));
   launch_convert(c0, part(y, c_base + s0 * BH, {B, H}));
-  Array hg = Array::empty(be, {B, 4 * H}, DType::float32, op);
+  Array hg = Array::empty(be, {B, 4 * H}, dt, op);
   const Array wt = transposed(w_hh);
+  const std::string kernel = kernel_name("lstm_gates_forward", dt);
   for (i64 s = 0; s < T; ++s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
     matmul_into(op, part(y, sp * BH, {B, H}), wt, hg);
-    launch_step("lstm_gates_forward", d, 24, false,
+    launch_step(kernel, d, 24, false,
                 {buf(part(xg, t * 4 * BH, {B, 4 * H})), buf(hg), buf(b_hh),
                  buf(part(y, c_base + sp * BH, {B, H})), buf(part(y, so * BH, {B, H})),
                  buf(part(y, c_base + so * BH, {B, H})), buf(part(gates, t * 4 * BH, {B, 4 * H}))});
   }
   return {y, gates};
 }
-FM_PYTHON_OP(lstm_layer,
+FM_PYTHON_OP_FLOAT64(lstm_layer,
              "_lstm_layer(xg: Array, h0: Array, c0: Array, w_hh: Array, b_hh: Array, "
              "reverse: bool)",
              "Private: see ops/recurrent.py.");
@@ -140,19 +168,21 @@ std::vector<Array> lstm_layer_backward(const Array& grad, const Array& y, const 
                                  "w_hh (4H, H), got ", shape_str(grad.shape), ", ",
                              shape_str(y.shape), ", ", shape_str(gates.shape), ", ",
                              shape_str(w_hh.shape)));
+  const DType dt = compute_dtype(op, {&grad, &y, &gates, &w_hh});
   const Dims d{gates.shape[0], y.shape[2], y.shape[3]};
   const i64 T = d.T, B = d.B, H = d.H, BH = B * H, c_base = (T + 1) * BH;
   Backend& be = y.backend();
-  Array dxg = Array::empty(be, {T, B, 4 * H}, DType::float32, op);
-  Array dh = Array::empty(be, {B, H}, DType::float32, op);
-  Array dc = Array::empty(be, {B, H}, DType::float32, op);
+  Array dxg = Array::empty(be, {T, B, 4 * H}, dt, op);
+  Array dh = Array::empty(be, {B, H}, dt, op);
+  Array dc = Array::empty(be, {B, H}, dt, op);
   fill_zero(dh);
   fill_zero(dc);
   if (BH == 0) return {dxg, dh, dc};
+  const std::string kernel = kernel_name("lstm_gates_backward", dt);
   for (i64 s = T - 1; s >= 0; --s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
     const Array dg = part(dxg, t * 4 * BH, {B, 4 * H});
-    launch_step("lstm_gates_backward", d, 24, false,
+    launch_step(kernel, d, 24, false,
                 {buf(part(grad, so * BH, {B, H})), buf(dh), buf(part(grad, c_base + so * BH, {B, H})),
                  buf(dc), buf(part(gates, t * 4 * BH, {B, 4 * H})),
                  buf(part(y, c_base + sp * BH, {B, H})), buf(part(y, c_base + so * BH, {B, H})),
@@ -161,7 +191,7 @@ std::vector<Array> lstm_layer_backward(const Array& grad, const Array& y, const 
   }
   return {dxg, dh, dc};
 }
-FM_PYTHON_OP(lstm_layer_backward,
+FM_PYTHON_OP_FLOAT64(lstm_layer_backward,
              "_lstm_layer_backward(grad: Array, y: Array, gates: Array, w_hh: Array, "
              "reverse: bool)",
              "Private: see ops/recurrent.py.");
@@ -170,25 +200,27 @@ std::vector<Array> gru_layer(const Array& xg, const Array& h0, const Array& w_hh
                              const Array& b_hh, bool reverse) {
   const char* op = "gru_layer";
   const Dims d = check(op, xg, 3, h0, w_hh, b_hh);
+  const DType dt = compute_dtype(op, {&xg, &w_hh, &b_hh});
   Backend& be = xg.backend();
   const i64 T = d.T, B = d.B, H = d.H, BH = B * H;
-  Array y = Array::empty(be, {T + 1, B, H}, DType::float32, op);
-  Array saved = Array::empty(be, {T, B, 4 * H}, DType::float32, op);
+  Array y = Array::empty(be, {T + 1, B, H}, dt, op);
+  Array saved = Array::empty(be, {T, B, 4 * H}, dt, op);
   if (BH == 0) return {y, saved};
   launch_convert(h0, part(y, (reverse ? T : 0) * BH, {B, H}));
-  Array hg = Array::empty(be, {B, 3 * H}, DType::float32, op);
+  Array hg = Array::empty(be, {B, 3 * H}, dt, op);
   const Array wt = transposed(w_hh);
+  const std::string kernel = kernel_name("gru_gates_forward", dt);
   for (i64 s = 0; s < T; ++s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
     const Array hp = part(y, sp * BH, {B, H});
     matmul_into(op, hp, wt, hg);
-    launch_step("gru_gates_forward", d, 20, false,
+    launch_step(kernel, d, 20, false,
                 {buf(part(xg, t * 3 * BH, {B, 3 * H})), buf(hg), buf(b_hh), buf(hp),
                  buf(part(y, so * BH, {B, H})), buf(part(saved, t * 4 * BH, {B, 4 * H}))});
   }
   return {y, saved};
 }
-FM_PYTHON_OP(gru_layer,
+FM_PYTHON_OP_FLOAT64(gru_layer,
              "_gru_layer(xg: Array, h0: Array, w_hh: Array, b_hh: Array, reverse: bool)",
              "Private: see ops/recurrent.py.");
 
@@ -202,20 +234,22 @@ std::vector<Array> gru_layer_backward(const Array& grad, const Array& y, const A
                                  "w_hh (3H, H), got ", shape_str(grad.shape), ", ",
                              shape_str(y.shape), ", ", shape_str(saved.shape), ", ",
                              shape_str(w_hh.shape)));
+  const DType dt = compute_dtype(op, {&grad, &y, &saved, &w_hh});
   const Dims d{saved.shape[0], y.shape[1], y.shape[2]};
   const i64 T = d.T, B = d.B, H = d.H, BH = B * H;
   Backend& be = y.backend();
-  Array dxg = Array::empty(be, {T, B, 3 * H}, DType::float32, op);
-  Array dhg = Array::empty(be, {T, B, 3 * H}, DType::float32, op);
-  Array dh = Array::empty(be, {B, H}, DType::float32, op);
-  Array dh_direct = Array::empty(be, {B, H}, DType::float32, op);
+  Array dxg = Array::empty(be, {T, B, 3 * H}, dt, op);
+  Array dhg = Array::empty(be, {T, B, 3 * H}, dt, op);
+  Array dh = Array::empty(be, {B, H}, dt, op);
+  Array dh_direct = Array::empty(be, {B, H}, dt, op);
   fill_zero(dh);
   fill_zero(dh_direct);
   if (BH == 0) return {dxg, dhg, dh, dh_direct};
+  const std::string kernel = kernel_name("gru_gates_backward", dt);
   for (i64 s = T - 1; s >= 0; --s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
     const Array dhg_t = part(dhg, t * 3 * BH, {B, 3 * H});
-    launch_step("gru_gates_backward", d, 20, false,
+    launch_step(kernel, d, 20, false,
                 {buf(part(grad, so * BH, {B, H})), buf(dh), buf(dh_direct),
                  buf(part(saved, t * 4 * BH, {B, 4 * H})), buf(part(y, sp * BH, {B, H})),
                  buf(part(dxg, t * 3 * BH, {B, 3 * H})), buf(dhg_t)});
@@ -223,7 +257,7 @@ std::vector<Array> gru_layer_backward(const Array& grad, const Array& y, const A
   }
   return {dxg, dhg, dh, dh_direct};
 }
-FM_PYTHON_OP(gru_layer_backward,
+FM_PYTHON_OP_FLOAT64(gru_layer_backward,
              "_gru_layer_backward(grad: Array, y: Array, saved: Array, w_hh: Array, "
              "reverse: bool)",
              "Private: see ops/recurrent.py.");
@@ -232,22 +266,24 @@ Array rnn_layer(const Array& xg, const Array& h0, const Array& w_hh, const Array
                 bool reverse, bool relu) {
   const char* op = "rnn_layer";
   const Dims d = check(op, xg, 1, h0, w_hh, b_hh);
+  const DType dt = compute_dtype(op, {&xg, &w_hh, &b_hh});
   Backend& be = xg.backend();
   const i64 T = d.T, B = d.B, H = d.H, BH = B * H;
-  Array y = Array::empty(be, {T + 1, B, H}, DType::float32, op);
+  Array y = Array::empty(be, {T + 1, B, H}, dt, op);
   if (BH == 0) return y;
   launch_convert(h0, part(y, (reverse ? T : 0) * BH, {B, H}));
-  Array hg = Array::empty(be, {B, H}, DType::float32, op);
+  Array hg = Array::empty(be, {B, H}, dt, op);
   const Array wt = transposed(w_hh);
+  const std::string kernel = kernel_name("rnn_gates_forward", dt);
   for (i64 s = 0; s < T; ++s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
     matmul_into(op, part(y, sp * BH, {B, H}), wt, hg);
-    launch_step("rnn_gates_forward", d, 8, relu,
+    launch_step(kernel, d, 8, relu,
                 {buf(part(xg, t * BH, {B, H})), buf(hg), buf(b_hh), buf(part(y, so * BH, {B, H}))});
   }
   return y;
 }
-FM_PYTHON_OP(rnn_layer,
+FM_PYTHON_OP_FLOAT64(rnn_layer,
              "_rnn_layer(xg: Array, h0: Array, w_hh: Array, b_hh: Array, reverse: bool, "
              "relu: bool)",
              "Private: see ops/recurrent.py.");
@@ -260,24 +296,26 @@ std::vector<Array> rnn_layer_backward(const Array& grad, const Array& y, const A
     throw ValueError(message(op, "expected grad and y (T + 1, B, H) and w_hh (H, H), got ",
                              shape_str(grad.shape), ", ", shape_str(y.shape), ", ",
                              shape_str(w_hh.shape)));
+  const DType dt = compute_dtype(op, {&grad, &y, &w_hh});
   const Dims d{y.shape[0] - 1, y.shape[1], y.shape[2]};
   const i64 T = d.T, B = d.B, H = d.H, BH = B * H;
   Backend& be = y.backend();
-  Array dxg = Array::empty(be, {T, B, H}, DType::float32, op);
-  Array dh = Array::empty(be, {B, H}, DType::float32, op);
+  Array dxg = Array::empty(be, {T, B, H}, dt, op);
+  Array dh = Array::empty(be, {B, H}, dt, op);
   fill_zero(dh);
   if (BH == 0) return {dxg, dh};
+  const std::string kernel = kernel_name("rnn_gates_backward", dt);
   for (i64 s = T - 1; s >= 0; --s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse);
     const Array dpre = part(dxg, t * BH, {B, H});
-    launch_step("rnn_gates_backward", d, 8, relu,
+    launch_step(kernel, d, 8, relu,
                 {buf(part(grad, so * BH, {B, H})), buf(dh), buf(part(y, so * BH, {B, H})),
                  buf(dpre)});
     matmul_into(op, dpre, w_hh, dh);
   }
   return {dxg, dh};
 }
-FM_PYTHON_OP(rnn_layer_backward,
+FM_PYTHON_OP_FLOAT64(rnn_layer_backward,
              "_rnn_layer_backward(grad: Array, y: Array, w_hh: Array, reverse: bool, relu: bool)",
              "Private: see ops/recurrent.py.");
 

@@ -115,11 +115,17 @@ py::object call(const PythonOp& op, const Signature& sig, py::args args, py::kwa
   Backend& be = pick_backend(name, arrays);
   std::vector<OpValue> values;
   values.reserve(n);
-  for (std::size_t i = 0; i < n; ++i)
-    values.push_back(op.types[i] == OpType::array
-                         ? OpValue(to_contiguous_array(given[i], be, name, sig.params[i].c_str(),
-                                                       DType::float32))
-                         : scalar_value(op.types[i], given[i], name, sig.params[i]));
+  for (std::size_t i = 0; i < n; ++i) {
+    const char* param = sig.params[i].c_str();
+    if (op.types[i] != OpType::array) {
+      values.push_back(scalar_value(op.types[i], given[i], name, sig.params[i]));
+      continue;
+    }
+    const bool f64 = op.keeps_float64 && be.has_float64() &&
+                     native_dtype_of(given[i], name, param) == DType::float64;
+    values.push_back(OpValue(to_contiguous_array(given[i], be, name, param,
+                                                 f64 ? DType::float64 : DType::float32)));
+  }
   std::vector<Array> out;
   {
     py::gil_scoped_release nogil;

@@ -6,7 +6,9 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <optional>
+#include <utility>
 
 #include "ops/arguments.h"
 #include "ops/convert.h"
@@ -154,6 +156,16 @@ Array as_rows(const Array& x) {
   return v;
 }
 
+// The dtype a product computes in (matmul's rule): float64 where an operand is float64 and
+// the backend has the float64 GEMM (cpu, cuda), else float32.
+DType product_dtype(const std::string& op, Backend& be,
+                    std::initializer_list<std::pair<const char*, py::handle>> operands) {
+  bool f64 = false;
+  for (const auto& [name, h] : operands)
+    f64 = f64 || (!h.is_none() && native_dtype_of(h, op, name) == DType::float64);
+  return f64 && be.has_float64() ? DType::float64 : DType::float32;
+}
+
 void check_linear(const std::string& op, const Shape& x, const Shape& w, const char* xname) {
   if (w.size() != 2)
     throw ValueError(message(op, "expected a 2-D weight (out_features, in_features), got shape ",
@@ -167,12 +179,15 @@ py::object linear_py(py::handle x, py::handle w, py::handle bias) {
   const std::string op = "linear";
   Backend& b = pick_backend(op, {{"x", x}, {"weight", w}, {"bias", bias}});
   const bool as_array = any_array({x, w, bias});
-  Array xa = to_contiguous_array(x, b, op, "x", DType::float32);
-  Array wa = to_array(w, b, op, "weight", DType::float32);
+  // The weight's dtype decides (as PyTorch's layers): float32 weights keep float32
+  // products whatever x is, as they always did.
+  const DType dtype = product_dtype(op, b, {{"weight", w}});
+  Array xa = to_contiguous_array(x, b, op, "x", dtype);
+  Array wa = to_array(w, b, op, "weight", dtype);
   check_linear(op, xa.shape, wa.shape, "x");
   std::optional<Array> ba;
   if (!bias.is_none()) {
-    ba = to_array(bias, b, op, "bias", DType::float32);
+    ba = to_array(bias, b, op, "bias", dtype);
     if (ba->shape != Shape{wa.shape[0]})
       throw ValueError(message(op, "expected bias of shape (", wa.shape[0],
                                ",) (out_features), got shape ", shape_str(ba->shape)));
@@ -215,9 +230,10 @@ py::tuple linear_backward_py(py::handle gy, py::handle x, py::handle w, py::hand
   }
   Backend& b = pick_backend(op, {{"grad_output", gy}, {"x", x}, {"weight", w}});
   const bool as_array = any_array({gy, x, w});
-  Array ga = to_contiguous_array(gy, b, op, "grad_output", DType::float32);
-  Array xa = to_contiguous_array(x, b, op, "x", DType::float32);
-  Array wa = to_array(w, b, op, "weight", DType::float32);
+  const DType dtype = product_dtype(op, b, {{"weight", w}});  // as the forward
+  Array ga = to_contiguous_array(gy, b, op, "grad_output", dtype);
+  Array xa = to_contiguous_array(x, b, op, "x", dtype);
+  Array wa = to_array(w, b, op, "weight", dtype);
   check_linear(op, xa.shape, wa.shape, "x");
   Shape want_gy = xa.shape;
   want_gy.back() = wa.shape[0];
@@ -250,10 +266,7 @@ py::object matmul_py(py::handle a, py::handle b, py::handle out) {
   const bool as_array = any_array({a, b});
   // A float64 operand (NumPy's promotion) makes the product float64, computed in double
   // where the backend has the float64 GEMM (cpu, cuda); else float32.
-  const bool f64 = (native_dtype_of(a, op, "a") == DType::float64 ||
-                    native_dtype_of(b, op, "b") == DType::float64) &&
-                   be.has_float64();
-  const DType dtype = f64 ? DType::float64 : DType::float32;
+  const DType dtype = product_dtype(op, be, {{"a", a}, {"b", b}});
   Array aa = to_array(a, be, op, "a", dtype);
   Array ba = to_array(b, be, op, "b", dtype);
   const Shape shape = matmul_shape(op, aa.shape, ba.shape);

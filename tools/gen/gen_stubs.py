@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the type stubs of the elementwise functions from the op table, and check that
-every FM_PYTHON_OP declaration of csrc/ops/*.cpp is private (a name with a leading
-underscore: FM_PYTHON_OP binds kernels that a Python declaration, fastmetal.autograd.declare.op,
+every FM_PYTHON_OP (and FM_PYTHON_OP_FLOAT64) declaration of csrc/ops/*.cpp is private (a
+name with a leading underscore: FM_PYTHON_OP binds kernels that a Python declaration, fastmetal.autograd.declare.op,
 makes public with its gradient; there is no second road to a public op).
 
     gen_stubs.py --table metal/elementwise_ops.tbl --out build/generated/elementwise.pyi
@@ -83,7 +83,7 @@ def stub_text(table: Path) -> str:
 
 
 _LITERALS = r'(?:"(?:[^"\\]|\\.)*"\s*)+'
-DECLARATION = re.compile(rf"FM_PYTHON_OP\(\s*\w+\s*,\s*({_LITERALS}),\s*({_LITERALS})\)")
+DECLARATION = re.compile(rf"FM_PYTHON_OP(?:_FLOAT64)?\(\s*\w+\s*,\s*({_LITERALS}),\s*({_LITERALS})\)")
 SIGNATURE = re.compile(r"^(\w+)\((.*)\)\s*(?:->\s*(.+))?$")
 
 
