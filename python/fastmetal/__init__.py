@@ -58,6 +58,9 @@ from .ops.standard import (e, pi, inf, nan, newaxis, reshape, astype, positive, 
                            from_dlpack)
 from .ops.habits import (cat, clamp, flatten, unsqueeze, split, chunk, randn, rand, randint,
                          randn_like, rand_like, from_numpy)
+# PyTorch's dtype aliases (fm.double is fm.float64, as torch.double is torch.float64); after
+# this line float and int name dtypes in this module, as in torch's namespace.
+from .ops.habits import double, half, long, float_ as float, int_ as int  # noqa: A004
 from .array import surface as _surface  # noqa: F401  (attaches Array's methods)
 from . import accelerator, autograd, data, distributed, nn, optim, random
 from .serialization import load, save
@@ -135,6 +138,8 @@ __all__ = [
     # PyTorch's function names (habits.py)
     "cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
     "randn_like", "rand_like", "from_numpy",
+    # PyTorch's dtype aliases (habits.py)
+    "double", "float", "half", "long", "int",
 ]
 
 

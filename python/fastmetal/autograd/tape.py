@@ -584,9 +584,9 @@ def set_requires_grad(a: Array, value: Any) -> None:
     where = "fastmetal.Array.requires_grad"
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"[{where}] expected True or False, got {value!r}")
-    if value and a.dtype not in (np.float32, np.float16):
-        raise TypeError(f"[{where}] expected a float32 or float16 Array (only those have "
-                        f"gradients), got dtype {a.dtype}")
+    if value and a.dtype.kind != "f":  # float16, float32, float64 (where the device has it)
+        raise TypeError(f"[{where}] expected a float16, float32 or float64 Array (only those "
+                        f"have gradients), got dtype {a.dtype}")
     if a._node is not None and not value:
         raise RuntimeError(f"[{where}] expected a leaf Array (requires_grad of a computed "
                            "Array follows from its inputs; use .detach()), got one computed "

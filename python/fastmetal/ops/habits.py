@@ -1,7 +1,8 @@
 """PyTorch's function names and argument habits, beside NumPy's: ``cat``, ``clamp``,
 ``flatten``, ``unsqueeze``, ``split``, ``chunk``, ``randn`` / ``rand`` / ``randint`` /
 ``randn_like`` / ``rand_like`` (fastmetal.random's Philox generator: the same numbers on
-every device, seeded by ``fastmetal.manual_seed``) and ``from_numpy``.
+every device, seeded by ``fastmetal.manual_seed``) and ``from_numpy``; PyTorch's dtype
+aliases (``torch.double is torch.float64``, ...) as fastmetal's NumPy dtypes.
 
 Each is made of fastmetal's differentiable ops (views, ``concatenate``, ``clip``), so the
 gradients need no code here. The Array's methods of the same names (array/surface.py) call
@@ -21,8 +22,18 @@ from . import layouts, manipulation, random, views
 from .dtypes import DTYPES, NAMES, native_dtype
 from .standard import clip
 
-__all__ = ["cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
+__all__ = ["double", "float_", "half", "long", "int_", "cat", "clamp", "flatten", "unsqueeze", "split", "chunk", "randn", "rand", "randint",
            "randn_like", "rand_like", "from_numpy"]
+
+
+# PyTorch's dtype aliases: torch.double == torch.float64, float float32, half float16, long
+# int64, int int32. Named with an underscore where PyTorch's name is a builtin, so this
+# module's float() and int() stay Python's; fastmetal exports them as float and int.
+double = np.dtype(np.float64)
+float_ = np.dtype(np.float32)
+half = np.dtype(np.float16)
+long = np.dtype(np.int64)
+int_ = np.dtype(np.int32)
 
 
 def _require(a: Any, where: str, name: str = "input") -> None:

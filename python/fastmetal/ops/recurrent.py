@@ -14,6 +14,10 @@ second-order gradient through them raises NotImplementedError naming the op.
 A layer op returns the states in T + 1 slots (``csrc/ops/recurrent.h``): forward, slot 0
 is ``h0`` and slot ``t + 1`` the state after time ``t``; reverse, slot ``t`` is the state at
 time ``t`` and slot ``T`` is ``h0``. The LSTM's result stacks the h slots and the c slots.
+
+A layer computes in its weights' dtype, float32 or float64 (the gate kernels' ``_float64``
+instances, on the devices with double); ``fastmetal.nn``'s layers check that the input
+and states have it (PyTorch's errors).
 """
 from __future__ import annotations
 
@@ -98,7 +102,7 @@ def _rnn_layer_vjp(ctx, g):
 
 
 def _zero_bias(w_hh):
-    return _core.zeros((w_hh.shape[0],), device=w_hh.device)
+    return _core.zeros((w_hh.shape[0],), dtype=w_hh.dtype, device=w_hh.device)
 
 
 def layer_step(mode, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):

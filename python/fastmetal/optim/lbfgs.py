@@ -2,11 +2,13 @@
 by ``step(closure)`` (the closure recomputes the loss and its gradients). The search
 direction comes from the two-loop recursion over the last ``history_size`` steps; the step
 is ``lr`` (the first one scaled by ``min(1, 1 / |g|_1)``), without a line search, as
-PyTorch's default. The vectors stay on the parameters' device (float32); the scalars of the
-recursion are read back, one per dot product."""
+PyTorch's default. The vectors stay on the parameters' device (float32, or float64 where a
+parameter is float64); the scalars of the recursion are read back, one per dot product."""
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from ..autograd.tape import enable_grad, no_grad
 from ..ops import elementwise as E
@@ -26,6 +28,8 @@ class LBFGS(Optimizer):
     """``torch.optim.LBFGS(params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-7,
     tolerance_change=1e-9, history_size=100, line_search_fn=None)``; one param group."""
 
+    _float64 = True
+
     def __init__(self, params, lr=1.0, max_iter=20, max_eval=None, tolerance_grad=1e-7,
                  tolerance_change=1e-9, history_size=100, line_search_fn=None):
         if max_eval is None:
@@ -38,6 +42,8 @@ class LBFGS(Optimizer):
             raise ValueError("[fastmetal.optim.LBFGS] expected one param group (as PyTorch's), "
                              f"got {len(self.param_groups)}")
         self._params = self.param_groups[0]["params"]
+        self._dtype = ("float64" if any(p.dtype == np.float64 for p in self._params)
+                       else "float32")
 
     def _validate(self, g):
         for name in ("lr", "tolerance_grad", "tolerance_change"):
@@ -51,8 +57,9 @@ class LBFGS(Optimizer):
         return g
 
     def _flat_grad(self):
-        return concatenate([E.copy(p.grad).reshape(-1).astype("float32") if p.grad is not None
-                            else E.multiply(p.reshape(-1).astype("float32"), 0.0)
+        dt = self._dtype
+        return concatenate([E.copy(p.grad).reshape(-1).astype(dt) if p.grad is not None
+                            else E.multiply(p.reshape(-1).astype(dt), 0.0)
                             for p in self._params])
 
     def _add(self, t, d):

@@ -51,29 +51,37 @@ def _items(params, cls, where=""):
                         f"param-group dicts{where}, got {type(params).__name__}") from None
 
 
-def _param_list(params, cls, where):
+def _param_list(params, cls, where, float64):
     items = _items(params, cls, f" for {where}")
     for i, p in enumerate(items):
         if not isinstance(p, Array):
             raise TypeError(f"[fastmetal.nn.optim.{cls}] expected {where} to hold "
                             f"fastmetal.Arrays, got {type(p).__name__} at index {i}")
-        if p.dtype not in (np.float32, np.float16):
+        if p.dtype == np.float64 and not float64:
+            raise TypeError(f"[fastmetal.nn.optim.{cls}] expected float32 or float16 "
+                            f"parameters (float64 ones: SGD and LBFGS), got dtype {p.dtype} "
+                            f"at index {i}")
+        if p.dtype.kind != "f":
             raise TypeError(f"[fastmetal.nn.optim.{cls}] expected float parameters, got dtype "
                             f"{p.dtype} at index {i}")
     return items
 
 
 def _zeros_like(p):
-    return zeros(tuple(p.shape), dtype=np.float32, device=p.device)  # float16 params too
+    # float16 parameters keep their state in float32; float64 ones in float64
+    return zeros(tuple(p.shape), dtype=np.float64 if p.dtype == np.float64 else np.float32,
+                 device=p.device)
 
 
 class Optimizer:
     """Base class: ``param_groups`` (each a dict with ``"params"`` and its hyper-parameters;
     ``lr`` is what the schedulers change) and ``state`` (per-parameter buffers, by parameter
-    id). float32 and float16 parameters; ``step(closure=None)``, ``state_dict()`` and
-    ``load_state_dict()`` as PyTorch's."""
+    id). float32 and float16 parameters (float64 ones where the optimizer has ``_float64``:
+    SGD, LBFGS); ``step(closure=None)``, ``state_dict()`` and ``load_state_dict()`` as
+    PyTorch's."""
 
     _kind = ""
+    _float64 = False  # whether _update64 (or the optimizer's own step) takes float64 ones
 
     def __init__(self, params, defaults):
         cls = type(self).__name__
@@ -91,7 +99,8 @@ class Optimizer:
             if unknown:
                 raise ValueError(f"[fastmetal.nn.optim.{cls}] expected group options among "
                                  f"{sorted(defaults)}, got {sorted(unknown)} in group {gi}")
-            ps = _param_list(group["params"], cls, f"param_groups[{gi}]['params']")
+            ps = _param_list(group["params"], cls, f"param_groups[{gi}]['params']",
+                             type(self)._float64)
             for p in ps:
                 if id(p) in seen:
                     raise ValueError(f"[fastmetal.nn.optim.{cls}] expected each parameter in "
@@ -163,7 +172,14 @@ class Optimizer:
         of ``_kind`` for all of them together (a multi-tensor step, a few tensors per
         launch); optimizers that override ``_update`` run it per parameter. float32
         parameters are updated in place; a float16 one through float32 copies of it and its
-        gradient (its state is kept in float32), rounded back once at the end."""
+        gradient (its state is kept in float32), rounded back once at the end; float64 ones
+        one by one through ``_update64``, in double (the fused kernels are float32's)."""
+        for item in items:
+            if item[0].dtype == np.float64:
+                self._update64(*item)
+        items = [item for item in items if item[0].dtype != np.float64]
+        if not items:
+            return
         if type(self)._update is not Optimizer._update:
             for item in items:
                 self._update_param(*item)
@@ -187,7 +203,11 @@ class Optimizer:
             copy(work, out=p)
 
     def _update_param(self, p, grad, state, group):
-        """One parameter through ``_update`` (optimizers written with fastmetal's ops)."""
+        """One parameter through ``_update`` (optimizers written with fastmetal's ops); float64
+        ones through ``_update64``, in double."""
+        if p.dtype == np.float64:
+            self._update64(p, grad, state, group)
+            return
         if p.dtype == np.float32:  # the common case: no conversion call on the step's path
             self._update(p, grad if grad.dtype == np.float32 else grad.astype(np.float32),
                          state, group)
@@ -201,6 +221,12 @@ class Optimizer:
         with fastmetal's ops override this (the fused kinds go through ``_update_all``)."""
         raise NotImplementedError(f"{type(self).__name__} has no fused kernel: it overrides "
                                   "_update")
+
+    def _update64(self, param, grad, state, group):
+        """The update of a float64 parameter in place, in double (the fused kernels are
+        float32's): optimizers with ``_float64`` define it."""
+        raise TypeError(f"[fastmetal.nn.optim.{type(self).__name__}] expected float32 or "
+                        "float16 parameters (float64 ones: SGD and LBFGS), got float64")
 
     # -- checkpoints, as torch.optim.Optimizer's
     def _indexed(self):

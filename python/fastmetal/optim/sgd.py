@@ -1,6 +1,7 @@
 """``torch.optim.SGD``, fused kernels over several parameters per launch."""
 from __future__ import annotations
 
+from ..ops import elementwise as E
 from ..ops.checks import check_bool
 from .optimizer import Optimizer, _number, _zeros_like
 
@@ -13,6 +14,7 @@ class SGD(Optimizer):
     ``g + momentum * buf`` with ``nesterov``); ``p -= lr * g``."""
 
     _kind = "sgd"
+    _float64 = True
 
     def __init__(self, params, lr=1e-3, momentum=0.0, weight_decay=0.0, *, dampening=0.0,
                  nesterov=False):
@@ -42,6 +44,23 @@ class SGD(Optimizer):
                      weight_decay=group["weight_decay"], nesterov=float(group["nesterov"]),
                      first=float(first))
         return (buf if buf is not None else _zeros_like_cached(state, param)), None, hyper
+
+
+    def _update64(self, param, grad, state, group):
+        """float64: the same update in double with fastmetal's ops, in PyTorch's order
+        (``buf.mul_(momentum).add_(g, alpha=1 - dampening)``, ``p.add_(g, alpha=-lr)``)."""
+        buf, _, hyper = self._prepare(param, state, group)
+        g = grad
+        if hyper["weight_decay"] != 0:
+            g = E.add(g, E.multiply(param, hyper["weight_decay"]))
+        if hyper["momentum"] != 0:
+            if hyper["first"]:
+                E.copy(g, out=buf)
+            else:
+                E.add(E.multiply(buf, hyper["momentum"]),
+                      E.multiply(g, 1.0 - hyper["dampening"]), out=buf)
+            g = E.add(g, E.multiply(buf, hyper["momentum"])) if hyper["nesterov"] else buf
+        E.add(param, E.multiply(g, -hyper["lr"]), out=param)
 
 
 def _zeros_like_cached(state, param):

@@ -1,9 +1,10 @@
 """``fastmetal.nn.Module`` and ``Parameter``, as PyTorch's: attributes that are Modules or
 Parameters register themselves, so any subclass has recursive ``parameters()``,
 ``named_parameters()``, ``state_dict()`` / ``load_state_dict()``, ``train()`` / ``eval()``,
-``zero_grad()`` and ``to(device)``. Buffers (``register_buffer``: state that is not a
-parameter, as BatchNorm's running statistics) are moved, saved and loaded with them.
-Gradients come from autograd (``loss.backward()``).
+``zero_grad()``, ``to(device, dtype)``, ``cpu()`` / ``cuda()`` and ``float()`` / ``double()`` /
+``half()`` / ``type(dtype)``. Buffers (``register_buffer``: state that is not a parameter, as
+BatchNorm's running statistics) are moved, converted, saved and loaded with them. Gradients
+come from autograd (``loss.backward()``).
 """
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import numpy as np
 from ..._core import Array
 from ...autograd.tape import detach, no_grad
 from ...ops.creation import asarray, zeros
+from ...ops.devices import device_capabilities, devices
+from ...ops.dtypes import native_dtype
 from ...ops.elementwise import copy
+from ...ops.views import astype, to as move_to
 
 __all__ = ["Parameter", "Module"]
 
@@ -250,31 +254,128 @@ class Module:
             p.requires_grad_(requires_grad)
         return self
 
-    def to(self, device: str) -> "Module":
-        """Move every parameter and buffer to ``device`` (in place: the same Module, new
-        Parameters; create the optimizer after moving)."""
-        if not isinstance(device, str):
-            raise TypeError(f"[fastmetal.nn.{type(self).__name__}.to] expected a device name "
-                            f"(str), got {type(device).__name__}")
-        done: dict = {}  # id -> moved: a Parameter shared by modules (tied weights) stays one
-        for m in self.modules():
-            params = m._registry()[0]
-            for name, p in list(params.items()):
-                if p is not None and p.device != device:
-                    moved = done.get(id(p))
-                    if moved is None:
-                        with no_grad():
-                            moved = Parameter(p.to(device), requires_grad=p.requires_grad)
-                        done[id(p)] = moved
-                    params[name] = moved
-                    object.__setattr__(m, name, moved)
-            buffers = m._buffer_registry()
-            for name, b in list(buffers.items()):
-                if b is not None and b.device != device:
-                    with no_grad():
-                        moved = b.to(device)
-                    buffers[name] = moved
-                    object.__setattr__(m, name, moved)
+    # -- devices and dtypes
+    def to(self, *args: Any, **kwargs: Any) -> "Module":
+        """Move and/or convert every parameter and buffer, as ``torch.nn.Module.to``:
+        ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(array)`` (its device and
+        dtype) or by name (``device=``, ``dtype=``). A dtype must be a floating one and
+        converts only the floating-point parameters and buffers (integer buffers, as
+        BatchNorm's ``num_batches_tracked``, keep theirs). In place: the same Module, holding
+        new Parameters (a Parameter shared by several modules stays shared; gradients are
+        moved and converted with them). Create the optimizer after moving or converting: one
+        made before still holds the old Parameters."""
+        where = f"fastmetal.nn.{type(self).__name__}.to"
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"[{where}] expected device=, dtype= or non_blocking=, got "
+                            f"{sorted(kwargs)}")
+        if len(args) > 3:
+            raise TypeError(f"[{where}] expected at most (device, dtype, non_blocking), got "
+                            f"{len(args)} positional arguments")
+        for arg in args:
+            if isinstance(arg, Array):
+                device, dtype = arg.device, arg.dtype
+            elif isinstance(arg, (bool, np.bool_)):
+                continue  # non_blocking (every copy here completes before to() returns)
+            elif isinstance(arg, str) and arg in _device_names():
+                device = arg
+            else:
+                dtype = arg
+        if device is not None and not isinstance(device, str):
+            raise TypeError(f"[{where}] expected a device name (str), got "
+                            f"{type(device).__name__}")
+        target = None
+        if dtype is not None:
+            target = _dtype(dtype, where)
+            if target.kind != "f":
+                raise TypeError(f"[{where}] expected a floating-point dtype (as PyTorch's "
+                                f"Module.to), got {target}")
+        return self._convert(where, device, target, floating_only=True)
+
+    def cpu(self) -> "Module":
+        """Every parameter and buffer on the cpu device, as ``torch.nn.Module.cpu``
+        (``to("cpu")``)."""
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> "Module":
+        """Every parameter and buffer on the cuda device, as ``torch.nn.Module.cuda``
+        (``to("cuda")``); RuntimeError where this fastmetal has no cuda device."""
+        where = f"fastmetal.nn.{type(self).__name__}.cuda"
+        if device not in (None, 0, "cuda", "cuda:0"):
+            raise ValueError(f"[{where}] expected device None or 0 (one GPU), got {device!r}")
+        if "cuda" not in devices():
+            raise RuntimeError(f"[{where}] expected a cuda device, got none (this fastmetal's "
+                               f"devices: {devices()})")
+        return self.to("cuda")
+
+    def float(self) -> "Module":  # noqa: A003 (PyTorch's name)
+        """Floating-point parameters and buffers in float32, as ``torch.nn.Module.float``
+        (in place, new Parameters: see :meth:`to`)."""
+        return self._convert(f"fastmetal.nn.{type(self).__name__}.float", None,
+                             np.dtype(np.float32), floating_only=True)
+
+    def double(self) -> "Module":
+        """Floating-point parameters and buffers in float64, as ``torch.nn.Module.double``
+        (devices with double: cpu, cuda; TypeError on metal). In place, new Parameters: see
+        :meth:`to`."""
+        return self._convert(f"fastmetal.nn.{type(self).__name__}.double", None,
+                             np.dtype(np.float64), floating_only=True)
+
+    def half(self) -> "Module":
+        """Floating-point parameters and buffers in float16, as ``torch.nn.Module.half``
+        (in place, new Parameters: see :meth:`to`)."""
+        return self._convert(f"fastmetal.nn.{type(self).__name__}.half", None,
+                             np.dtype(np.float16), floating_only=True)
+
+    def type(self, dst_type: Any) -> "Module":  # noqa: A003 (PyTorch's name)
+        """EVERY parameter and buffer in ``dst_type``, integer buffers included, as
+        ``torch.nn.Module.type`` (``to(dtype)`` converts the floating-point ones only).
+        Parameters take floating dtypes only (they require gradients)."""
+        where = f"fastmetal.nn.{type(self).__name__}.type"
+        target = _dtype(dst_type, where)
+        if target.kind != "f" and any(True for _ in self.parameters()):
+            raise RuntimeError(f"[{where}] expected a floating-point dtype for a module with "
+                               f"parameters (only floating-point Arrays take gradients), got "
+                               f"{target}")
+        return self._convert(where, None, target, floating_only=False)
+
+    def _convert(self, where: str, device: Any, dtype: Any, floating_only: bool) -> "Module":
+        """Every parameter and buffer on ``device`` and in ``dtype`` (None: unchanged; with
+        ``floating_only``, integer ones keep their dtype). Everything is checked before
+        anything is replaced; each Array is converted once (tied ones stay tied)."""
+        def wanted(a: Array) -> Any:
+            keep = dtype is None or a.dtype == dtype or (floating_only and a.dtype.kind != "f")
+            return a.dtype if keep else dtype
+
+        items = [(m, reg, name, a) for m in self.modules()
+                 for reg in (m._registry()[0], m._buffer_registry())
+                 for name, a in list(reg.items()) if a is not None]
+        for _, _, name, a in items:
+            dev = device if device is not None else a.device
+            if wanted(a) == np.float64 and not device_capabilities(dev).get("float64", True):
+                raise TypeError(f"[{where}] expected a dtype device '{dev}' has, got float64 "
+                                f"for {name} (Apple GPUs have no double: use float32 there, or "
+                                "device='cpu' for float64)")
+        done: dict = {}  # id -> converted: a shared Parameter / buffer stays one
+
+        def convert(a: Array) -> Array:
+            with no_grad():
+                out = a if wanted(a) == a.dtype else astype(a, wanted(a))
+                return move_to(out, device) if device is not None else out
+
+        for m, reg, name, a in items:
+            new = done.get(id(a))
+            if new is None:
+                new = convert(a)
+                if new is not a and isinstance(a, Parameter):
+                    new = Parameter(new, requires_grad=a.requires_grad)
+                    if a.grad is not None:  # as PyTorch's: the gradient follows
+                        new.grad = convert(a.grad)
+                done[id(a)] = new
+            if new is not a:
+                reg[name] = new
+                object.__setattr__(m, name, new)
         return self
 
     def _state_items(self) -> "OrderedDict[str, Array]":
@@ -369,6 +470,18 @@ class Module:
         if not children:
             return head + ")"
         return head + "".join(f"\n  {c}" for c in children) + "\n)"
+
+
+def _device_names() -> set:
+    """The names ``to()`` takes as devices (the others are dtypes): this fastmetal's devices
+    and the backends' names, whether built here or not (so ``to("cuda")`` says the device is
+    missing rather than that "cuda" is no dtype)."""
+    return set(devices()) | {"cpu", "cuda", "metal"}
+
+
+def _dtype(dtype: Any, where: str) -> np.dtype:
+    """One of fastmetal's dtypes (``fm.float64``, ``fm.double``, ``"float32"``, ...)."""
+    return np.dtype(native_dtype(dtype, where))
 
 
 def _zero_grad(p: Array, set_to_none: bool) -> None:

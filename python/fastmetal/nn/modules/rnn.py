@@ -2,7 +2,12 @@
 GRUCell, with PyTorch's arguments, parameter names (``weight_ih_l0``, ...,
 ``bias_hh_l1_reverse``), gate order (LSTM i, f, g, o; GRU r, z, n) and initialisation, so a
 PyTorch model's ``state_dict()`` loads and gives the same outputs. The time loops are
-``fastmetal.ops.recurrent``'s (one input product per layer, one fused gate kernel a step)."""
+``fastmetal.ops.recurrent``'s (one input product per layer, one fused gate kernel a step).
+
+A layer computes in its parameters' dtype: float32, or float64 after ``.double()`` (on the
+devices with double: cpu, cuda). Input and states must have it, as in PyTorch (ValueError
+for a layer's input, RuntimeError for the states and the cells'); NumPy arrays and lists
+are converted to it."""
 from __future__ import annotations
 
 import math
@@ -21,6 +26,7 @@ from .module import Module
 __all__ = ['RNN', 'LSTM', 'GRU', 'RNNCell', 'LSTMCell', 'GRUCell']
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+_COMPUTE = {np.dtype(np.float32), np.dtype(np.float64)}  # the gate kernels' dtypes
 
 
 def _shape(a):
@@ -34,15 +40,30 @@ def _nonlinearity(value, cls):
     return "RNN_TANH" if value == "tanh" else "RNN_RELU"
 
 
-def _array(x, device, name, cls):
-    """x as a fastmetal Array on the layer's device (NumPy and lists are uploaded)."""
+def _layer_dtype(weights, cls):
+    """The dtype the layer computes in: its parameters' (one of float32, float64)."""
+    dtypes = {w.dtype for w in weights if w is not None}
+    if len(dtypes) != 1 or not dtypes <= _COMPUTE:
+        raise TypeError(f"[fastmetal.nn.{cls}] expected float32 or float64 parameters of one "
+                        f"dtype (module.float() or module.double()), got "
+                        f"{sorted(str(d) for d in dtypes)}")
+    return dtypes.pop()
+
+
+def _array(x, device, dtype, name, cls, error=RuntimeError):
+    """x as a fastmetal Array of the layer's dtype on its device (NumPy and lists are
+    converted and uploaded; an Array of another dtype raises ``error``, PyTorch's class)."""
     if isinstance(x, Array):
+        if x.dtype != dtype:
+            raise error(f"[fastmetal.nn.{cls}] expected {name} of the parameters' dtype "
+                        f"{dtype}, got {x.dtype} (convert it: {name.split(' ')[0]}.to({dtype}), "
+                        f"or the module: module.to({x.dtype}))")
         return x
     host = np.asarray(x)
     if host.dtype.kind not in "fiu":
         raise TypeError(f"[fastmetal.nn.{cls}] expected {name} to be a real array, got dtype "
                         f"{host.dtype}")
-    return asarray(host.astype(np.float32), device=device)
+    return asarray(host.astype(dtype), device=device)
 
 
 def _uniform_parameters(module, names_shapes, hidden_size, seed, rng, device, cls):
@@ -138,7 +159,9 @@ class RNNBase(Module):
         if nd not in (2, 3):
             raise ValueError(f"[fastmetal.nn.{cls}] expected input to be 2-D (unbatched) or "
                              f"3-D, got a {nd}-D input of shape {_shape(input)}")
-        x = _array(input, w0.device, "input", cls)
+        weights = self._weights()
+        dtype = _layer_dtype([w for ws in weights for w in ws], cls)
+        x = _array(input, w0.device, dtype, "input", cls, ValueError)
         batched = nd == 3
         if not batched:
             x = x.reshape((x.shape[0], 1, x.shape[1]))
@@ -155,8 +178,8 @@ class RNNBase(Module):
         want = (self.num_layers * D, B, self.hidden_size)
         lstm = self.mode == "LSTM"
         if hx is None:
-            h0 = zeros(want, device=w0.device)
-            c0 = zeros(want, device=w0.device) if lstm else None
+            h0 = zeros(want, dtype=dtype, device=w0.device)
+            c0 = zeros(want, dtype=dtype, device=w0.device) if lstm else None
         else:
             if lstm:
                 if not isinstance(hx, (tuple, list)) or len(hx) != 2:
@@ -165,12 +188,12 @@ class RNNBase(Module):
                 h0, c0 = hx
                 self._check_state(h0, "hx[0] (h_0)", want, batched)
                 self._check_state(c0, "hx[1] (c_0)", want, batched)
-                c0 = _array(c0, w0.device, "c_0", cls).reshape(want)
+                c0 = _array(c0, w0.device, dtype, "c_0", cls).reshape(want)
             else:
                 h0, c0 = hx, None
                 self._check_state(h0, "hx", want, batched)
-            h0 = _array(h0, w0.device, "h_0", cls).reshape(want)
-        out, hn, cn = _rec.recurrent(self.mode, x, h0, c0, self._weights(), self.num_layers,
+            h0 = _array(h0, w0.device, dtype, "h_0", cls).reshape(want)
+        out, hn, cn = _rec.recurrent(self.mode, x, h0, c0, weights, self.num_layers,
                                      self.bidirectional, self.dropout, self.training, self._seed)
         if not batched:
             out = out.reshape((T, out.shape[2]))
@@ -247,13 +270,13 @@ class RNNCellBase(Module):
             names += [("bias_ih", (G,)), ("bias_hh", (G,))]
         _uniform_parameters(self, names, self.hidden_size, seed, rng, device, cls)
 
-    def _state(self, h, name, B, batched):
+    def _state(self, h, name, B, batched, dtype):
         want = (B, self.hidden_size) if batched else (self.hidden_size,)
         if _shape(h) != want:
             raise RuntimeError(f"[fastmetal.nn.{self._cls}] expected {name} of shape {want} "
                                f"(batch, hidden_size), got {_shape(h)}")
-        return _array(h, self.weight_ih.device, name, self._cls).reshape((1, B,
-                                                                          self.hidden_size))
+        return _array(h, self.weight_ih.device, dtype, name, self._cls).reshape(
+            (1, B, self.hidden_size))
 
     def forward(self, input, hx=None):  # noqa: A002 (PyTorch's name)
         cls = self._cls
@@ -262,7 +285,10 @@ class RNNCellBase(Module):
             raise ValueError(f"[fastmetal.nn.{cls}] expected input to be 1-D (unbatched) or "
                              f"2-D, got a {nd}-D input of shape {_shape(input)}")
         batched = nd == 2
-        x = _array(input, self.weight_ih.device, "input", cls)
+        b_ih = self.bias_ih if self.bias else None
+        b_hh = self.bias_hh if self.bias else None
+        dtype = _layer_dtype([self.weight_ih, self.weight_hh, b_ih, b_hh], cls)
+        x = _array(input, self.weight_ih.device, dtype, "input", cls)
         if not batched:
             x = x.reshape((1, x.shape[0]))
         B, size = _shape(x)
@@ -272,18 +298,16 @@ class RNNCellBase(Module):
         lstm = self.mode == "LSTM"
         H = self.hidden_size
         if hx is None:
-            h0 = zeros((1, B, H), device=self.weight_ih.device)
-            c0 = zeros((1, B, H), device=self.weight_ih.device) if lstm else None
+            h0 = zeros((1, B, H), dtype=dtype, device=self.weight_ih.device)
+            c0 = zeros((1, B, H), dtype=dtype, device=self.weight_ih.device) if lstm else None
         elif lstm:
             if not isinstance(hx, (tuple, list)) or len(hx) != 2:
                 raise TypeError(f"[fastmetal.nn.{cls}] expected hx to be a tuple (h_0, c_0), "
                                 f"got {type(hx).__name__}")
-            h0 = self._state(hx[0], "hx[0] (h_0)", B, batched)
-            c0 = self._state(hx[1], "hx[1] (c_0)", B, batched)
+            h0 = self._state(hx[0], "hx[0] (h_0)", B, batched, dtype)
+            c0 = self._state(hx[1], "hx[1] (c_0)", B, batched, dtype)
         else:
-            h0, c0 = self._state(hx, "hx", B, batched), None
-        b_ih = self.bias_ih if self.bias else None
-        b_hh = self.bias_hh if self.bias else None
+            h0, c0 = self._state(hx, "hx", B, batched, dtype), None
         _, h, c = _rec.layer_step(self.mode, x.reshape((1, B, size)), h0[0],
                                   None if c0 is None else c0[0], self.weight_ih,
                                   self.weight_hh, b_ih, b_hh, False)
