@@ -13,6 +13,7 @@ import pytest
 
 import fastmetal as fm
 from fastmetal import nn
+from helpers import host, skip_without_float64, torch
 
 RNG = np.random.default_rng(7)
 
@@ -296,3 +297,230 @@ def test_training_loop_memory_stays_flat():
     gc.collect()
     grown = psutil.Process().memory_info().rss - before
     assert grown < 8 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over 10^4 steps"
+
+
+# --------------------------------------------------------------------- dtypes of a Module
+class _Tied(nn.Module):
+    """A tied weight, an integer buffer (BatchNorm's num_batches_tracked), a float buffer."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.a = nn.Linear(3, 3, seed=0, device=device)
+        self.b = nn.Linear(3, 3, seed=1, device=device)
+        self.b.weight = self.a.weight
+        self.bn = nn.BatchNorm1d(3)
+        if device is not None:
+            self.bn.to(device)
+
+    def forward(self, x):
+        return self.b(self.bn(self.a(x)))
+
+
+def _dtypes(m):
+    return {k: str(v.dtype) for k, v in m.state_dict().items()}
+
+
+def test_dtype_aliases_are_pytorchs():
+    assert fm.double == fm.float64 and fm.float == fm.float32 and fm.half == fm.float16
+    assert fm.long == fm.int64 and fm.int == fm.int32
+    assert all(isinstance(d, np.dtype) for d in (fm.double, fm.float, fm.half, fm.long, fm.int))
+
+
+def test_zeros_with_dtype_double(device):
+    skip_without_float64(device)
+    z = fm.zeros(2, 51, dtype=fm.double, device=device)
+    assert z.dtype == np.float64 and z.shape == (2, 51) and not host(z).any()
+    assert fm.zeros((2, 3), dtype=fm.half).dtype == np.float16
+
+
+def test_module_double_float_half_convert_floating_state_only(device):
+    skip_without_float64(device)
+    m = _Tied(device)
+    before = {k: v.copy() for k, v in m.state_dict().items()}
+    m.a.weight.grad = fm.ones((3, 3), device=device)
+    assert m.double() is m
+    assert _dtypes(m) == {**{k: "float64" for k in before}, "bn.num_batches_tracked": "int64"}
+    assert m.b.weight is m.a.weight  # tied weights stay one Parameter
+    assert [n for n, _ in m.named_parameters()] == ["a.weight", "a.bias", "b.bias", "bn.weight",
+                                                    "bn.bias"]
+    assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in m.parameters())
+    assert m.a.weight.grad.dtype == np.float64  # the gradient follows, as PyTorch's
+    assert {p.device for p in m.parameters()} == {device}
+    for k, v in m.state_dict().items():  # float32 -> float64 is exact
+        np.testing.assert_array_equal(v, before[k].astype(v.dtype), err_msg=k)
+    out = m.b(m.a(fm.ones((4, 3), dtype=fm.double, device=device)))  # (batch_norm: float32)
+    assert out.dtype == np.float64
+    assert m.float() is m and set(_dtypes(m).values()) == {"float32", "int64"}
+    assert m.half() is m and set(_dtypes(m).values()) == {"float16", "int64"}
+    assert m.b.weight is m.a.weight
+
+
+@pytest.mark.parametrize("how", ["to(dtype)", "to(device, dtype)", "to(dtype=)",
+                                 "to(device=, dtype=)", "to(array)", "type(dtype)"])
+def test_module_to_dtype_forms(device, how):
+    skip_without_float64(device)
+    m = _Tied(device)
+    call = {"to(dtype)": lambda: m.to(fm.float64),
+            "to(device, dtype)": lambda: m.to(device, fm.double),
+            "to(dtype=)": lambda: m.to(dtype=fm.double),
+            "to(device=, dtype=)": lambda: m.to(device=device, dtype="float64"),
+            "to(array)": lambda: m.to(fm.zeros(1, dtype=fm.double, device=device)),
+            "type(dtype)": lambda: m.type(fm.double)}[how]
+    assert call() is m
+    # type() converts every parameter and buffer, integer ones too (PyTorch's Module.type);
+    # to() the floating-point ones only.
+    nbt = "float64" if how == "type(dtype)" else "int64"
+    assert _dtypes(m)["bn.num_batches_tracked"] == nbt
+    assert {d for k, d in _dtypes(m).items() if k != "bn.num_batches_tracked"} == {"float64"}
+    assert m.b.weight is m.a.weight
+
+
+def test_module_to_and_type_refuse_what_pytorch_refuses():
+    m = _Tied()
+    with pytest.raises(TypeError, match=r"\[fastmetal.nn._Tied.to\] expected a floating-point "
+                                        r"dtype .*got int64"):
+        m.to(fm.int64)
+    with pytest.raises(TypeError, match="expected dtype"):
+        m.to("nonsense")
+    with pytest.raises(TypeError, match="expected device=, dtype= or non_blocking="):
+        m.to(memory_format=None)
+    with pytest.raises(RuntimeError, match=r"\[fastmetal.nn._Tied.type\] expected a floating"):
+        m.type(fm.int32)
+    assert _dtypes(m)["a.weight"] == "float32"  # nothing was converted
+    bn = nn.BatchNorm1d(2)
+    bn.weight, bn.bias = None, None
+    del bn.weight, bn.bias
+    assert bn.type(fm.int64) is bn  # buffers only: PyTorch converts them all
+
+
+def test_module_cpu_and_cuda():
+    m = _Tied()
+    assert m.cpu() is m and {p.device for p in m.parameters()} == {"cpu"}
+    if "cuda" in fm.devices():
+        assert m.cuda() is m and {p.device for p in m.parameters()} == {"cuda"}
+        assert m.cpu() is m and m.b.weight is m.a.weight
+    else:
+        with pytest.raises(RuntimeError, match=r"\[fastmetal.nn._Tied.cuda\] expected a cuda "
+                                               r"device, got none"):
+            m.cuda()
+    with pytest.raises(ValueError, match="expected device None or 0"):
+        m.cuda(3)
+
+
+def _regression(device, dtype):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((32, 3))
+    y = x @ np.array([[1.5], [-2.0], [0.25]]) + 0.125
+    return (fm.asarray(x, dtype=dtype, device=device), fm.asarray(y, dtype=dtype, device=device),
+            x, y)
+
+
+def test_training_after_double_sgd_follows_the_float64_formula(device):
+    """SGD with momentum on a .double() model: every step's parameters equal the float64
+    NumPy formulas to rounding (a float32 update would be ~1e-7 off)."""
+    skip_without_float64(device)
+    model = nn.Linear(3, 1, seed=3, device=device).double()
+    fx, fy, x, y = _regression(device, fm.double)
+    w, b = host(model.weight).copy(), host(model.bias).copy()
+    opt = nn.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=0.01)
+    bw = bb = None
+    for _ in range(5):
+        opt.zero_grad()
+        loss = fm.mse_loss(model(fx), fy)
+        assert loss.dtype == np.float64
+        loss.backward()
+        opt.step()
+        r = 2 * (x @ w.T + b - y) / y.size
+        gw, gb = r.T @ x + 0.01 * w, r.sum(0) + 0.01 * b
+        bw, bb = (gw, gb) if bw is None else (0.9 * bw + gw, 0.9 * bb + gb)
+        w, b = w - 0.05 * bw, b - 0.05 * bb
+        np.testing.assert_allclose(host(model.weight), w, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(host(model.bias), b, rtol=1e-13, atol=1e-15)
+    assert model.weight.dtype == np.float64 and opt.state[id(model.weight)]["momentum_buffer"]\
+        .dtype == np.float64
+
+
+def test_training_after_double_lbfgs_reaches_double_precision(device):
+    """LBFGS on a .double() least-squares model: the loss falls below 1e-16 (float32's
+    stalls near 3e-14) and the weights are within 1e-8 of the exact solution, the
+    vectors and the recursion staying in double (PyTorch float64 stops at the same point,
+    6.2e-9 from the solution, after 14 iterations)."""
+    skip_without_float64(device)
+    model = nn.Linear(3, 1, seed=3, device=device).double()
+    fx, fy, x, y = _regression(device, fm.double)
+    opt = nn.optim.LBFGS(model.parameters(), lr=1.0, max_iter=50, tolerance_grad=1e-14,
+                         tolerance_change=1e-16)
+
+    def closure():
+        opt.zero_grad()
+        loss = fm.mse_loss(model(fx), fy)
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        opt.step(closure)
+    np.testing.assert_allclose(host(model.weight), [[1.5, -2.0, 0.25]], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(host(model.bias), [0.125], rtol=0, atol=1e-8)
+    assert float(closure().item()) < 1e-16 and model.weight.dtype == np.float64
+
+
+def test_optimizers_without_a_float64_update_refuse_float64(device):
+    skip_without_float64(device)
+    model = nn.Linear(3, 1, seed=3, device=device).double()
+    with pytest.raises(TypeError, match=r"\[fastmetal.nn.optim.Adam\] expected float32 or "
+                                        r"float16 parameters \(float64 ones: SGD and LBFGS\)"):
+        nn.optim.Adam(model.parameters())
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("optimizer", ["SGD", "LBFGS"])
+def test_training_after_double_follows_torch(device, optimizer):
+    """An LSTMCell + Linear model (time_sequence_prediction's, small) after .double(): the
+    same losses as PyTorch float64 step by step, to ~1e-12."""
+    skip_without_float64(device)
+    torch.manual_seed(0)
+
+    def build(lib, nn_):
+        class Seq(nn_.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn_.LSTMCell(1, 6)
+                self.linear = nn_.Linear(6, 1)
+
+            def forward(self, inp):
+                h = lib.zeros(inp.size(0), 6, dtype=lib.double)
+                c = lib.zeros(inp.size(0), 6, dtype=lib.double)
+                outs = []
+                for x_t in inp.split(1, dim=1):
+                    h, c = self.lstm(x_t, (h, c))
+                    outs += [self.linear(h)]
+                return lib.cat(outs, dim=1)
+        return Seq()
+
+    tm = build(torch, torch.nn)
+    tm.double()
+    fmm = build(fm, nn)
+    fmm.double()
+    fmm.load_state_dict({k: v.numpy() for k, v in tm.state_dict().items()})
+    if device != "cpu":
+        fmm.to(device)
+    data = np.sin(np.arange(4 * 9).reshape(4, 9) / 3.0)
+    tin, tout = torch.from_numpy(data[:, :-1]), torch.from_numpy(data[:, 1:])
+    fin = fm.asarray(data[:, :-1], dtype=fm.double, device=device)
+    fout = fm.asarray(data[:, 1:], dtype=fm.double, device=device)
+    make = {"SGD": lambda lib, m: lib.optim.SGD(m.parameters(), lr=0.5, momentum=0.5),
+            "LBFGS": lambda lib, m: lib.optim.LBFGS(m.parameters(), lr=0.8, max_iter=4)}
+    topt, fopt = make[optimizer](torch, tm), make[optimizer](fm, fmm)
+    for _ in range(3):
+        losses = []
+        for lib, m, opt, i, o in ((torch, tm, topt, tin, tout), (fm, fmm, fopt, fin, fout)):
+            def closure(lib=lib, m=m, opt=opt, i=i, o=o):
+                opt.zero_grad()
+                loss = lib.nn.functional.mse_loss(m(i), o)
+                loss.backward()
+                return loss
+            losses.append(float(opt.step(closure).item()))
+        assert losses[1] == pytest.approx(losses[0], rel=1e-12, abs=1e-15)
+    for k, v in tm.state_dict().items():
+        np.testing.assert_allclose(fmm.state_dict()[k], v.numpy(), rtol=1e-10, atol=1e-12,
+                                   err_msg=k)

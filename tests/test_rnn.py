@@ -11,7 +11,7 @@ import pytest
 
 import fastmetal as fm
 from fastmetal import nn
-from helpers import host, needs_torch, torch
+from helpers import host, needs_torch, skip_without_float64, torch
 from references import msl_kernels_on_cpu
 
 kernels = pytest.fixture(msl_kernels_on_cpu)
@@ -550,3 +550,238 @@ def test_lstm_training_step_replays_bit_identical_under_compile(device):
     assert losses == eager_losses
     for k in params:
         np.testing.assert_array_equal(params[k], eager_params[k], err_msg=k)
+
+
+# ------------------------------------------------------------------------------- float64
+# After .double() a layer computes in double (the gate kernels' _float64 instances, the
+# double GEMM): against the NumPy float64 reference and its finite differences to ~1e-9
+# (float32's tolerances are 1e-4), and against PyTorch float64 to ~1e-12.
+CELLS = {"LSTM": "LSTMCell", "GRU": "GRUCell", "RNN_TANH": "RNNCell", "RNN_RELU": "RNNCell"}
+
+
+def make_cell(mode, *args, **kwargs):
+    if mode.startswith("RNN"):
+        kwargs["nonlinearity"] = "relu" if mode == "RNN_RELU" else "tanh"
+    return getattr(nn, CELLS[mode])(*args, **kwargs)
+
+
+def f64(a, device):
+    arr = fm.asarray(np.asarray(a, np.float64), dtype=np.float64, device=device)
+    arr.requires_grad = True
+    return arr
+
+
+def fd64(f, a, picks, eps=1e-6):
+    """Central differences of the float64 reference: O(eps^2) truncation, ~1e-10 rounding."""
+    out = []
+    for idx in picks:
+        old = a[idx]
+        a[idx] = old + eps
+        up = f()
+        a[idx] = old - eps
+        down = f()
+        a[idx] = old
+        out.append((up - down) / (2 * eps))
+    return np.array(out)
+
+
+def test_lstm_cell_float64_forward_and_backward_against_numpy(device):
+    """Always runs (no PyTorch): LSTMCell.double() in double, its outputs to ~1e-14 of the
+    NumPy float64 formulas and every gradient (input, h, c, the four parameters) within
+    1e-8 of central differences of the reference (float32 could not get within 1e-4)."""
+    skip_without_float64(device)
+    rng = np.random.default_rng(64)
+    B, I, H = 3, 4, 5
+    m = nn.LSTMCell(I, H, seed=2).double()
+    assert {p.dtype for p in m.parameters()} == {np.dtype(np.float64)}
+    x, h, c = (rng.standard_normal(s) for s in ((B, I), (B, H), (B, H)))
+    R = [rng.standard_normal((B, H)) for _ in range(2)]
+    fx, fh, fc = (f64(a, device) for a in (x, h, c))
+    h1, c1 = m(fx, (fh, fc))
+    assert h1.dtype == np.float64 and c1.dtype == np.float64
+    P = params64(m)
+    args = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    want = ref_cell("LSTM", x, h, c, *(P[k] for k in args))
+    np.testing.assert_allclose(host(h1), want[0], rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(host(c1), want[1], rtol=1e-13, atol=1e-14)
+    ((h1 * fm.asarray(R[0], dtype=np.float64)).sum()
+     + (c1 * fm.asarray(R[1], dtype=np.float64)).sum()).backward()
+
+    def loss():
+        hn, cn = ref_cell("LSTM", x, h, c, *(P[k] for k in args))
+        return (hn * R[0]).sum() + (cn * R[1]).sum()
+
+    for got, arr, what in [(fx.grad, x, "input"), (fh.grad, h, "h"), (fc.grad, c, "c")] + \
+            [(getattr(m, k).grad, P[k], k) for k in args]:
+        assert got.dtype == np.float64, what
+        picks = [np.unravel_index(i, arr.shape) for i in range(arr.size)]
+        np.testing.assert_allclose(np.array([host(got)[i] for i in picks]), fd64(loss, arr, picks),
+                                   rtol=1e-7, atol=1e-8, err_msg=what)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("num_layers,bidirectional", [(1, False), (2, True)])
+def test_layers_float64_against_numpy_and_finite_differences(device, mode, num_layers,
+                                                            bidirectional):
+    skip_without_float64(device)
+    rng = np.random.default_rng(hash((mode, num_layers, 64)) % 2**32)
+    T, B, I, H = 3, 2, 3, 4
+    D = 2 if bidirectional else 1
+    m = make(mode, I, H, num_layers=num_layers, bidirectional=bidirectional, seed=5).double()
+    x = rng.standard_normal((T, B, I))
+    h0 = rng.standard_normal((num_layers * D, B, H))
+    c0 = rng.standard_normal((num_layers * D, B, H)) if mode == "LSTM" else None
+    R = [rng.standard_normal(s) for s in ((T, B, D * H), (num_layers * D, B, H),
+                                          (num_layers * D, B, H))]
+    fx, fh = f64(x, device), f64(h0, device)
+    fc = None if c0 is None else f64(c0, device)
+    out, h, c, loss = fm_loss(mode, m, fx, fh, fc,
+                              [fm.asarray(r, dtype=np.float64) for r in R])
+    assert out.dtype == np.float64 and h.dtype == np.float64
+    loss.backward()
+    P = params64(m)
+    want = ref_forward(mode, P, x, h0, c0, num_layers, bidirectional)
+    np.testing.assert_allclose(host(out), want[0], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(host(h), want[1], rtol=1e-12, atol=1e-13)
+    if mode == "LSTM":
+        np.testing.assert_allclose(host(c), want[2], rtol=1e-12, atol=1e-13)
+
+    def ref_loss():
+        o, hn, cn = ref_forward(mode, P, x, h0, c0, num_layers, bidirectional)
+        return (o * R[0]).sum() + (hn * R[1]).sum() + (0 if cn is None else (cn * R[2]).sum())
+
+    checks = [(host(p.grad), P[k], k) for k, p in m.named_parameters()]
+    checks += [(host(fx.grad), x, "input"), (host(fh.grad), h0, "h0")]
+    if mode == "LSTM":
+        checks.append((host(fc.grad), c0, "c0"))
+    for got, arr, what in checks:
+        picks = [np.unravel_index(i, arr.shape) for i in
+                 rng.choice(arr.size, size=min(arr.size, 8), replace=False)]
+        np.testing.assert_allclose(np.array([got[i] for i in picks]), fd64(ref_loss, arr, picks),
+                                   rtol=1e-7, atol=1e-8, err_msg=what)
+
+
+def test_float64_layers_check_the_dtype_of_input_and_states(device):
+    skip_without_float64(device)
+    lstm = nn.LSTM(3, 4, seed=1).double()
+    x32 = fm.zeros((2, 1, 3))
+    with pytest.raises(ValueError, match=r"\[fastmetal.nn.LSTM\] expected input of the "
+                                         r"parameters' dtype float64, got float32"):
+        lstm(x32)
+    with pytest.raises(ValueError, match="float32, got float64"):
+        nn.GRU(3, 4, seed=1)(fm.zeros((2, 1, 3), dtype=np.float64))
+    with pytest.raises(RuntimeError,
+                       match=r"\[fastmetal.nn.LSTM\] expected h_0 of the parameters' dtype"):
+        lstm(x32.double(), (fm.zeros((1, 1, 4)), fm.zeros((1, 1, 4), dtype=np.float64)))
+    cell = nn.GRUCell(3, 4, seed=1).double()
+    with pytest.raises(RuntimeError, match=r"\[fastmetal.nn.GRUCell\] expected input of the "
+                                           r"parameters' dtype float64"):
+        cell(fm.zeros((2, 3)))
+    with pytest.raises(RuntimeError, match="expected hx of the parameters' dtype float32"):
+        nn.RNNCell(3, 4, seed=1)(fm.zeros((2, 3)), fm.zeros((2, 4), dtype=np.float64))
+    # NumPy input (and lists) are converted to the parameters' dtype, as before for float32.
+    out, _ = lstm(np.zeros((2, 1, 3), np.float32))
+    assert out.dtype == np.float64
+    assert nn.LSTM(3, 4, seed=1)(np.zeros((2, 1, 3)))[0].dtype == np.float32
+    mixed = nn.LSTM(3, 4, seed=1)
+    mixed.weight_hh_l0 = nn.Parameter(mixed.weight_hh_l0.double())
+    with pytest.raises(TypeError, match="expected float32 or float64 parameters of one dtype"):
+        mixed(x32)
+    with pytest.raises(TypeError, match=r"got \['float16'\]"):
+        nn.RNNCell(3, 4, seed=1).half()(fm.zeros((2, 3), dtype=np.float16))
+    with pytest.raises(TypeError, match="expected float32 or float64 operands of one dtype"):
+        fm._core._rnn_layer(fm.zeros((1, 1, 4)), fm.zeros((1, 4)),
+                            fm.zeros((4, 4), dtype=np.float64), fm.zeros(4), False, False)
+
+
+def test_float64_is_refused_where_the_device_has_no_double(device):
+    """Apple GPUs have no double: .double() is the TypeError every float64 request gives
+    there, raised before any parameter is converted."""
+    if fm._core._device_capabilities(device)["float64"]:
+        pytest.skip(f"{device} has float64 (the refusal is metal's)")
+    m = nn.LSTMCell(3, 4, device=device)
+    before = [p for p in m.parameters()]
+    with pytest.raises(TypeError, match="Apple GPUs have no double"):
+        m.double()
+    assert [p for p in m.parameters()] == before and m.weight_ih.dtype == np.float32
+    with pytest.raises(TypeError):
+        fm.zeros(2, 3, dtype=fm.double, device=device)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("num_layers,bidirectional,batch_first", [(1, False, False),
+                                                                  (2, True, True)])
+def test_layers_float64_against_pytorch(device, mode, num_layers, bidirectional, batch_first):
+    skip_without_float64(device)
+    torch.manual_seed(3)
+    kw = dict(num_layers=num_layers, bidirectional=bidirectional, batch_first=batch_first)
+    if mode.startswith("RNN"):
+        tm = torch.nn.RNN(3, 5, nonlinearity="relu" if mode == "RNN_RELU" else "tanh", **kw)
+    else:
+        tm = getattr(torch.nn, mode)(3, 5, **kw)
+    tm = tm.double()
+    m = make(mode, 3, 5, **kw).double()
+    load_from_torch(m, tm)
+    D = 2 if bidirectional else 1
+    x = torch.randn(*((2, 6, 3) if batch_first else (6, 2, 3)), dtype=torch.float64,
+                    requires_grad=True)
+    h = torch.randn(num_layers * D, 2, 5, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(num_layers * D, 2, 5, dtype=torch.float64, requires_grad=True)
+    fx, fh, fc = (f64(t.detach().numpy(), device) for t in (x, h, c))
+    if mode == "LSTM":
+        out, (hn, cn) = tm(x, (h, c))
+        fout, (fhn, fcn) = m(fx, (fh, fc))
+        (out.sin().sum() + (hn * 3).sum() + (cn ** 2).sum()).backward()
+        (fm.sin(fout).sum() + (fhn * 3).sum() + (fcn ** 2).sum()).backward()
+        compare(fcn, cn, "c_n", 1e-12)
+        compare(fc.grad, c.grad, "c0.grad", 1e-11)
+    else:
+        out, hn = tm(x, h)
+        fout, fhn = m(fx, fh)
+        (out.sin().sum() + (hn * 3).sum()).backward()
+        (fm.sin(fout).sum() + (fhn * 3).sum()).backward()
+    assert fout.dtype == np.float64 and fx.grad.dtype == np.float64
+    compare(fout, out, "output", 1e-12)
+    compare(fhn, hn, "h_n", 1e-12)
+    compare(fx.grad, x.grad, "input.grad", 1e-11)
+    compare(fh.grad, h.grad, "h0.grad", 1e-11)
+    for name, p in tm.named_parameters():
+        compare(getattr(m, name).grad, p.grad, name + ".grad", 1e-11)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", list(MODES))
+def test_cells_float64_against_pytorch(device, mode):
+    skip_without_float64(device)
+    torch.manual_seed(4)
+    kw = {"nonlinearity": "relu"} if mode == "RNN_RELU" else {}
+    tm = getattr(torch.nn, CELLS[mode])(4, 5, **kw).double()
+    m = make_cell(mode, 4, 5).double()
+    load_from_torch(m, tm)
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    fx, fh, fc = (f64(t.detach().numpy(), device) for t in (x, h, c))
+    if mode == "LSTM":
+        h1, c1 = tm(x, (h, c))
+        fh1, fc1 = m(fx, (fh, fc))
+        ((h1 * 2).sum() + (c1 ** 2).sum()).backward()
+        ((fh1 * 2).sum() + (fc1 ** 2).sum()).backward()
+        compare(fc1, c1, "c'", 1e-13)
+        compare(fc.grad, c.grad, "c.grad", 1e-12)
+    else:
+        h1 = tm(x, h)
+        fh1 = m(fx, fh)
+        (h1 ** 2).sum().backward()
+        (fh1 ** 2).sum().backward()
+    assert fh1.dtype == np.float64
+    compare(fh1, h1, "h'", 1e-13)
+    compare(fx.grad, x.grad, "input.grad", 1e-12)
+    compare(fh.grad, h.grad, "h.grad", 1e-12)
+    for name, p in tm.named_parameters():
+        compare(getattr(m, name).grad, p.grad, name + ".grad", 1e-12)
+    no_hx = m(fx)  # hx=None: float64 zeros
+    want = tm(x)
+    compare(no_hx[0] if mode == "LSTM" else no_hx, want[0] if mode == "LSTM" else want,
+            "hx=None", 1e-13)
