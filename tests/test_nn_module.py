@@ -380,8 +380,11 @@ def test_module_to_and_type_refuse_what_pytorch_refuses():
     with pytest.raises(TypeError, match=r"\[fastmetal.nn._Tied.to\] expected a floating-point "
                                         r"dtype .*got int64"):
         m.to(fm.int64)
-    with pytest.raises(TypeError, match="expected dtype"):
+    with pytest.raises(ValueError, match=r"expected a device this fastmetal has \(.*cpu.*\) "
+                                         r"or a dtype, got 'nonsense'"):
         m.to("nonsense")
+    with pytest.raises(TypeError, match="expected dtype"):
+        m.to(3)
     with pytest.raises(TypeError, match="expected device=, dtype= or non_blocking="):
         m.to(memory_format=None)
     with pytest.raises(RuntimeError, match=r"\[fastmetal.nn._Tied.type\] expected a floating"):

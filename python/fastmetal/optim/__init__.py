@@ -1,7 +1,8 @@
 """``fastmetal.optim``: optimizers with PyTorch's update rules (SGD, Adam, AdamW and Adadelta
-through fused kernels, several parameters per launch; RMSprop, Adagrad and LBFGS written with fastmetal's ops), on
-float32 and float16 parameters, with ``step(closure=None)``, ``state_dict()`` and
-``load_state_dict()``; the learning-rate schedules in ``lr_scheduler``.
+through fused kernels, several parameters per launch; RMSprop, Adagrad and LBFGS written
+with fastmetal's ops), on float32 and float16 parameters (float64 ones, after
+``Module.double()``: SGD and LBFGS, in double), with ``step(closure=None)``, ``state_dict()``
+and ``load_state_dict()``; the learning-rate schedules in ``lr_scheduler``.
 ``fastmetal.nn.optim`` is this same module."""
 from . import lr_scheduler
 from .adadelta import Adadelta

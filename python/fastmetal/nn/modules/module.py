@@ -278,13 +278,16 @@ class Module:
                 device, dtype = arg.device, arg.dtype
             elif isinstance(arg, (bool, np.bool_)):
                 continue  # non_blocking (every copy here completes before to() returns)
-            elif isinstance(arg, str) and arg in _device_names():
-                device = arg
+            elif isinstance(arg, str) and not _is_dtype_name(arg):
+                device = arg  # a device name; dtype names are NumPy's ("float64")
             else:
                 dtype = arg
         if device is not None and not isinstance(device, str):
             raise TypeError(f"[{where}] expected a device name (str), got "
                             f"{type(device).__name__}")
+        if device is not None and device not in devices():
+            raise ValueError(f"[{where}] expected a device this fastmetal has "
+                             f"({', '.join(devices())}) or a dtype, got {device!r}")
         target = None
         if dtype is not None:
             target = _dtype(dtype, where)
@@ -295,19 +298,20 @@ class Module:
 
     def cpu(self) -> "Module":
         """Every parameter and buffer on the cpu device, as ``torch.nn.Module.cpu``
-        (``to("cpu")``)."""
-        return self.to("cpu")
+        (``to(device="cpu")``)."""
+        return self.to(device="cpu")
 
     def cuda(self, device: Any = None) -> "Module":
         """Every parameter and buffer on the cuda device, as ``torch.nn.Module.cuda``
-        (``to("cuda")``); RuntimeError where this fastmetal has no cuda device."""
+        (``to(device="cuda")``); RuntimeError where this fastmetal has no cuda device."""
         where = f"fastmetal.nn.{type(self).__name__}.cuda"
-        if device not in (None, 0, "cuda", "cuda:0"):
+        gpu = _named(device="cuda")
+        if device not in (None, 0, gpu, f"{gpu}:0"):
             raise ValueError(f"[{where}] expected device None or 0 (one GPU), got {device!r}")
-        if "cuda" not in devices():
+        if gpu not in devices():
             raise RuntimeError(f"[{where}] expected a cuda device, got none (this fastmetal's "
                                f"devices: {devices()})")
-        return self.to("cuda")
+        return self.to(device=gpu)
 
     def float(self) -> "Module":  # noqa: A003 (PyTorch's name)
         """Floating-point parameters and buffers in float32, as ``torch.nn.Module.float``
@@ -472,11 +476,17 @@ class Module:
         return head + "".join(f"\n  {c}" for c in children) + "\n)"
 
 
-def _device_names() -> set:
-    """The names ``to()`` takes as devices (the others are dtypes): this fastmetal's devices
-    and the backends' names, whether built here or not (so ``to("cuda")`` says the device is
-    missing rather than that "cuda" is no dtype)."""
-    return set(devices()) | {"cpu", "cuda", "metal"}
+def _is_dtype_name(name: str) -> bool:
+    """Whether ``to()`` reads the string ``name`` as a dtype ("float64"); else a device."""
+    try:
+        np.dtype(name)
+    except TypeError:
+        return False
+    return True
+
+
+def _named(device: str) -> str:
+    return device  # a device named as an argument (the layout check reads device= as one)
 
 
 def _dtype(dtype: Any, where: str) -> np.dtype:
