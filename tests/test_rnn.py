@@ -661,6 +661,29 @@ def test_layers_float64_against_numpy_and_finite_differences(device, mode, num_l
                                    rtol=1e-7, atol=1e-8, err_msg=what)
 
 
+@pytest.mark.cpu_only
+def test_float64_msl_products_under_the_emulator(kernels):
+    """float64 through the MSL kernels a GPU with double runs (matmul_float64 and the gate
+    kernels' _float64 instances, W_hh^T a transposed view) instead of the CPU's GEMM: the
+    same results as the native road to rounding, both at the float64 reference. Small: the
+    tiled GEMM's barriers run under the fiber emulator."""
+    rng = np.random.default_rng(3)
+    m = nn.LSTM(3, 4, bidirectional=True, seed=4).double()
+    x = rng.standard_normal((3, 2, 3))
+    fx = f64(x, "cpu")
+    out, _ = m(fx)
+    want = ref_forward("LSTM", params64(m), x, np.zeros((2, 2, 4)), np.zeros((2, 2, 4)), 1, True)
+    np.testing.assert_allclose(host(out), want[0], rtol=1e-12, atol=1e-13)
+    (out ** 2).sum().backward()
+    grads = [host(fx.grad)] + [host(p.grad) for p in m.parameters()]
+    fm._core._set_native_cpu(True)  # the same through the CPU's GEMM (the fixture restores)
+    m.zero_grad()
+    fx.grad = None
+    (m(fx)[0] ** 2).sum().backward()
+    for a, b in zip(grads, [host(fx.grad)] + [host(p.grad) for p in m.parameters()]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
 def test_float64_layers_check_the_dtype_of_input_and_states(device):
     skip_without_float64(device)
     lstm = nn.LSTM(3, 4, seed=1).double()
