@@ -1,9 +1,10 @@
 // Double forms of the fm_math.h helpers the op table calls, for the float64 instances of the
 // elementwise kernels (FM_INSTANTIATE_DISCRETE: the CPU and CUDA builds; Apple GPUs have no
-// double, and the metallib never includes this file). The generated elementwise_ops.h
-// includes it and gives every op an operator()(double) whose fm_ calls resolve here
-// (tools/gen/gen_kernels.py refuses an op whose helper has no double overload, which would
-// otherwise be called through a conversion to float).
+// double: under __METAL_VERSION__ FM_HAS_DOUBLE is 0 and this file is empty). The generated
+// elementwise_ops.h includes it and gives every op an operator()(double) whose fm_ calls
+// resolve here (tools/gen/gen_kernels.py refuses an op whose helper has no double overload,
+// which would otherwise be called through a conversion to float); metal/recurrent.metal's
+// templates include it for their double instances.
 //
 // Computed with the shims' double math (the C++ library's on the CPU, CUDA's double
 // functions: each within a few ulp), with NumPy's special values (NaN, +-inf, -0.0).
