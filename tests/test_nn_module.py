@@ -399,6 +399,8 @@ def test_module_to_and_type_refuse_what_pytorch_refuses():
 def test_module_cpu_and_cuda():
     m = _Tied()
     assert m.cpu() is m and {p.device for p in m.parameters()} == {"cpu"}
+    assert m.to("cpu:0") is m and m.to(fm.device("cpu"), fm.double).a.weight.dtype == fm.double
+    assert {p.device for p in m.parameters()} == {"cpu"} and m.b.weight is m.a.weight
     if "cuda" in fm.devices():
         assert m.cuda() is m and {p.device for p in m.parameters()} == {"cuda"}
         assert m.cpu() is m and m.b.weight is m.a.weight

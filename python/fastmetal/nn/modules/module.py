@@ -16,6 +16,7 @@ import numpy as np
 from ..._core import Array
 from ...autograd.tape import detach, no_grad
 from ...ops.creation import asarray, zeros
+from ...ops.devices import device as as_device
 from ...ops.devices import device_capabilities, devices
 from ...ops.dtypes import native_dtype
 from ...ops.elementwise import copy
@@ -285,6 +286,8 @@ class Module:
         if device is not None and not isinstance(device, str):
             raise TypeError(f"[{where}] expected a device name (str), got "
                             f"{type(device).__name__}")
+        if device is not None and device.partition(":")[0] in devices():
+            device = str.__str__(as_device(device))  # kind:0 is the kind, as fm.device's
         if device is not None and device not in devices():
             raise ValueError(f"[{where}] expected a device this fastmetal has "
                              f"({', '.join(devices())}) or a dtype, got {device!r}")
