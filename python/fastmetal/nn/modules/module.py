@@ -340,6 +340,8 @@ class Module:
         ``torch.nn.Module.type`` (``to(dtype)`` converts the floating-point ones only).
         Parameters take floating dtypes only (they require gradients)."""
         where = f"fastmetal.nn.{type(self).__name__}.type"
+        if dst_type is None:  # (NumPy would read None as float64)
+            raise TypeError(f"[{where}] expected a dtype, got None")
         target = _dtype(dst_type, where)
         if target.kind != "f" and any(True for _ in self.parameters()):
             raise RuntimeError(f"[{where}] expected a floating-point dtype for a module with "
