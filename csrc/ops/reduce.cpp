@@ -409,27 +409,22 @@ Array reduce_arg(ReduceOp op, const Array& x, int axis) {
   const i64 outputs = l.outer * l.inner;
   if (outputs == 0) return out;
   const int sign = op == ReduceOp::argmax ? 1 : -1;
-  if (f64) {
-    if (auto* fast64 = native_pointer<NativeArgRows64>(
-            b, sign > 0 ? "reduce_argmax_rows_float64" : "reduce_argmin_rows_float64")) {
-      b.synchronize();
-      const double* src = reinterpret_cast<const double*>(l.src.host_data());
-      std::int64_t* dst = reinterpret_cast<std::int64_t*>(out.host_data());
-      const i64 outer = l.outer, rows = l.R, inner = l.inner;
-      capture::run_host([=] { fast64(src, outer, rows, inner, dst); }, {l.src.storage, out.storage});
-      return out;
-    }
-  }
-  NativeArgRows* fast =
-      f64 ? nullptr : native_pointer<NativeArgRows>(b, sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows");
-  if (fast != nullptr) {
+  // The CPU's own row loops (float32 and float64, one signature each): run on the host and
+  // recorded as host work while fm.compile traces.
+  auto on_host = [&](auto* fast, auto element) {
+    using T = decltype(element);
+    if (fast == nullptr) return false;
     b.synchronize();
-    const float* src = reinterpret_cast<const float*>(l.src.host_data());
+    const T* src = reinterpret_cast<const T*>(l.src.host_data());
     std::int64_t* dst = reinterpret_cast<std::int64_t*>(out.host_data());
     const i64 outer = l.outer, rows = l.R, inner = l.inner;
     capture::run_host([=] { fast(src, outer, rows, inner, dst); }, {l.src.storage, out.storage});
+    return true;
+  };
+  const std::string rows_name = sign > 0 ? "reduce_argmax_rows" : "reduce_argmin_rows";
+  if (f64 ? on_host(native_pointer<NativeArgRows64>(b, (rows_name + "_float64").c_str()), double{})
+          : on_host(native_pointer<NativeArgRows>(b, rows_name.c_str()), float{}))
     return out;
-  }
   const std::string kernel = typed(sign > 0 ? "reduce_argmax" : "reduce_argmin", x.dtype);
   ReduceArgs a = kernel_args(l, name, /*may_split=*/true);
   if (a.split == 1) {
