@@ -130,22 +130,10 @@ def test_against_float64_reference_and_finite_differences(device, mode, num_laye
         o, hn, cn = ref_forward(mode, P, x, h0, c0, num_layers, bidirectional)
         return (o * R[0]).sum() + (hn * R[1]).sum() + (0 if cn is None else (cn * R[2]).sum())
 
-    def fd(f, a, picks, eps=1e-6):
-        g = []
-        for idx in picks:
-            old = a[idx]
-            a[idx] = old + eps
-            up = f()
-            a[idx] = old - eps
-            down = f()
-            a[idx] = old
-            g.append((up - down) / (2 * eps))
-        return np.array(g)
-
     def check(got, arr, f, what):
         flat = [np.unravel_index(i, arr.shape) for i in
                 rng.choice(arr.size, size=min(arr.size, 12), replace=False)]
-        want_g = fd(f, arr, flat)
+        want_g = fd64(f, arr, flat)
         got_g = np.array([got[i] for i in flat])
         np.testing.assert_allclose(got_g, want_g, rtol=2e-3, atol=2e-4, err_msg=what)
 
