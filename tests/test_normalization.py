@@ -344,6 +344,26 @@ def test_batch_norm_training(device, rng, shape, dtype):
         close(db, dbr, sb, dtype, "dbias")
 
 
+def test_batch_norm_statistics_of_hard_channels(device):
+    """The batch statistics against float64 where a one-pass sum of squares would fail:
+    a large offset (1e4 + N(0, 1)), an outlier that is the first element a thread reads,
+    a tiny spread, and a constant channel; rstd within 1e-4 relative."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((16, 4, 70))
+    x[:, 0] += 1e4
+    x[0, 1, 0] = 1e3
+    x[:, 2] *= 1e-3
+    x[:, 3] = 7.25
+    x = x.astype(np.float32)
+    (xa,) = on(device, x)
+    _, mean, rstd = _core._batch_norm(xa, None, None, None, None, True, 0.1, 1e-5)
+    x64 = x.astype(np.float64)
+    want_mean = x64.mean(axis=(0, 2))
+    want_rstd = 1.0 / np.sqrt(x64.var(axis=(0, 2)) + 1e-5)
+    np.testing.assert_allclose(host(mean), want_mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(host(rstd), want_rstd, rtol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("shape", BN_SHAPES + [(0, 3, 2)])
 def test_batch_norm_eval(device, rng, shape, dtype):
@@ -493,7 +513,7 @@ def test_msl_kernels_under_the_emulator(kernels, threads, seed):
                 check_layer_norm(x, nd, w, b, 1e-5, rms, "cpu", rng, dtype)
         test_group_norm("cpu", rng, (2, 6, 5), 3, dtype)
         test_group_norm("cpu", rng, (3, 4, 2, 3), 2, dtype)
-        for shape in ((9, 3), (2, 3, 20), (1, 2, 3, 3)):
+        for shape in ((9, 3), (2, 3, 20), (1, 2, 3, 3), (5, 2, 41)):
             test_batch_norm_training("cpu", rng, shape, dtype)
             test_batch_norm_eval("cpu", rng, shape, dtype)
         for shape in ((4, 37), (3, 5, 6), (2, 1, 9)):
@@ -502,6 +522,7 @@ def test_msl_kernels_under_the_emulator(kernels, threads, seed):
             test_logsumexp("cpu", rng, shape, axis, dtype, False)
     test_softmax_nan_inf_and_huge_logits("cpu")
     test_layer_norm_nan_inf_stay_in_their_row("cpu")
+    test_batch_norm_statistics_of_hard_channels("cpu")
 
 
 def test_msl_kernels_match_the_fast_path(kernels):
