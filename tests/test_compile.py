@@ -149,6 +149,24 @@ def test_outputs_stay_valid_and_inputs_untouched(device):
         np.testing.assert_allclose(float(s), float((x + y.numpy()).sum()), rtol=1e-5)
 
 
+def test_fills_stay_out_of_the_arena(device):
+    """zeros/ones made inside a step are filled on the device, not copied from the host:
+    the capture's arena (uploaded again whenever a patched argument changes, as an Adam
+    step count does at every step) stays small, and each replay fills them again."""
+    @fm.compile
+    def f(x):
+        z = fm.zeros((256, 1024), device=device)  # 1 MiB of zeros
+        o = fm.ones((256, 1024), dtype="int32", device=device)
+        return z + x, o.sum()
+
+    for k in range(4):
+        a, s = f(fm.full((1024,), float(k), device=device))
+        np.testing.assert_array_equal(a.numpy(), np.full((256, 1024), k, np.float32))
+        assert int(s) == 256 * 1024
+    (replay,) = [e for e in f._entries.values() if hasattr(e, "trace")]
+    assert replay.trace.capture.arena_bytes < 64 * 1024
+
+
 def test_new_signature_traces_again(device):
     calls = []
 

@@ -15,6 +15,7 @@
 #include "ops/array_arg.h"
 #include "ops/conv2d_shared.h"
 #include "ops/reduce.h"
+#include "ops/convert.h"
 
 namespace fm {
 namespace {
@@ -60,8 +61,8 @@ void fill_zero(const Array& a) {
     const std::size_t n = a.nbytes();
     capture::run_host([p, n] { std::memset(p, 0, n); }, {a.storage});  // a host write: recorded
   } else {
-    std::vector<char> zeros(a.nbytes(), 0);
-    a.backend().copy_from_host(*a.storage, a.byte_offset(), zeros.data(), zeros.size());
+    alignas(8) const char zero[8] = {};
+    fill_from_element(a, zero);
   }
 }
 

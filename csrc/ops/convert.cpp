@@ -46,6 +46,14 @@ void launch_convert(const Array& x, const Array& out) {
                out.strides});
 }
 
+void fill_from_element(const Array& out, const void* element) {
+  if (out.size() == 0) return;
+  Backend& be = out.backend();
+  Array one = Array::empty(be, {}, out.dtype, "fill");
+  be.copy_from_host(*one.storage, one.byte_offset(), element, itemsize(out.dtype));
+  launch_convert(one, out);
+}
+
 Array convert(const Array& x, DType to) {
   Array out = Array::empty(x.backend(), x.shape, to, "astype");
   launch_convert(x, out);

@@ -13,6 +13,11 @@ namespace fm {
 void launch_convert(const Array& x, const Array& out);
 // x as a new contiguous array of dtype `to` on its device (a copy even where dtypes agree).
 Array convert(const Array& x, DType to);
+// Every element of out (any strides) set to the one element at `element` (out's dtype).
+// For memory the CPU cannot see: one element crosses to the device and the convert kernel
+// broadcasts it, so a large fill neither copies its bytes from the host nor puts them in a
+// capture's arena (a compiled step re-uploads its arena when an argument changes).
+void fill_from_element(const Array& out, const void* element);
 // True for the six comparison names of the op table (less ... not_equal).
 bool is_comparison(const std::string& op);
 // The bool result of `op` on two arrays of one dtype (any), broadcast as NumPy, into out

@@ -12,6 +12,7 @@
 #include "matmul_args.h"
 #include "backend/env_config.h"
 #include "ops/array_arg.h"
+#include "ops/convert.h"
 
 namespace fm {
 namespace {
@@ -309,9 +310,9 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
     fast(p, a, b, out);
     return;
   }
-  if (K == 0) {  // no slices to stage: the kernel would write zeros, but skip the launch
-    std::vector<char> zeros(std::size_t(out.nbytes()), 0);  // +0.0 in either dtype
-    be.copy_from_host(*out.storage, out.byte_offset(), zeros.data(), out.nbytes());
+  if (K == 0) {  // no slices to stage: zeros (+0.0 in either dtype) without the GEMM
+    alignas(8) const char zero[8] = {};
+    fill_from_element(out, zero);
     return;
   }
   if (t == DType::float64) return launch_gemm_float64(be, p, a, b, out);

@@ -94,8 +94,8 @@ void fill_zero(const Array& a) {
     const std::size_t n = a.nbytes();
     capture::run_host([p, n] { std::memset(p, 0, n); }, {a.storage});  // recorded by compile
   } else {
-    std::vector<char> zeros(a.nbytes(), 0);
-    a.backend().copy_from_host(*a.storage, a.byte_offset(), zeros.data(), zeros.size());
+    alignas(8) const char zero[8] = {};
+    fill_from_element(a, zero);
   }
 }
 

@@ -67,30 +67,28 @@ py::object filled(py::handle shape, py::handle dtype, py::handle device, const c
   check_dtype_on(b, t, op);
   Array a = Array::empty(b, s, t, op);
   if (value >= 0 && a.size() > 0) {
-    // Fill in place where the CPU sees the memory, else on the host and copy once.
-    std::vector<char> staging;
-    char* p = a.storage->host ? a.host_data() : (staging.resize(a.nbytes()), staging.data());
-    const std::size_t nbytes = a.nbytes(), size = std::size_t(a.size());
-    // A host write into device memory: a capture (fastmetal.compile) records it.
-    auto fill = [p, nbytes, size, value, t] {
+    const auto fill = [value, t](char* p, std::size_t nbytes, std::size_t size) {
       if (value == 0) {
         std::memset(p, 0, nbytes);
-      } else {
-        switch (t) {
-          case DType::float32: std::fill_n(reinterpret_cast<float*>(p), size, 1.0f); break;
-          case DType::float16: std::fill_n(reinterpret_cast<_Float16*>(p), size, _Float16(1.0f)); break;
-          case DType::float64: std::fill_n(reinterpret_cast<double*>(p), size, 1.0); break;
-          case DType::int64: std::fill_n(reinterpret_cast<std::int64_t*>(p), size, std::int64_t(1)); break;
-          case DType::int32: std::fill_n(reinterpret_cast<std::int32_t*>(p), size, std::int32_t(1)); break;
-          default: std::fill_n(reinterpret_cast<std::uint8_t*>(p), size, std::uint8_t(1)); break;  // bool, uint8
-        }
+        return;
+      }
+      switch (t) {
+        case DType::float32: std::fill_n(reinterpret_cast<float*>(p), size, 1.0f); break;
+        case DType::float16: std::fill_n(reinterpret_cast<_Float16*>(p), size, _Float16(1.0f)); break;
+        case DType::float64: std::fill_n(reinterpret_cast<double*>(p), size, 1.0); break;
+        case DType::int64: std::fill_n(reinterpret_cast<std::int64_t*>(p), size, std::int64_t(1)); break;
+        case DType::int32: std::fill_n(reinterpret_cast<std::int32_t*>(p), size, std::int32_t(1)); break;
+        default: std::fill_n(reinterpret_cast<std::uint8_t*>(p), size, std::uint8_t(1)); break;  // bool, uint8
       }
     };
-    if (staging.empty()) {
-      capture::run_host(fill, {a.storage});
-    } else {
-      fill();
-      b.copy_from_host(*a.storage, a.byte_offset(), p, a.nbytes());
+    if (a.storage->host) {  // in place where the CPU sees the memory; a capture records it
+      char* p = a.host_data();
+      const std::size_t nbytes = a.nbytes(), size = std::size_t(a.size());
+      capture::run_host([fill, p, nbytes, size] { fill(p, nbytes, size); }, {a.storage});
+    } else {  // one element, broadcast on the device
+      alignas(8) char element[8];
+      fill(element, itemsize(t), 1);
+      fill_from_element(a, element);
     }
   }
   return py::cast(std::move(a));

@@ -106,8 +106,8 @@ py::object layer_norm_backward_py(py::handle grad, py::handle x, std::int64_t no
     if (rms) {
       // rms_norm saves no mean: zeros of rstd's shape (mean is 0 there).
       Array zeros = Array::empty(be, rs.shape, DType::float32, op.c_str());
-      std::vector<float> z(std::size_t(zeros.size()), 0.0f);
-      if (!z.empty()) be.copy_from_host(*zeros.storage, zeros.byte_offset(), z.data(), zeros.nbytes());
+      alignas(8) const char zero[8] = {};
+      fill_from_element(zeros, zero);
       return layer_norm_backward(ga, xa, norm_dims, ptr(w), zeros, rs, true, affine);
     }
     return layer_norm_backward(ga, xa, norm_dims, ptr(w), mn, rs, false, affine);
