@@ -22,6 +22,9 @@ struct CrossEntropyArgs {
   float inv_rows;
   int32_t pad_;
 };
+// cross_entropy_mean runs as one threadgroup of this many threads (a fixed count: the sum's
+// order, so its bits, must not depend on the device's preferred group size).
+enum : uint32_t { kCrossEntropyMeanThreads = 256u };
 
 // dropout: element i keeps its value (times `scale`) where the 24 high bits of word i % 4 of
 // Philox-4x32-10(counter = (i / 4, 0, 0, 0), key = (key0, key1)) are >= threshold.

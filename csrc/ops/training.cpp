@@ -141,8 +141,9 @@ void launch_cross_entropy(const Array& logits, const Array& labels, const CrossE
   be.launch("cross_entropy_rows", d,
             {buf(logits), buf(labels), KernelArg::buffer(rows), buf(grad),
              KernelArg::inline_bytes(&a, sizeof(a))});
-  Dispatch one = grid(be, "cross_entropy_mean", 1);
-  one.cost = std::uint64_t(a.rows);
+  Dispatch one;
+  one.grid[0] = one.group[0] = kCrossEntropyMeanThreads;
+  one.cost = std::uint64_t(std::max(a.rows, 1));
   be.launch("cross_entropy_mean", one,
             {KernelArg::buffer(rows), buf(loss), KernelArg::inline_bytes(&a, sizeof(a))});
 }
