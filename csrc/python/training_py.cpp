@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -310,6 +311,66 @@ void optimizer_steps(const std::string& kind, const py::list& params, const py::
   }
 }
 
+// The gradients of clip_grad_norm_: contiguous float16 / float32 / float64 fastmetal
+// Arrays on one device (nn/utils.py and ops/training.py see to it; checked again here,
+// since a kernel would read them raw). `write`: they are about to be scaled in place.
+std::vector<Array> grad_arrays(const py::list& grads, const std::string& op, bool write) {
+  std::vector<Array> out;
+  out.reserve(grads.size());
+  for (py::handle h : grads) {
+    if (!is_array(h))
+      throw TypeError(message(op, "expected every gradient to be a fastmetal.Array, got ",
+                              std::string(py::str(py::type::handle_of(h).attr("__name__")))));
+    const Array& g = h.cast<const Array&>();
+    if (g.dtype != DType::float32 && g.dtype != DType::float16 && g.dtype != DType::float64)
+      throw TypeError(message(op, "expected floating-point gradients (float16, float32 or "
+                              "float64), got ", dtype_name(g.dtype)));
+    if (!g.contiguous()) throw ValueError(message(op, "internal: expected contiguous gradients"));
+    if (!out.empty() && &g.backend() != &out[0].backend())
+      throw ValueError(message(op, "expected gradients on one device, got ", out[0].backend().name(),
+                               " and ", g.backend().name()));
+    if (write) prepare_write(g, op, "grad");
+    out.push_back(g);
+  }
+  return out;
+}
+
+// The total norm of the gradients (a 0-d float32 Array) and the clipping factor (a float32
+// Array of one element), computed on their device: see nn/utils.py.
+py::tuple grad_norm(const py::list& grads, double norm_type, double max_norm) {
+  const std::string op = "nn.utils.clip_grad_norm_";
+  if (!(norm_type > 0.0))
+    throw ValueError(message(op, "expected norm_type > 0 (or inf), got ", norm_type));
+  std::vector<Array> g = grad_arrays(grads, op, false);
+  if (g.empty()) throw ValueError(message(op, "internal: expected at least one gradient"));
+  Backend& be = g[0].backend();
+  GradNormFinishArgs a{};
+  a.mode = std::isinf(norm_type) ? FM_GRAD_NORM_MAX
+           : norm_type == 2.0    ? FM_GRAD_NORM_SQUARE
+           : norm_type == 1.0    ? FM_GRAD_NORM_ABS
+                                 : FM_GRAD_NORM_POW;
+  a.inv_p = float(1.0 / norm_type);
+  a.max_norm = float(max_norm);
+  Array total = Array::empty(be, Shape{}, DType::float32);
+  Array scale = Array::empty(be, Shape{1}, DType::float32);
+  run_op(be, [&] { launch_grad_norm(g, float(norm_type), a, total, scale); });
+  return py::make_tuple(wrap_result(std::move(total), true), wrap_result(std::move(scale), true));
+}
+
+// Every gradient times scale[0] (grad_norm's factor), in place.
+void grad_scale(const py::list& grads, py::handle scale) {
+  const std::string op = "nn.utils.clip_grad_norm_";
+  std::vector<Array> g = grad_arrays(grads, op, true);
+  if (g.empty()) return;
+  if (!is_array(scale) || scale.cast<const Array&>().dtype != DType::float32 ||
+      scale.cast<const Array&>().size() != 1 || &scale.cast<const Array&>().backend() != &g[0].backend())
+    throw ValueError(message(op, "internal: expected the factor as one float32 element on the "
+                             "gradients' device"));
+  const Array s = scale.cast<const Array&>();
+  Backend& be = g[0].backend();
+  run_op(be, [&] { launch_grad_scale(g, s); });
+}
+
 }  // namespace
 
 void bind_training(py::module_& m) {
@@ -327,6 +388,10 @@ void bind_training(py::module_& m) {
   m.def("_optimizer_steps", &optimizer_steps, py::arg("kind"), py::arg("params"),
         py::arg("grads"), py::arg("states1"), py::arg("states2"), py::arg("hypers"),
         "Private: see optim.py.");
+  m.def("_grad_norm", &grad_norm, py::arg("grads"), py::arg("norm_type"), py::arg("max_norm"),
+        "Private: see ops/training.py (clip_grad_norm_).");
+  m.def("_grad_scale", &grad_scale, py::arg("grads"), py::arg("scale"),
+        "Private: see ops/training.py (clip_grad_norm_).");
 }
 
 }  // namespace fm::python
