@@ -100,8 +100,8 @@ kernel void grad_norm_parts(device const T* g0 [[buffer(0)]], device const T* g1
   uint32_t k = 0;
   for (uint32_t j = 1; j < a.count; ++j) k = c >= a.chunk_start[j] ? j : k;
   device const T* g = grad_slot(k, g0, g1, g2, g3, g4, g5, g6, g7, g8, g9, g10, g11, g12, g13);
-  const uint32_t local = live ? c - a.chunk_start[k] : 0u;
-  const uint32_t begin = local * uint32_t(FM_GRAD_CHUNK);
+  const uint32_t in_slot = live ? c - a.chunk_start[k] : 0u;
+  const uint32_t begin = in_slot * uint32_t(FM_GRAD_CHUNK);
   const uint32_t len = live ? min(a.n[k] - begin, uint32_t(FM_GRAD_CHUNK)) : 0u;
   const bool is_max = a.mode == FM_GRAD_NORM_MAX;
   const A p = A(a.p);
@@ -122,7 +122,7 @@ kernel void grad_norm_parts(device const T* g0 [[buffer(0)]], device const T* g1
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (tid == 0u && live) grad_store(parts, a.part_at[k] + local, lane_hi[0], lane_lo[0]);
+  if (tid == 0u && live) grad_store(parts, a.part_at[k] + in_slot, lane_hi[0], lane_lo[0]);
 }
 
 FM_INSTANTIATE("grad_norm_parts_float32", grad_norm_parts, float, float);
