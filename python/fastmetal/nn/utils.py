@@ -32,6 +32,10 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     devices = {g.device for g in grads}
     if len(devices) > 1:
         raise ValueError(f"[{where}] expected gradients on one device, got {sorted(devices)}")
+    if math.isinf(norm_type) and any(g.size == 0 for g in grads):
+        raise RuntimeError(f"[{where}] expected non-empty gradients for the inf norm (a max "
+                           f"of no elements has no identity, as torch), got one of shape "
+                           f"{next(tuple(g.shape) for g in grads if g.size == 0)}")
     with no_grad():
         # A few launches for all the gradients (ops/training.py): the norm and the factor
         # stay on the device.

@@ -20,7 +20,7 @@ from ..autograd import tape
 from ..autograd.declare import op, refuse_recording
 from . import elementwise as E
 from .capture import cell, dynamic
-from .views import astype, contiguous, contiguous_copy
+from .views import astype
 
 __all__ = ["max_pool2d", "max_pool2d_backward", "dropout", "dropout_backward", "log_softmax",
            "log_softmax_backward"]
@@ -218,16 +218,11 @@ def grad_norm(grads, norm_type, max_norm):
     device) as a 0-d float32 Array, and the clipping factor ``min(max_norm / (norm + 1e-6),
     1)`` as a one-element float32 Array, both computed on the device (``clip_grad_norm_``):
     a few gradients per launch, deterministic (metal/grad_clip.metal). Not differentiable."""
-    return _core._grad_norm([g if contiguous(g) else contiguous_copy(g) for g in grads],
-                            float(norm_type), float(max_norm))
+    return _core._grad_norm(list(grads), float(norm_type), float(max_norm))
 
 
 def grad_scale_(grads, scale):
     """Every gradient times the factor ``scale`` (``grad_norm``'s) in place, in its dtype;
     contiguous ones a few per launch. Not differentiable."""
-    dense = [g for g in grads if contiguous(g)]
-    _core._grad_scale(dense, scale)
-    for g in grads:
-        if not contiguous(g):  # a strided view: the elementwise kernel writes it in place
-            E.multiply(g, astype(scale, g.dtype, copy=False), out=g)
-
+    for g in _core._grad_scale(list(grads), scale):  # strided views, written in place
+        E.multiply(g, astype(scale, g.dtype, copy=False), out=g)
