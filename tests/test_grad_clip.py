@@ -226,34 +226,34 @@ def test_same_bits_twice(device):
 DIGEST = (
     "import hashlib, math, numpy as np, fastmetal as fm\n"
     "from fastmetal import _core, nn\n"
-    "_core._set_native_cpu({native})\n"
-    "rng = np.random.default_rng(5)\n"
-    "out = []\n"
-    "for p in (2.0, 1.0, 3.5, math.inf):\n"
+    "for native in (True, False):\n"
+    "  _core._set_native_cpu(native)\n"
+    "  rng = np.random.default_rng(5)\n"
+    "  out = []\n"
+    "  for p in (2.0, 1.0, 3.5, math.inf):\n"
     "    for dt in (np.float32, np.float16, np.float64):\n"
-    "        ps = []\n"
-    "        for s in ((33,), (70000,), (4097,), (1,), (12345,)):\n"
-    "            q = fm.zeros(s, dtype=np.dtype(dt).name).requires_grad_()\n"
-    "            q.grad = fm.asarray((rng.standard_normal(s) * 3).astype(dt))\n"
-    "            ps.append(q)\n"
-    "        out.append(nn.utils.clip_grad_norm_(ps, 1.0, p).numpy().tobytes())\n"
-    "        out.extend(q.grad.numpy().tobytes() for q in ps)\n"
-    "print(hashlib.sha256(b''.join(out)).hexdigest())\n")
+    "      ps = []\n"
+    "      for s in ((33,), (9000,), (4097,), (1,)):\n"
+    "        q = fm.zeros(s, dtype=np.dtype(dt).name).requires_grad_()\n"
+    "        q.grad = fm.asarray((rng.standard_normal(s) * 3).astype(dt))\n"
+    "        ps.append(q)\n"
+    "      out.append(nn.utils.clip_grad_norm_(ps, 1.0, p).numpy().tobytes())\n"
+    "      out.extend(q.grad.numpy().tobytes() for q in ps)\n"
+    "  print(native, hashlib.sha256(b''.join(out)).hexdigest())\n")
 
 
 @pytest.mark.cpu_only
 def test_bits_do_not_depend_on_the_thread_count():
     """The chunk partition is fixed by the shapes: 1, 2 and 3 threads give the same bits, on
     the CPU's loops and on the MSL kernels alike."""
-    for native in (True, False):
-        digests = set()
-        for threads in ("1", "2", "3"):
-            env = dict(os.environ, FASTMETAL_NUM_THREADS=threads)
-            out = subprocess.run([sys.executable, "-c", DIGEST.format(native=native)], env=env,
-                                 capture_output=True, text=True, timeout=600)
-            assert out.returncode == 0, out.stderr[-3000:]
-            digests.add(out.stdout.split()[-1])
-        assert len(digests) == 1, (native, digests)
+    digests = set()
+    for threads in ("1", "2", "3"):
+        env = dict(os.environ, FASTMETAL_NUM_THREADS=threads)
+        out = subprocess.run([sys.executable, "-c", DIGEST], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        digests.add(tuple(out.stdout.split()))  # (True, native digest, False, kernels digest)
+    assert len(digests) == 1, digests
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
@@ -262,11 +262,9 @@ def test_msl_kernels_under_the_emulator(kernels, dtype):
     size (lanes are fixed, threads only serve them), matching NumPy and the CPU's loops."""
     rng = np.random.default_rng(11)
     for p in NORMS:
-        arrays = _grads(rng, dtype, [s for s in SHAPES + [(20000,)]
-                                     if not math.isinf(p) or math.prod(s) > 0])
+        arrays = _grads(rng, dtype, [s for s in SHAPES if not math.isinf(p) or math.prod(s) > 0])
         results = {}
-        for native, group in ((True, 0), (False, 1), (False, 7), (False, 64), (False, 256),
-                              (False, 1024)):
+        for native, group in ((True, 0), (False, 1), (False, 7), (False, 256), (False, 1024)):
             _core._set_native_cpu(native)
             _core._set_kernel_group_size(group)
             params = _params(arrays, "cpu")
