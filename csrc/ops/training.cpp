@@ -235,7 +235,7 @@ void by_slots(const std::vector<GradPiece>& pieces, const char* stem, std::uint6
     std::uint64_t used = 0;
     for (const GradPiece& p : pieces) {
       if (p.grad->dtype != t) continue;
-      if (slots.size() == FM_GRAD_SLOTS || used + weight(p) > limit) {
+      if (!slots.empty() && (slots.size() == FM_GRAD_SLOTS || used + weight(p) > limit)) {
         launch(kernel, slots);
         slots.clear();
         used = 0;
@@ -248,6 +248,15 @@ void by_slots(const std::vector<GradPiece>& pieces, const char* stem, std::uint6
 }
 
 std::vector<GradPiece> grad_pieces(const std::vector<Array>& grads, std::uint64_t& parts) {
+  // The parts buffer is indexed with 32 bits: 2 floats a chunk.
+  std::uint64_t elements = 0, chunks = 0;
+  for (const Array& g : grads) {
+    elements += std::uint64_t(g.size());
+    chunks += chunks_of(std::uint64_t(g.size()));
+  }
+  if (chunks > std::numeric_limits<std::uint32_t>::max() / 2)
+    throw ValueError(message("nn.utils.clip_grad_norm_",
+                             "expected fewer than 2**43 gradient elements in all, got ", elements));
   std::vector<GradPiece> pieces;
   parts = 0;
   for (const Array& g : grads)
@@ -255,9 +264,6 @@ std::vector<GradPiece> grad_pieces(const std::vector<Array>& grads, std::uint64_
       const std::int64_t n = std::min(kGradPieceMax, g.size() - at);
       pieces.push_back({&g, at, std::uint32_t(n), std::uint32_t(parts)});
       parts += chunks_of(std::uint64_t(n));
-      if (parts > std::numeric_limits<std::uint32_t>::max() / 2)
-        throw ValueError(message("nn.utils.clip_grad_norm_",
-                                 "expected fewer than 2**43 gradient elements in all"));
     }
   return pieces;
 }
