@@ -175,6 +175,19 @@ def test_huge_and_tiny_magnitudes(device):
     assert got == pytest.approx(_reference([values], 1.0), rel=1e-7)
 
 
+def test_float64_gradients_are_summed_in_double(device):
+    """float64 gradients keep what float32 squares would lose (1e-30 squared underflows in
+    float32); the norm is returned in float32, as for every dtype."""
+    skip_without_float64(device)
+    tiny = fm.zeros((1000,), dtype="float64", device=device).requires_grad_()
+    values = np.full(1000, 1e-30)
+    tiny.grad = fm.asarray(values.copy(), device=device)
+    total = nn.utils.clip_grad_norm_([tiny], 1e-31)
+    assert float(total) == pytest.approx(1e-30 * math.sqrt(1000), rel=1e-6)
+    factor = np.float32(1e-31) / (np.float32(total) + np.float32(1e-6))
+    np.testing.assert_array_equal(host(tiny.grad), values * np.float64(factor))
+
+
 def test_bad_arguments(device):
     p = fm.zeros((3,), device=device).requires_grad_()
     p.grad = fm.ones((3,), device=device)
