@@ -1,7 +1,8 @@
 // Launches of the training kernels (metal/training.metal) on fm::Arrays: max pooling,
-// dropout, cross-entropy and optimizer updates. Arguments are validated before these are
-// called (python/fastmetal/training.py and csrc/python/training_py.cpp); every Array here
-// is float32 and contiguous. Log-softmax and the ReLU backward are ops of their own in
+// dropout, cross-entropy and optimizer updates; and gradient clipping (metal/grad_clip.metal).
+// Arguments are validated before these are called (python/fastmetal/training.py and
+// csrc/python/training_py.cpp); every Array here is contiguous and float32 (the clipping's
+// gradients: float16, float32 or float64). Log-softmax and the ReLU backward are ops of their own in
 // training.cpp, declared to Python there (FM_PYTHON_OP).
 #pragma once
 #include <cstdint>
