@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "ops/python_op.h"
 #include "ops/array_arg.h"
+#include "ops/kernel_group.h"
 
 namespace fm {
 namespace {
@@ -189,6 +190,165 @@ void launch_optimizer(const char* kind, const std::vector<OptimTensor>& tensors)
     total += t.args.n;
   }
   flush();
+}
+
+// ------------------------------------------------------------------ gradient clipping
+namespace {
+
+// A run of one gradient that one slot covers: the kernels index a slot with 32 bits, so a
+// gradient of 2**31 elements or more takes several slots, cut at chunk boundaries (the
+// partition, hence the result, is the same).
+struct GradPiece {
+  const Array* grad;
+  std::int64_t offset;    // first element
+  std::uint32_t n;        // elements
+  std::uint32_t part_at;  // its first chunk's pair in the parts buffer
+};
+constexpr std::int64_t kGradPieceMax = (std::int64_t(1) << 31) / FM_GRAD_CHUNK * FM_GRAD_CHUNK;
+constexpr std::uint32_t kGradKernelDtypes = 3;
+constexpr DType kGradDtypes[kGradKernelDtypes] = {DType::float32, DType::float16, DType::float64};
+
+std::string grad_kernel(const char* stem, DType t) {
+  return std::string(stem) + (t == DType::float16 ? "_float16" : t == DType::float64 ? "_float64" : "_float32");
+}
+
+KernelArg piece_buffer(const GradPiece& p) {
+  const Array& g = *p.grad;
+  return KernelArg::buffer(g.storage, g.byte_offset() + std::size_t(p.offset) * itemsize(g.dtype));
+}
+
+std::uint64_t chunks_of(std::uint64_t n) { return (n + FM_GRAD_CHUNK - 1) / FM_GRAD_CHUNK; }
+
+// Threads per group of the one-group-per-chunk kernels: the test override, else one per lane.
+std::uint32_t grad_group(Backend& be, const std::string& kernel) {
+  const std::uint32_t want = kernel_group_size() != 0 ? kernel_group_size() : FM_GRAD_LANES;
+  return std::max<std::uint32_t>(1, std::min({want, be.max_group_size(kernel), 1024u}));
+}
+
+// Calls launch(kernel, pieces) for the pieces of each dtype, FM_GRAD_SLOTS (and at most
+// `limit` of `weight`) per call, in order.
+template <typename Weight, typename Launch>
+void by_slots(const std::vector<GradPiece>& pieces, const char* stem, std::uint64_t limit,
+              Weight weight, Launch launch) {
+  for (DType t : kGradDtypes) {
+    const std::string kernel = grad_kernel(stem, t);
+    std::vector<const GradPiece*> slots;
+    std::uint64_t used = 0;
+    for (const GradPiece& p : pieces) {
+      if (p.grad->dtype != t) continue;
+      if (!slots.empty() && (slots.size() == FM_GRAD_SLOTS || used + weight(p) > limit)) {
+        launch(kernel, slots);
+        slots.clear();
+        used = 0;
+      }
+      slots.push_back(&p);
+      used += weight(p);
+    }
+    if (!slots.empty()) launch(kernel, slots);
+  }
+}
+
+std::vector<GradPiece> grad_pieces(const std::vector<Array>& grads, std::uint64_t& parts) {
+  // The parts buffer is indexed with 32 bits: 2 floats a chunk.
+  std::uint64_t elements = 0, chunks = 0;
+  for (const Array& g : grads) {
+    elements += std::uint64_t(g.size());
+    chunks += chunks_of(std::uint64_t(g.size()));
+  }
+  if (chunks > std::numeric_limits<std::uint32_t>::max() / 2)
+    throw ValueError(message("nn.utils.clip_grad_norm_",
+                             "expected fewer than 2**43 gradient elements in all, got ", elements));
+  std::vector<GradPiece> pieces;
+  parts = 0;
+  for (const Array& g : grads)
+    for (std::int64_t at = 0; at < g.size(); at += kGradPieceMax) {
+      const std::int64_t n = std::min(kGradPieceMax, g.size() - at);
+      pieces.push_back({&g, at, std::uint32_t(n), std::uint32_t(parts)});
+      parts += chunks_of(std::uint64_t(n));
+    }
+  return pieces;
+}
+
+}  // namespace
+
+void launch_grad_norm(const std::vector<Array>& grads, float p, GradNormFinishArgs a,
+                      const Array& total, const Array& scale) {
+  Backend& be = total.backend();
+  // A backend's own loop over the same partition (the CPU's: no emulated barriers).
+  using NativeGradNorm = void(const std::vector<Array>&, float, const GradNormFinishArgs&,
+                              const Array&, const Array&);
+  if (auto fast = native<NativeGradNorm>(be, "grad_norm")) return fast(grads, p, a, total, scale);
+  std::uint64_t parts = 0;
+  const std::vector<GradPiece> pieces = grad_pieces(grads, parts);
+  Array part_buf = Array::empty(be, Shape{std::int64_t(std::max<std::uint64_t>(parts, 1) * 2)},
+                                DType::float32);
+  const std::uint32_t group = grad_group(be, "grad_norm_parts_float32");
+  // Chunks per launch: few enough that the grid (chunks x group threads) fits 32 bits.
+  const std::uint64_t max_chunks = std::numeric_limits<std::uint32_t>::max() / group;
+  by_slots(pieces, "grad_norm_parts", max_chunks,
+           [](const GradPiece& q) { return chunks_of(q.n); },
+           [&](const std::string& kernel, const std::vector<const GradPiece*>& slots) {
+             GradNormPartsArgs m{};
+             m.count = std::uint32_t(slots.size());
+             m.mode = a.mode;
+             m.p = p;
+             std::vector<KernelArg> args;
+             std::uint32_t at = 0;
+             for (std::size_t k = 0; k < FM_GRAD_SLOTS; ++k) {
+               // Unused slots bind slot 0's buffer and own no chunks.
+               const GradPiece& q = *slots[k < slots.size() ? k : 0];
+               m.chunk_start[k] = at;
+               if (k < slots.size()) {
+                 m.n[k] = q.n;
+                 m.part_at[k] = q.part_at;
+                 at += std::uint32_t(chunks_of(q.n));
+               }
+               args.push_back(piece_buffer(q));
+             }
+             m.chunk_start[FM_GRAD_SLOTS] = at;
+             args.push_back(buf(part_buf));
+             args.push_back(KernelArg::inline_bytes(&m, sizeof(m)));
+             Dispatch d;
+             d.group[0] = group;
+             d.grid[0] = at * group;
+             d.cost = std::uint64_t(FM_GRAD_CHUNK) / group * 2;
+             be.launch(kernel, d, args);
+           });
+  a.parts = std::uint32_t(parts);
+  const std::uint32_t fgroup = grad_group(be, "grad_norm_finish");
+  Dispatch d;
+  d.group[0] = fgroup;
+  d.grid[0] = fgroup;
+  d.cost = std::max<std::uint64_t>(1, parts / fgroup) * 2;
+  be.launch("grad_norm_finish", d,
+            {buf(part_buf), buf(total), buf(scale), KernelArg::inline_bytes(&a, sizeof(a))});
+}
+
+void launch_grad_scale(const std::vector<Array>& grads, const Array& scale) {
+  Backend& be = scale.backend();
+  using NativeGradScale = void(const std::vector<Array>&, const Array&);
+  if (auto fast = native<NativeGradScale>(be, "grad_scale")) return fast(grads, scale);
+  std::uint64_t parts = 0;
+  const std::vector<GradPiece> pieces = grad_pieces(grads, parts);
+  by_slots(pieces, "grad_scale_multi", std::numeric_limits<std::uint32_t>::max(),
+           [](const GradPiece& q) { return std::uint64_t(q.n); },
+           [&](const std::string& kernel, const std::vector<const GradPiece*>& slots) {
+             GradScaleArgs m{};
+             m.count = std::uint32_t(slots.size());
+             std::vector<KernelArg> args;
+             std::uint32_t at = 0;
+             for (std::size_t k = 0; k < FM_GRAD_SLOTS; ++k) {
+               const GradPiece& q = *slots[k < slots.size() ? k : 0];
+               m.start[k] = at;
+               if (k < slots.size()) at += q.n;
+               args.push_back(piece_buffer(q));
+             }
+             m.start[FM_GRAD_SLOTS] = at;
+             args.push_back(buf(scale));
+             args.push_back(KernelArg::inline_bytes(&m, sizeof(m)));
+             Dispatch d = grid(be, kernel, at);
+             be.launch(kernel, d, args);
+           });
 }
 
 }  // namespace fm

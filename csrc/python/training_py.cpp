@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -310,6 +311,81 @@ void optimizer_steps(const std::string& kind, const py::list& params, const py::
   }
 }
 
+// The gradients of clip_grad_norm_: float16 / float32 / float64 fastmetal Arrays on one
+// device (nn/utils.py checks the device first, for its message).
+std::vector<Array> grad_arrays(const py::list& grads, const std::string& op) {
+  std::vector<Array> out;
+  out.reserve(grads.size());
+  for (py::handle h : grads) {
+    if (!is_array(h))
+      throw TypeError(message(op, "expected every gradient to be a fastmetal.Array, got ",
+                              std::string(py::str(py::type::handle_of(h).attr("__name__")))));
+    const Array& g = h.cast<const Array&>();
+    if (g.dtype != DType::float32 && g.dtype != DType::float16 && g.dtype != DType::float64)
+      throw TypeError(message(op, "expected floating-point gradients (float16, float32 or "
+                              "float64), got ", dtype_name(g.dtype)));
+    if (!out.empty() && &g.backend() != &out[0].backend())
+      throw ValueError(message(op, "expected gradients on one device, got ", out[0].backend().name(),
+                               " and ", g.backend().name()));
+    out.push_back(g);
+  }
+  return out;
+}
+
+// The total norm of the gradients (a 0-d float32 Array) and the clipping factor (a float32
+// Array of one element), computed on their device: see nn/utils.py. A strided gradient is
+// read through a contiguous copy.
+py::tuple grad_norm(const py::list& grads, double norm_type, double max_norm) {
+  const std::string op = "nn.utils.clip_grad_norm_";
+  if (!(norm_type > 0.0))
+    throw ValueError(message(op, "expected norm_type > 0 (or inf), got ", norm_type));
+  std::vector<Array> g = grad_arrays(grads, op);
+  if (g.empty()) throw ValueError(message(op, "internal: expected at least one gradient"));
+  Backend& be = g[0].backend();
+  GradNormFinishArgs a{};
+  a.mode = std::isinf(norm_type) ? FM_GRAD_NORM_MAX
+           : norm_type == 2.0    ? FM_GRAD_NORM_SQUARE
+           : norm_type == 1.0    ? FM_GRAD_NORM_ABS
+                                 : FM_GRAD_NORM_POW;
+  a.inv_p = float(1.0 / norm_type);
+  a.max_norm = float(max_norm);
+  Array total = Array::empty(be, Shape{}, DType::float32);
+  Array scale = Array::empty(be, Shape{1}, DType::float32);
+  run_op(be, [&] {
+    for (Array& x : g)
+      if (!x.contiguous()) x = convert(x, x.dtype);
+    launch_grad_norm(g, float(norm_type), a, total, scale);
+  });
+  return py::make_tuple(wrap_result(std::move(total), true), wrap_result(std::move(scale), true));
+}
+
+// Every contiguous gradient times scale[0] (grad_norm's factor), in place; returns the
+// strided ones, left to the caller (an elementwise multiply writes them in place).
+py::list grad_scale(const py::list& grads, py::handle scale) {
+  const std::string op = "nn.utils.clip_grad_norm_";
+  std::vector<Array> all = grad_arrays(grads, op);
+  py::list strided;
+  if (all.empty()) return strided;
+  if (!is_array(scale) || scale.cast<const Array&>().dtype != DType::float32 ||
+      scale.cast<const Array&>().size() != 1 ||
+      &scale.cast<const Array&>().backend() != &all[0].backend())
+    throw ValueError(message(op, "internal: expected the factor as one float32 element on the "
+                             "gradients' device"));
+  std::vector<Array> g;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].contiguous()) {
+      strided.append(grads[i]);
+      continue;
+    }
+    prepare_write(all[i], op, "grad");  // read-only memory stays read-only; bumps the version
+    g.push_back(all[i]);
+  }
+  const Array s = scale.cast<const Array&>();
+  Backend& be = all[0].backend();
+  run_op(be, [&] { launch_grad_scale(g, s); });
+  return strided;
+}
+
 }  // namespace
 
 void bind_training(py::module_& m) {
@@ -327,6 +403,10 @@ void bind_training(py::module_& m) {
   m.def("_optimizer_steps", &optimizer_steps, py::arg("kind"), py::arg("params"),
         py::arg("grads"), py::arg("states1"), py::arg("states2"), py::arg("hypers"),
         "Private: see optim.py.");
+  m.def("_grad_norm", &grad_norm, py::arg("grads"), py::arg("norm_type"), py::arg("max_norm"),
+        "Private: see ops/training.py (clip_grad_norm_).");
+  m.def("_grad_scale", &grad_scale, py::arg("grads"), py::arg("scale"),
+        "Private: see ops/training.py (clip_grad_norm_).");
 }
 
 }  // namespace fm::python

@@ -8,10 +8,8 @@ import numpy as np
 
 from .._core import Array
 from ..autograd.tape import no_grad
-from ..ops import elementwise as E
+from ..ops import training
 from ..ops.creation import zeros
-from ..ops.reductions import max as _max
-from ..ops.reductions import sum as _sum
 
 __all__ = ["clip_grad_norm_"]
 
@@ -34,26 +32,16 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     devices = {g.device for g in grads}
     if len(devices) > 1:
         raise ValueError(f"[{where}] expected gradients on one device, got {sorted(devices)}")
+    if math.isinf(norm_type) and any(g.size == 0 for g in grads):
+        raise RuntimeError(f"[{where}] expected non-empty gradients for the inf norm (a max "
+                           f"of no elements has no identity, as torch), got one of shape "
+                           f"{next(tuple(g.shape) for g in grads if g.size == 0)}")
     with no_grad():
-        if math.isinf(norm_type):
-            norms = [_max(E.abs(g.astype("float32"))) for g in grads]
-            total = norms[0]
-            for n in norms[1:]:
-                total = E.maximum(total, n)
-        else:
-            p = float(norm_type)
-            total = None
-            for g in grads:
-                g32 = g if g.dtype == np.float32 else g.astype("float32")
-                # The 2-norm (the common case) as a sum of squares: two cheap ops, not
-                # abs + a general power (exp and log per element).
-                part = _sum(E.square(g32)) if p == 2.0 else _sum(E.power(E.abs(g32), p))
-                total = part if total is None else total + part
-            total = E.sqrt(total) if p == 2.0 else E.power(total, 1.0 / p)
+        # A few launches for all the gradients (ops/training.py): the norm and the factor
+        # stay on the device.
+        total, scale = training.grad_norm(grads, norm_type, max_norm)
         if error_if_nonfinite and not math.isfinite(float(total.item())):
             raise RuntimeError(f"[{where}] expected a finite total norm of the gradients, got "
                                f"{total.item()}")
-        scale = E.minimum(float(max_norm) / (total + 1e-6), 1.0)
-        for g in grads:
-            E.multiply(g, scale if g.dtype == np.float32 else scale.astype(g.dtype), out=g)
+        training.grad_scale_(grads, scale)
     return total

@@ -18,7 +18,9 @@ import numpy as np
 from .. import _core
 from ..autograd import tape
 from ..autograd.declare import op, refuse_recording
+from . import elementwise as E
 from .capture import cell, dynamic
+from .views import astype
 
 __all__ = ["max_pool2d", "max_pool2d_backward", "dropout", "dropout_backward", "log_softmax",
            "log_softmax_backward"]
@@ -209,3 +211,18 @@ def optimizer_steps(kind, params, grads, states1, states2, hypers):
     "adam", "adadelta"). Not differentiable: optimizers call it under ``no_grad``."""
     _core._optimizer_steps(kind, list(params), list(grads), list(states1), list(states2),
                            list(hypers))
+
+
+def grad_norm(grads, norm_type, max_norm):
+    """The total ``norm_type``-norm of ``grads`` (fastmetal Arrays of float16/32/64 on one
+    device) as a 0-d float32 Array, and the clipping factor ``min(max_norm / (norm + 1e-6),
+    1)`` as a one-element float32 Array, both computed on the device (``clip_grad_norm_``):
+    a few gradients per launch, deterministic (metal/grad_clip.metal). Not differentiable."""
+    return _core._grad_norm(list(grads), float(norm_type), float(max_norm))
+
+
+def grad_scale_(grads, scale):
+    """Every gradient times the factor ``scale`` (``grad_norm``'s) in place, in its dtype;
+    contiguous ones a few per launch. Not differentiable."""
+    for g in _core._grad_scale(list(grads), scale):  # strided views, written in place
+        E.multiply(g, astype(scale, g.dtype, copy=False), out=g)
