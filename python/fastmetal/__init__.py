@@ -41,15 +41,16 @@ from .ops.normalization import logsumexp, softmax
 from .ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
                          mse_loss, nll_loss)
 # The Array API standard's names and PyTorch's function names (beside NumPy's above).
-from .ops.standard import (__array_api_version__, __array_namespace_info__, bool, uint8, int32, int64, float16, float32,
-                           float64, finfo, iinfo,
-                           isdtype, result_type, can_cast, concat, permute_dims, pow, clip,
-                           all, any, broadcast_to, broadcast_arrays, flip, roll, repeat, tile,
-                           eye, tril, triu, meshgrid, take, tensordot, vecdot,
-                           matrix_transpose, isnan, signbit, isinf, isfinite, logical_not, logical_and,
-                           logical_or, logical_xor,
-                           count_nonzero, argsort, sort, searchsorted, unique_values,
-                           unique_counts, unique_inverse, unique_all, nonzero)  # noqa: A004
+from .ops.dtype_info import (__array_api_version__, __array_namespace_info__, bool, uint8, int32,
+                             int64, float16, float32, float64, finfo, iinfo, isdtype,
+                             result_type, can_cast)  # noqa: A004
+from .ops.standard import (concat, permute_dims, pow, clip, all, any, broadcast_to,
+                           broadcast_arrays, flip, roll, repeat, tile, eye, tril, triu, meshgrid,
+                           take, tensordot, vecdot, matrix_transpose, isnan, signbit, isinf,
+                           isfinite, logical_not, logical_and, logical_or, logical_xor,
+                           count_nonzero)  # noqa: A004
+from .ops.sorting import (argsort, sort, searchsorted, unique_values, unique_counts,
+                          unique_inverse, unique_all, nonzero)
 from .ops.bitwise import (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift,
                           bitwise_right_shift, bitwise_invert, left_shift, right_shift, invert,
                           bitwise_not)
@@ -120,7 +121,8 @@ __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "nll_loss",
     "manual_seed", "save", "load", "accelerator", "autograd", "data", "distributed", "nn",
     "optim", "random",
-    # the Array API standard (standard.py): its version, dtypes, introspection, functions
+    # the Array API standard: its version, dtypes, introspection (dtype_info.py), functions
+    # (standard.py), sorting and searching (sorting.py)
     "__array_api_version__", "__array_namespace_info__", "bool", "uint8", "int32", "int64", "float16", "float32", "float64",
     "finfo", "iinfo", "isdtype",
     "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",

@@ -1,7 +1,7 @@
 """The Array API standard's functions (2024.12) that fastmetal builds from its own ops, under
 the standard's names and signatures, beside the NumPy names that exist (``concat`` and
-``concatenate``, ``pow`` and ``power``, ``permute_dims`` and ``transpose``), and the dtype
-introspection (``finfo``, ``iinfo``, ``isdtype``, ``result_type``, ``can_cast``).
+``concatenate``, ``pow`` and ``power``, ``permute_dims`` and ``transpose``). The dtypes and
+their introspection are in ``dtype_info.py``, sorting and searching in ``sorting.py``.
 
 Everything here is made of differentiable ops (views, indexing, ``where``, ``concatenate``,
 ``matmul``, the elementwise table), so the gradients follow without vjps of their own, except
@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import math
 import numbers
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -26,187 +26,23 @@ from .. import _core
 from .._core import Array
 from ..autograd.declare import op
 from . import creation, layouts, linalg, manipulation, reductions, views
-from .dtypes import DTYPES, native_dtype, promote
+from .dtype_info import float32, int64
+from .dtypes import native_dtype, promote
 from .elementwise import FUNCTIONS as _F
 
-__all__ = ["__array_api_version__", "__array_namespace_info__", "bool", "uint8", "int32", "int64", "float16", "float32",
-           "float64", "finfo", "iinfo", "isdtype",
-           "result_type", "can_cast", "concat", "permute_dims", "pow", "clip", "all", "any",
-           "broadcast_to", "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril",
-           "triu", "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "isnan", "signbit",
-           "isinf", "isfinite", "logical_not",
-           "logical_and", "logical_or", "logical_xor", "count_nonzero", "argsort", "sort",
-           "searchsorted", "unique_values", "unique_counts", "unique_inverse", "unique_all",
-           "nonzero", "e", "pi", "inf", "nan", "newaxis", "reshape", "astype", "positive",
-           "conj", "real", "imag", "unstack", "cumulative_sum", "cumulative_prod", "diff",
-           "take_along_axis", "from_dlpack"]
-
-# The version of the standard these names follow (Array.__array_namespace__ returns fastmetal).
-__array_api_version__ = "2024.12"
-
-# The dtypes Arrays have, as NumPy dtypes (what Array.dtype returns, so they compare and hash
-# alike).
-bool = np.dtype(np.bool_)  # noqa: A001 (the standard's name; builtins.bool stays reachable)
-uint8 = np.dtype(np.uint8)
-int32 = np.dtype(np.int32)
-int64 = np.dtype(np.int64)
-float16 = np.dtype(np.float16)
-float32 = np.dtype(np.float32)
-float64 = np.dtype(np.float64)
+__all__ = ["concat", "permute_dims", "pow", "clip", "all", "any", "broadcast_to",
+           "broadcast_arrays", "flip", "roll", "repeat", "tile", "eye", "tril", "triu",
+           "meshgrid", "take", "tensordot", "vecdot", "matrix_transpose", "isnan", "signbit",
+           "isinf", "isfinite", "logical_not", "logical_and", "logical_or", "logical_xor",
+           "count_nonzero", "e", "pi", "inf", "nan", "newaxis", "reshape", "astype",
+           "positive", "conj", "real", "imag", "unstack", "cumulative_sum", "cumulative_prod",
+           "diff", "take_along_axis", "from_dlpack"]
 
 
 def _require(a: Any, where: str, name: str = "x") -> None:
     if not isinstance(a, Array):
         raise TypeError(f"[fastmetal.{where}] expected {name} to be a fastmetal.Array, got "
                         f"{type(a).__name__}")
-
-
-def _as_dtype(obj: Any, where: str, name: str = "dtype") -> np.dtype:
-    if isinstance(obj, Array):
-        return obj.dtype
-    try:
-        return np.dtype(obj)
-    except TypeError:
-        raise TypeError(f"[fastmetal.{where}] expected {name} to be a dtype or a "
-                        f"fastmetal.Array, got {obj!r}") from None
-
-
-# ----------------------------------------------------------------------------- dtypes
-class _FInfo(NamedTuple):
-    """The standard's finfo object: Python ints and floats (numpy.finfo's are NumPy scalars)."""
-    bits: int
-    eps: float
-    max: float
-    min: float
-    smallest_normal: float
-    tiny: float
-    resolution: float
-    dtype: np.dtype
-
-
-def finfo(type: Any) -> _FInfo:  # noqa: A002 (the standard's name)
-    """Machine limits of a floating dtype (or of an Array's dtype), as the Array API's and
-    ``numpy.finfo``'s (``bits``, ``eps``, ``max``, ``min``, ``smallest_normal``, ``tiny``,
-    ``resolution``, ``dtype``), as Python ints and floats, as the standard asks."""
-    d = _as_dtype(type, "finfo", "type")
-    if d.kind != "f":
-        raise TypeError(f"[fastmetal.finfo] expected a floating dtype, got {d} (use "
-                        f"fastmetal.iinfo for integers)")
-    f = np.finfo(d)
-    return _FInfo(int(f.bits), float(f.eps), float(f.max), float(f.min),
-                  float(f.smallest_normal), float(f.tiny), float(f.resolution), d)
-
-
-def iinfo(type: Any) -> np.iinfo:  # noqa: A002 (the standard's name)
-    """Machine limits of an integer dtype (or of an Array's dtype), as ``numpy.iinfo``
-    (``bits``, ``max``, ``min``, ``dtype``)."""
-    d = _as_dtype(type, "iinfo", "type")
-    if d.kind not in "iu":
-        raise TypeError(f"[fastmetal.iinfo] expected an integer dtype, got {d} (use "
-                        f"fastmetal.finfo for floating dtypes)")
-    return np.iinfo(d)
-
-
-_KINDS = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral": "iu",
-          "real floating": "f", "complex floating": "c", "numeric": "iufc"}
-
-
-def isdtype(dtype: Any, kind: Any) -> bool:
-    """Whether ``dtype`` is of ``kind``: a dtype, one of the standard's kind names ('bool',
-    'signed integer', 'unsigned integer', 'integral', 'real floating', 'complex floating',
-    'numeric') or a tuple of them."""
-    if isinstance(dtype, Array):
-        raise TypeError("[fastmetal.isdtype] expected a dtype, got a fastmetal.Array (pass "
-                        "its .dtype)")
-    d = _as_dtype(dtype, "isdtype")
-    if isinstance(kind, tuple):
-        return builtins.any(isdtype(d, k) for k in kind)
-    if isinstance(kind, str):
-        if kind not in _KINDS:
-            raise ValueError(f"[fastmetal.isdtype] expected kind to be a dtype or one of "
-                             f"{sorted(_KINDS)}, got {kind!r}")
-        return d.kind in _KINDS[kind]
-    return d == _as_dtype(kind, "isdtype", "kind")
-
-
-class _NamespaceInfo:
-    """The Array API's inspection object (``fastmetal.__array_namespace_info__()``)."""
-
-    def capabilities(self) -> dict:
-        """What the namespace does: boolean indexing (data-dependent shapes, read from the
-        device once) yes; ``max dimensions``: 64 (``fastmetal.Array``'s limit)."""
-        return {"boolean indexing": True, "data-dependent shapes": True,
-                "max dimensions": 64}
-
-    def default_device(self) -> str:
-        return _core.default_device()
-
-    def devices(self) -> list:
-        return list(_core.devices())
-
-    def default_dtypes(self, *, device: Any = None) -> dict:
-        return {"real floating": float32, "complex floating": None, "integral": int64,
-                "indexing": int64}
-
-    def dtypes(self, *, device: Any = None, kind: Any = None) -> dict:
-        """The standard's dtypes ``device`` has (float64 on cpu and cuda, not metal), of
-        ``kind``, by name (float16 is not one of the standard's: it is left out)."""
-        device = device or _core.default_device()
-        out = {}
-        for d in DTYPES:
-            if d == np.float64 and not _core._device_capabilities(device).get("float64", True):
-                continue
-            if d == np.float16:
-                continue
-            if kind is None or isdtype(d, kind):
-                out[d.name] = d
-        return out
-
-
-def __array_namespace_info__() -> _NamespaceInfo:
-    """The Array API standard's inspection namespace: devices, default dtypes, dtypes."""
-    return _NamespaceInfo()
-
-
-def _operand_name(x: Any) -> str:
-    if isinstance(x, builtins.bool):
-        return "python_bool"
-    if isinstance(x, int) and not isinstance(x, np.generic):
-        return "python_int"
-    if isinstance(x, float) and not isinstance(x, np.generic):
-        return "python_float"
-    d = _as_dtype(x, "result_type", "each argument")
-    if d not in DTYPES:
-        raise TypeError(f"[fastmetal.result_type] expected fastmetal's dtypes (bool, uint8, "
-                        f"int32, int64, float16, float32, float64), got {d}")
-    return d.name
-
-
-def result_type(*arrays_and_dtypes: Any) -> np.dtype:
-    """The dtype fastmetal's elementwise ops give for these operands (Arrays, dtypes and, as
-    the standard allows since 2023.12, Python scalars, which take the other operands' dtype):
-    the Array API standard's promotion table; across kinds, as PyTorch (bool < integers <
-    floats: an integer with a float gives that float)."""
-    if not arrays_and_dtypes:
-        raise ValueError("[fastmetal.result_type] expected at least one array or dtype, got "
-                         "none")
-    names = [_operand_name(x) for x in arrays_and_dtypes]
-    # Arrays and dtypes first, then the scalars join the result (each scalar is weak
-    # against the strong result, whatever its position).
-    strong = [n for n in names if not n.startswith("python_")]
-    weak = [n for n in names if n.startswith("python_")]
-    order = strong + weak
-    out = order[0]
-    for n in order[1:]:
-        out = promote(out, n).name
-    return np.dtype(out)
-
-
-def can_cast(from_: Any, to: Any, /) -> bool:
-    """Whether ``from_`` (a dtype or Array) converts to dtype ``to`` without losing values
-    by the promotion rules (``numpy.can_cast`` with casting='safe')."""
-    return builtins.bool(np.can_cast(_as_dtype(from_, "can_cast", "from_"),
-                            _as_dtype(to, "can_cast", "to"), casting="safe"))
 
 
 # ----------------------------------------------------------------------------- renamed NumPy functions
@@ -727,151 +563,6 @@ def count_nonzero(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> Arr
     Array API's ``count_nonzero`` (summed on the device)."""
     _require(x, "count_nonzero")
     return reductions.sum(_F["not_equal"](x, 0), axis=axis, keepdims=keepdims).astype(int64)
-
-
-# ----------------------------------------------------------------------------- sorting, searching
-# The orders are found by NumPy on the host (a copy of the data where the device's memory is
-# not host-visible): index results only, which have no gradient. sort's values are then
-# gathered on the device from x, so sort is differentiable.
-def _host(x: Array) -> np.ndarray:
-    return np.asarray(x.numpy())
-
-
-def _index_array(host: np.ndarray, device: str) -> Array:
-    # asarray, not ascontiguousarray: that makes a 0-d array 1-d (unique_inverse of a 0-d x)
-    return _core.asarray(np.asarray(host, dtype=np.int64, order="C"), dtype=np.int64,
-                         device=device)
-
-
-def argsort(x: Any, /, *, axis: int = -1, descending: bool = False,
-            stable: bool = True) -> Array:
-    """int64 indices that sort ``x`` along ``axis`` (NaN last), as the Array API's
-    ``argsort``; ``descending`` keeps equal elements in their order (stable either way).
-    Computed by NumPy on the host (``kind="stable"``): an index result, not differentiable;
-    the indices are copied to ``x``'s device."""
-    _require(x, "argsort")
-    if x.ndim == 0:
-        raise ValueError("[fastmetal.argsort] expected an array of dimension >= 1, got a 0-d "
-                         "array")
-    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.argsort")
-    h = _host(x)
-    if descending:
-        # Ascending stable order of the reversed array, reversed: descending keys with equal
-        # ones in their original order; then NaN moved back to the end (stably).
-        n = h.shape[ax]
-        order = n - 1 - np.flip(np.argsort(np.flip(h, axis=ax), axis=ax, kind="stable"),
-                                axis=ax)
-        if h.dtype.kind == "f":
-            nan = np.take_along_axis(np.isnan(h), order, axis=ax)
-            order = np.take_along_axis(order, np.argsort(nan, axis=ax, kind="stable"), axis=ax)
-    else:
-        order = np.argsort(h, axis=ax, kind="stable")
-    return _index_array(order, x.device)
-
-
-def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Array:
-    """``x`` sorted along ``axis`` (NaN last), as the Array API's ``sort``: the order from
-    :func:`argsort` (NumPy on the host), the values gathered on the device from ``x``, so the
-    gradient flows back to the elements' places."""
-    _require(x, "sort")
-    order = argsort(x, axis=axis, descending=descending, stable=stable)
-    ax = layouts.normalize_axis(axis, x.ndim, "fastmetal.sort")
-    # flat positions of the sorted elements in x's C order: one 1-D gather
-    h = order.numpy()
-    grids = np.indices(h.shape, sparse=True)
-    index = list(grids)
-    index[ax] = h
-    flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*index)), h.shape) if h.size else \
-        np.zeros(h.shape, np.int64)
-    gathered = take(views.reshape(x, -1), _index_array(flat.reshape(-1), x.device), axis=0)
-    return views.reshape(gathered, tuple(x.shape))
-
-
-def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None) -> Array:
-    """int64 insertion points of ``x2`` in the sorted 1-D ``x1``, as the Array API's
-    ``searchsorted`` (``side`` 'left' or 'right'; ``sorter``: indices that sort ``x1``).
-    Computed by NumPy on the host: an index result, not differentiable."""
-    _require(x1, "searchsorted", "x1")
-    if x1.ndim != 1:
-        raise ValueError(f"[fastmetal.searchsorted] expected a 1-D x1, got dimension {x1.ndim}")
-    if side not in ("left", "right"):
-        raise ValueError(f"[fastmetal.searchsorted] expected side 'left' or 'right', got "
-                         f"{side!r}")
-    values = _host(x2) if isinstance(x2, Array) else np.asarray(x2)
-    order = None if sorter is None else (_host(sorter) if isinstance(sorter, Array)
-                                         else np.asarray(sorter))
-    return _index_array(np.searchsorted(_host(x1), values, side=side, sorter=order),
-                        x1.device)
-
-
-def _unique(x: Any, where: str, **want: bool) -> tuple:
-    _require(x, where)
-    h = _host(x).reshape(-1)
-    return np.unique(h, equal_nan=False, **want)
-
-
-def unique_values(x: Any, /) -> Array:
-    """The distinct values of ``x`` (flattened, sorted; each NaN distinct), as the Array
-    API's ``unique_values``. Found by NumPy on the host and copied to ``x``'s device; not
-    differentiable (the values are data of x, but which ones is an index decision)."""
-    values = _unique(x, "unique_values")
-    return _core.asarray(values, dtype=x.dtype, device=x.device)
-
-
-# The standard's named tuples (tuples, with the fields by name too).
-class _UniqueCounts(NamedTuple):
-    values: Array
-    counts: Array
-
-
-class _UniqueInverse(NamedTuple):
-    values: Array
-    inverse_indices: Array
-
-
-class _UniqueAll(NamedTuple):
-    values: Array
-    indices: Array
-    inverse_indices: Array
-    counts: Array
-
-
-def unique_counts(x: Any, /) -> tuple:
-    """``(values, counts)`` (a named tuple): :func:`unique_values` and how often each occurs (int64), as the
-    Array API's ``unique_counts`` (NumPy on the host)."""
-    values, counts = _unique(x, "unique_counts", return_counts=True)
-    return _UniqueCounts(_core.asarray(values, dtype=x.dtype, device=x.device),
-                         _index_array(counts, x.device))
-
-
-def unique_inverse(x: Any, /) -> tuple:
-    """``(values, inverse_indices)`` (a named tuple): :func:`unique_values` and, in ``x``'s shape, the index
-    of each element's value, as the Array API's ``unique_inverse`` (NumPy on the host)."""
-    values, inverse = _unique(x, "unique_inverse", return_inverse=True)
-    return _UniqueInverse(_core.asarray(values, dtype=x.dtype, device=x.device),
-                          _index_array(inverse.reshape(x.shape), x.device))
-
-
-def unique_all(x: Any, /) -> tuple:
-    """``(values, indices, inverse_indices, counts)`` (a named tuple), as the Array API's ``unique_all``
-    (``indices``: the first occurrence of each value in flattened ``x``; NumPy on the host)."""
-    values, first, inverse, counts = _unique(x, "unique_all", return_index=True,
-                                             return_inverse=True, return_counts=True)
-    return _UniqueAll(_core.asarray(values, dtype=x.dtype, device=x.device),
-                      _index_array(first, x.device),
-                      _index_array(inverse.reshape(x.shape), x.device),
-                      _index_array(counts, x.device))
-
-
-def nonzero(x: Any, /) -> tuple:
-    """The indices of the nonzero elements of ``x`` (NaN counts), one int64 Array per
-    dimension in C order, as the Array API's ``nonzero`` (a 0-d ``x`` is a ValueError, as the
-    standard says). On the device, reading one count to the host to size the result."""
-    _require(x, "nonzero")
-    if x.ndim == 0:
-        raise ValueError("[fastmetal.nonzero] expected an array of dimension >= 1, got a 0-d "
-                         "array")
-    return manipulation.nonzero(x)
 
 
 # ----------------------------------------------------------------------------- the rest of 2024.12's names
