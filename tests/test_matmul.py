@@ -256,6 +256,41 @@ def test_matmul_blocked_shapes_layouts(device, m, k, n, layout, rng):
     check_matmul(operand(m, k, layout[0] == "t"), operand(k, n, layout[1:] == "t"))
 
 
+# Tall or long-K products that the CPU GEMM cuts into tiles whose tasks pack their own A
+# (Split::tiles, 2 threads or more): a transformer's rows x d_model layers, its weight
+# gradients (K = the rows), a single column, strips and panels cut short.
+TILE_SHAPES = [(1003, 77, 33), (2050, 40, 97), (200, 3001, 45), (333, 1000, 1), (1, 4000, 130)]
+
+
+@pytest.mark.parametrize("m,k,n", TILE_SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in TILE_SHAPES])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "steps"])
+def test_matmul_tile_shapes_layouts(device, m, k, n, layout, rng):
+    def operand(rows, cols, transposed):
+        if layout == "steps":
+            return rng.standard_normal((2 * rows, 3 * cols)).astype(np.float32)[::2, ::-3]
+        if transposed:
+            return np.ascontiguousarray(rng.standard_normal((cols, rows)).astype(np.float32)).T
+        return rng.standard_normal((rows, cols)).astype(np.float32)
+    check_matmul(operand(m, k, layout[0] == "t"), operand(k, n, layout[1:] == "t"))
+
+
+def test_linear_backward_tile_shapes(device, rng):
+    """linear forward and backward at a GPT's shapes cut short (rows not a multiple of the
+    strips, features not of the panels), and with no rows at all."""
+    for rows, fin, fout in ((1030, 129, 385), (999, 515, 131), (0, 64, 32)):
+        x = rng.standard_normal((rows, fin)).astype(np.float32)
+        w = rng.standard_normal((fout, fin)).astype(np.float32)
+        gy = rng.standard_normal((rows, fout)).astype(np.float32)
+        xa, wa, ga = fm.asarray(x), fm.asarray(w), fm.asarray(gy)
+        y = fm.linear(xa, wa).numpy()
+        gi, gw, gb = fm.linear_backward(ga, xa, wa, needs=("input", "weight", "bias"))
+        x64, w64, g64 = x.astype(np.float64), w.astype(np.float64), gy.astype(np.float64)
+        for got, want, depth in ((y, x64 @ w64.T, fin), (gi.numpy(), g64 @ w64, fout),
+                                 (gw.numpy(), g64.T @ x64, rows), (gb.numpy(), g64.sum(0), rows)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * (1 + depth))
+
+
 @pytest.mark.parametrize("m", [12, 40, 200])
 def test_linear_weight_views(device, m, rng):
     """linear's W^T read through views: rows of a wider weight (a pitch longer than K) and
@@ -371,7 +406,8 @@ def test_linear_bad_arguments():
 
 def test_cpu_products_same_bits_for_any_thread_count():
     """The CPU's GEMM (several K blocks, column blocks and tasks in c @ d; a transposed B
-    packed, linear's x @ W^T at 37 rows; groups of row chunks in e @ d) and its dot-product
+    packed, linear's x @ W^T at 37 rows; groups of row chunks in e @ d; tiles packing their
+    own A in linear(h, ...) and e.T @ e[:, :50]) and its dot-product
     path (linear at 12 rows) give the same bits whatever the pool size (each element's sum
     runs in a fixed order; threads only take tiles)."""
     import subprocess
@@ -388,8 +424,10 @@ def test_cpu_products_same_bits_for_any_thread_count():
         "c = r.standard_normal((150, 700)).astype(np.float32)\n"
         "d = r.standard_normal((700, 1100)).astype(np.float32)\n"
         "e = r.standard_normal((1600, 700)).astype(np.float32)\n"
+        "h = r.standard_normal((2000, 130)).astype(np.float32)\n"
         "outs = [fm.linear(x, w), fm.linear(x[:12], w), fm.matmul(a, a.T[:, :150]), fm.matmul(a.T, a), fm.matmul(g, v),\n"
-        "        fm.matmul(c, d), fm.matmul(c.T.copy().T, d.T.copy().T), fm.matmul(e, d[:, :40])]\n"
+        "        fm.matmul(c, d), fm.matmul(c.T.copy().T, d.T.copy().T), fm.matmul(e, d[:, :40]),\n"
+        "        fm.linear(h, w[:, :130]), fm.matmul(e.T, e[:, :50])]\n"
         "print(hashlib.sha256(b''.join(np.ascontiguousarray(o).tobytes() for o in outs)).hexdigest())\n")
     digests = set()
     for threads in (1, 2, 3):

@@ -215,10 +215,14 @@ float* b_scratch(i64 n) {
   return buf.data() + ((64 - a % 64) % 64) / sizeof(float);
 }
 
+void pack_a_block(const MatmulArgs& p, const float* a, int s, int k0, int kn, float* dst);
+
 // C rows of strips [s0, s1) and columns [n0, n1) (n0 a multiple of VL; n1 too or N) of one
-// product: A packed (ap, pack_a's layout over all of K), B at bb through p's strides.
-void gemm_range(const MatmulArgs& p, const float* ap, const float* bb, float* c, int s0, int s1,
-                i64 n0, i64 n1) {
+// product: A packed (ap, pack_a_strip's layout over all of K), or, with ap null, packed here
+// from a one K block of one strip at a time (the row-chunk path, see Split), B at bb through
+// p's strides.
+void gemm_range(const MatmulArgs& p, const float* ap, const float* a, const float* bb, float* c,
+                int s0, int s1, i64 n0, i64 n1) {
   static constexpr auto first = pkern_table<false>(std::make_index_sequence<NV>{});
   static constexpr auto more = pkern_table<true>(std::make_index_sequence<NV>{});
   const int M = p.M, K = p.K;
@@ -229,6 +233,7 @@ void gemm_range(const MatmulArgs& p, const float* ap, const float* bb, float* c,
   std::vector<Panel> pan_buf(std::size_t(ncb / VL + 2));
   Panel* pan = pan_buf.data();
   alignas(64) float tmp[MR * NR];
+  float* aslice = ap ? nullptr : scratch(4, i64(kb.kc) * MR + 8);
   for (i64 nb0 = n0; nb0 < n1; nb0 += ncb) {
     const int npan = panels_of(std::min(ncb, n1 - nb0), pan);
     for (int k0 = 0; k0 < K; k0 += kb.kc) {
@@ -237,7 +242,8 @@ void gemm_range(const MatmulArgs& p, const float* ap, const float* bb, float* c,
       const auto& table = k0 == 0 ? first : more;
       for (int s = s0; s < s1; ++s) {
         const int rows = std::min(MR, M - s * MR);
-        const float* as = ap + (i64(s) * K + k0) * MR;
+        const float* as = ap ? ap + (i64(s) * K + k0) * MR : aslice;
+        if (!ap) pack_a_block(p, a, s, k0, kn, aslice);
         float* cs = c + i64(s) * MR * N + nb0;
         for (int j = 0; j < npan; ++j) {
           const Panel& pn = pan[j];
@@ -274,11 +280,11 @@ Scratch& thread_scratch() {
   return s;
 }
 
-// Strip s of A (rows s * MR ...) into pack_a's layout.
-void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
-  const int m0 = s * MR, rows = std::min(MR, p.M - m0), K = p.K;
-  float* dst = ap + i64(s) * K * MR;
-  const float* src = a + i64(m0) * p.a_rs;
+// A(s * MR + r, k0 + k) for r < MR, k < kn at dst[k * MR + r] (rows past M: zeros), and
+// 8 floats more at the end written over (scratch).
+void pack_a_block(const MatmulArgs& p, const float* a, int s, int k0, int kn, float* dst) {
+  const int m0 = s * MR, rows = std::min(MR, p.M - m0), K = kn;
+  const float* src = a + i64(m0) * p.a_rs + i64(k0) * p.a_cs;
   int k = 0;
   if (rows == MR && p.a_rs == 1) {  // a column of A is contiguous: MR floats per k
     for (; k < K; ++k) std::memcpy(dst + i64(k) * MR, src + i64(k) * p.a_cs, sizeof(float) * MR);
@@ -301,6 +307,11 @@ void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
   for (; k < K; ++k)
     for (int r = 0; r < MR; ++r)
       dst[i64(k) * MR + r] = r < rows ? src[i64(r) * p.a_rs + i64(k) * p.a_cs] : 0.f;
+}
+
+// Strip s of A (rows s * MR ...), all of K, at ap + s * K * MR.
+void pack_a_strip(const MatmulArgs& p, const float* a, int s, float* ap) {
+  pack_a_block(p, a, s, 0, p.K, ap + i64(s) * p.K * MR);
 }
 
 // How one product is cut into tasks: column chunks of whole panels, and row chunks of whole
@@ -334,7 +345,40 @@ struct Split {
     groups = std::clamp<int>(int(ceil_div(i64(p.M) * p.K, kABlock)), 1,
                              std::max(1, strips / m_sub));
     m_chunks = groups * m_sub;
+    tiles(p, threads);
   }
+  // Tiles: row_chunks x col_chunks tasks that each pack their own strips of A, one K block
+  // at a time, right before use (gemm_range with ap null), and their own columns of B, all
+  // of them in one B block (so each A slice is packed once per task and used for every
+  // panel of the tile). Against the shared packed A above this saves the pass over A and
+  // reads each A slice from L1, not L3, but packs A col_chunks times and B row_chunks times:
+  // `extra` below is that added packing per multiply-add. Chosen where it is small: 6 tasks
+  // on 2 threads at most 0.4%, else 2 at most 1%; else row_chunks = 0 (the shared A). On 2
+  // threads of the EPYC (AVX2), BENCHMARKS.md: a GPT's 4096-row linears 10-20% faster
+  // (forward 4096 x 512 -> 128: 4.4 -> 3.0 ms), its weight gradients (K = 4096) up to 35%
+  // (512 x 4096 @ 4096 x 128: 5.3 -> 3.4 ms); 1024^3 stays on the shared A (tiles would pack
+  // A 4 times: 5% slower).
+  void tiles(const MatmulArgs& p, int threads) {
+    const KBlocks kb(p.K);
+    const i64 ncb = std::max<i64>(NR, kBBlock / kb.kc / NR * NR);
+    double best = 1e30;
+    for (const int per : {3, 1}) {
+      const int t = threads > 1 ? per * threads : 1;
+      for (int mc = 1; mc <= t; ++mc) {
+        const int nc = t / mc;
+        if (t % mc || mc > strips || nc > vecs || ceil_div(vecs, nc) * VL > ncb) continue;
+        const double extra = double(mc - 1) / p.M + double(nc - 1) / p.N;
+        if (extra < best) {
+          best = extra;
+          row_chunks = mc;
+          col_chunks = nc;
+        }
+      }
+      if (best <= (per == 3 ? 0.004 : 0.01)) return;
+    }
+    row_chunks = 0;
+  }
+  int row_chunks = 0, col_chunks = 1;
   int count() const { return m_chunks * n_chunks; }
   int per_group() const { return m_sub * n_chunks; }  // tasks g * per_group() ... are group g's
   int strip0(int mi) const { return int(i64(strips) * mi / m_chunks); }  // row chunk mi's first
@@ -346,7 +390,7 @@ struct Split {
     // would give chunks of 5 and 6 panels, threads 6% apart).
     const i64 n0 = i64(vecs) * ni / n_chunks * VL;
     const i64 n1 = std::min<i64>(p.N, i64(vecs) * (ni + 1) / n_chunks * VL);
-    if (s0 < s1 && n0 < n1) gemm_range(p, ap, bb, c, s0, s1, n0, n1);
+    if (s0 < s1 && n0 < n1) gemm_range(p, ap, nullptr, bb, c, s0, s1, n0, n1);
   }
 };
 
@@ -440,6 +484,21 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
           one.run(p, ap, bb, C + b * MN, i64(g) * one.per_group() + t);
       }
     });
+    return;
+  }
+  if (sp.row_chunks > 0) {  // tiles (see Split::tiles)
+    for (i64 b = 0; b < p.batch; ++b) {
+      const float* a = A + batch_offset(p, b, p.a_bs);
+      const float* bb = B + batch_offset(p, b, p.b_bs);
+      const int mc = sp.row_chunks, nc = sp.col_chunks;
+      pool.parallel_for(i64(mc) * nc, [&](i64 t) {
+        const i64 mi = t / nc, ni = t % nc;
+        const int s0 = int(strips * mi / mc), s1 = int(strips * (mi + 1) / mc);
+        const i64 n0 = i64(sp.vecs) * ni / nc * VL;
+        const i64 n1 = std::min<i64>(p.N, i64(sp.vecs) * (ni + 1) / nc * VL);
+        if (s0 < s1 && n0 < n1) gemm_range(p, nullptr, a, bb, C + b * MN, s0, s1, n0, n1);
+      });
+    }
     return;
   }
   float* ap = thread_scratch().a(strips * MR * p.K);
