@@ -122,27 +122,6 @@ int panels_of(i64 nw, Panel* out) {
   return n;
 }
 
-#if defined(__AVX2__)
-// t[i] (8 floats each) := the transpose of the 8 x 8 block in t.
-inline void transpose8(__m256 t[8]) {
-  __m256 u[8], v[8];
-  for (int i = 0; i < 8; i += 2) {
-    u[i] = _mm256_unpacklo_ps(t[i], t[i + 1]);
-    u[i + 1] = _mm256_unpackhi_ps(t[i], t[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    v[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
-    v[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
-    v[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
-    v[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x20);
-    t[i + 4] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x31);
-  }
-}
-#endif
-
 // Packs B(k0 + k, n0 + j) for k < kn, j < nw into the panels `pan` (row k of a panel at
 // k * w * VL; zero columns past nw).
 void pack_b(const MatmulArgs& p, const float* bb, int k0, int kn, i64 n0, const Panel* pan,

@@ -115,6 +115,28 @@ inline V vload_part(const float* p, int n) {
 }
 #endif
 
+#if defined(__AVX2__)
+// t[i] (8 floats each) := the transpose of the 8 x 8 block in t (the GEMM's and attention's
+// packing of transposed operands).
+inline void transpose8(__m256 t[8]) {
+  __m256 u[8], v[8];
+  for (int i = 0; i < 8; i += 2) {
+    u[i] = _mm256_unpacklo_ps(t[i], t[i + 1]);
+    u[i + 1] = _mm256_unpackhi_ps(t[i], t[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    v[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+    v[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
+    v[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+    v[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x20);
+    t[i + 4] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x31);
+  }
+}
+#endif
+
 inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
 inline i64 ceil_div(i64 x, i64 m) { return (x + m - 1) / m; }
 
