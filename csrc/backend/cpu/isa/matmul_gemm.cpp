@@ -9,7 +9,9 @@
 // floats at a time, into contiguous kc x NR panels in a per-thread buffer that stays in L2,
 // then runs the micro-kernel (MR x NR of C in registers, simd_kernels.h's register blocking)
 // for every strip of A against every panel: the A strip (kc x MR) stays in L1 while B's panels
-// stream from L2 in the order they were written. Packing B also does away with reading B's rows
+// stream from L2 in the order they were written. Tall or long-K products with few columns
+// (a transformer's linears and their weight gradients) instead go as tiles whose tasks pack
+// their own A slices right before use (Split::tiles). Packing B also does away with reading B's rows
 // where they are, a power of two apart in memory (L1 set conflicts: 3x slower on AVX2 for
 // MNIST's grad @ W), and with the row-pointer table of the conv2d kernel.
 //
@@ -198,8 +200,7 @@ void pack_a_block(const MatmulArgs& p, const float* a, int s, int k0, int kn, fl
 
 // C rows of strips [s0, s1) and columns [n0, n1) (n0 a multiple of VL; n1 too or N) of one
 // product: A packed (ap, pack_a_strip's layout over all of K), or, with ap null, packed here
-// from a one K block of one strip at a time (the row-chunk path, see Split), B at bb through
-// p's strides.
+// from `a`, one K block of one strip at a time (Split::tiles); B at bb through p's strides.
 void gemm_range(const MatmulArgs& p, const float* ap, const float* a, const float* bb, float* c,
                 int s0, int s1, i64 n0, i64 n1) {
   static constexpr auto first = pkern_table<false>(std::make_index_sequence<NV>{});
@@ -212,7 +213,7 @@ void gemm_range(const MatmulArgs& p, const float* ap, const float* a, const floa
   std::vector<Panel> pan_buf(std::size_t(ncb / VL + 2));
   Panel* pan = pan_buf.data();
   alignas(64) float tmp[MR * NR];
-  float* aslice = ap ? nullptr : scratch(4, i64(kb.kc) * MR + 8);
+  float* aslice = ap ? nullptr : scratch(4, i64(kb.kc) * MR);
   for (i64 nb0 = n0; nb0 < n1; nb0 += ncb) {
     const int npan = panels_of(std::min(ncb, n1 - nb0), pan);
     for (int k0 = 0; k0 < K; k0 += kb.kc) {
@@ -259,8 +260,7 @@ Scratch& thread_scratch() {
   return s;
 }
 
-// A(s * MR + r, k0 + k) for r < MR, k < kn at dst[k * MR + r] (rows past M: zeros), and
-// 8 floats more at the end written over (scratch).
+// A(s * MR + r, k0 + k) for r < MR, k < kn at dst[k * MR + r] (rows past M: zeros).
 void pack_a_block(const MatmulArgs& p, const float* a, int s, int k0, int kn, float* dst) {
   const int m0 = s * MR, rows = std::min(MR, p.M - m0), K = kn;
   const float* src = a + i64(m0) * p.a_rs + i64(k0) * p.a_cs;
@@ -331,12 +331,12 @@ struct Split {
   // of them in one B block (so each A slice is packed once per task and used for every
   // panel of the tile). Against the shared packed A above this saves the pass over A and
   // reads each A slice from L1, not L3, but packs A col_chunks times and B row_chunks times:
-  // `extra` below is that added packing per multiply-add. Chosen where it is small: 6 tasks
-  // on 2 threads at most 0.4%, else 2 at most 1%; else row_chunks = 0 (the shared A). On 2
-  // threads of the EPYC (AVX2), BENCHMARKS.md: a GPT's 4096-row linears 10-20% faster
-  // (forward 4096 x 512 -> 128: 4.4 -> 3.0 ms), its weight gradients (K = 4096) up to 35%
-  // (512 x 4096 @ 4096 x 128: 5.3 -> 3.4 ms); 1024^3 stays on the shared A (tiles would pack
-  // A 4 times: 5% slower).
+  // `extra` below is that added packing per multiply-add. Chosen where it is small: three
+  // tasks a thread if that adds at most 0.4%, else one a thread at most 1%; else
+  // row_chunks = 0 (the shared A). On 2 threads of the EPYC (AVX2), BENCHMARKS.md: a GPT's
+  // 4096-row linears 10-20% faster (forward 4096 x 512 -> 128: 4.5 -> 3.0 ms), its weight
+  // gradients (K = 4096) up to 35% (512 x 4096 @ 4096 x 128: 5.4 -> 3.4 ms); 1024^3 stays on
+  // the shared A (tiles would pack A 4 times: 5% slower).
   void tiles(const MatmulArgs& p, int threads) {
     const KBlocks kb(p.K);
     const i64 ncb = std::max<i64>(NR, kBBlock / kb.kc / NR * NR);
