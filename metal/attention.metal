@@ -282,6 +282,224 @@ FM_INSTANTIATE("sdpa_forward_d128_float32", sdpa_forward, float, 128, 2, true);
 FM_INSTANTIATE("sdpa_forward_d64_float16", sdpa_forward, half, 64, 4, false);
 FM_INSTANTIATE("sdpa_forward_d128_float16", sdpa_forward, half, 128, 2, true);
 
+// ------------------------------------------------------------------------- tiled forward
+// sdpa_forward_tiled: the forward for head dims <= 64 with register blocking (ops/attention.cpp
+// picks it; FASTMETAL_SDPA_FORWARD=classic picks sdpa_forward instead). The kernel above reads
+// ~0.5 threadgroup values per FMA and so runs at the threadgroup memory's speed; here every
+// thread computes a 4 x 4 micro-tile of the scores and a 4 x 8 micro-tile of the output from
+// float4s it loads once:
+//   threadgroup: BQ = 64 query rows, BK = 32 keys per tile, 128 threads (4 simdgroups of 32);
+//     thread t: lane = t % 32, row quad rq = 4 * (t / 32) + lane / 8 (rows 4 rq .. 4 rq + 3),
+//     key quad kg = lane % 8 (keys 4 kg .. 4 kg + 3 of the tile; output columns 4 kg .. + 3
+//     and 32 + 4 kg .. + 3). The 8 lanes sharing a row quad are adjacent (8 g .. 8 g + 7).
+//   scores: per column d, one float4 of Qt[d] (4 rows, the same address for the 8 lanes of a
+//     row quad: a broadcast) and one of Kt[d] (4 keys, 8 distinct float4s in a row) feed 16
+//     FMAs: 64 columns = 128 float4 loads for 1,024 FMAs.
+//   row max: the thread's 4 keys, then 3 simd_shuffle_down steps within the 8 lanes (lane
+//     8 g ends with the max of its group) and 4 simd_broadcasts from lanes 0, 8, 16, 24 (the
+//     portable subset has no xor shuffle; a broadcast lane must be uniform on Metal): 28
+//     shuffles per tile instead of 2 full reductions per row. The running sum l is kept per
+//     thread over its own keys (every lane of a row uses the same max) and summed across the
+//     8 lanes once, at the end.
+//   P V: per key, one float4 of P (4 rows, a broadcast) and two of V (8 columns) feed 32
+//     FMAs: 96 float4 loads for 1,024 FMAs. In all ~0.11 float4 loads per FMA (was ~0.5 loads
+//     of 4 bytes per FMA, mostly scalar).
+// The score s[i][j] is formed exactly as the other kernels form it (Q pre-scaled when staged,
+// fma over d = 0, 1, .. in order, as sdpa_dot4 chains them), the tile maxima are exact, p and
+// alpha the same exp of the same operands, and O is rescaled and accumulated over the keys in
+// the same order, so out differs from sdpa_forward's only through l (its partial sums are
+// added in another order: a few ulps) and lse likewise. The backward's P = exp(s - lse) <= 1
+// still holds: l >= 1 in any order (the max's own term is exp(0) = 1 and the others are >= 0).
+// Threadgroup memory: Qt 64 x 64 (16 KiB, staged once), Kt 64 x 32 then V 32 x 64 in one
+// buffer (8 KiB: V is staged after the scores, 4 barriers per tile), Pt 32 x 64 (8 KiB):
+// 32,768 bytes, the Apple limit exactly. Pt's row quads are XOR-swizzled by the key's quad so
+// the 8 lanes writing one key quad's 4 rows hit 8 distinct 16-byte columns. Registers per
+// thread: 16 scores, 32 accumulators, 4 + 4 row stats, ~70 in all.
+enum : int32_t {
+  kSdpaTiledRows = 64,     // query rows per threadgroup
+  kSdpaTiledKeys = 32,     // keys per tile
+  kSdpaTiledDim = 64,      // the largest head dim it serves
+  kSdpaTiledThreads = 128,
+};
+
+// The maximum of v over the 8 adjacent lanes 8 g .. 8 g + 7 of the caller (every lane calls
+// it, in uniform control flow): a shuffle_down tree leaves it in lane 8 g, then each lane takes
+// its group's from 4 uniform broadcasts. Exact (max), so the order does not matter.
+FM_FUNC float sdpa_group8_max(float v, uint32_t lane) {
+  v = fmax(v, simd_shuffle_down(v, ushort(4)));
+  v = fmax(v, simd_shuffle_down(v, ushort(2)));
+  v = fmax(v, simd_shuffle_down(v, ushort(1)));
+  const float g0 = simd_broadcast(v, ushort(0)), g1 = simd_broadcast(v, ushort(8));
+  const float g2 = simd_broadcast(v, ushort(16)), g3 = simd_broadcast(v, ushort(24));
+  const uint32_t g = lane / 8u;
+  return g == 0u ? g0 : g == 1u ? g1 : g == 2u ? g2 : g3;
+}
+
+// The sum of v over the same 8 lanes (lane order 8 g + {0, 4, 2, 6, 1, 5, 3, 7} pairwise).
+FM_FUNC float sdpa_group8_sum(float v, uint32_t lane) {
+  v += simd_shuffle_down(v, ushort(4));
+  v += simd_shuffle_down(v, ushort(2));
+  v += simd_shuffle_down(v, ushort(1));
+  const float g0 = simd_broadcast(v, ushort(0)), g1 = simd_broadcast(v, ushort(8));
+  const float g2 = simd_broadcast(v, ushort(16)), g3 = simd_broadcast(v, ushort(24));
+  const uint32_t g = lane / 8u;
+  return g == 0u ? g0 : g == 1u ? g1 : g == 2u ? g2 : g3;
+}
+
+// Grid (threadgroups): x = ceil(L / 64) query tiles, y = nbatch; 128 threads each.
+template <typename T>
+kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
+                               device const T* k [[buffer(1)]],
+                               device const T* v [[buffer(2)]],
+                               device const float* mask [[buffer(3)]],
+                               device T* out [[buffer(4)]],
+                               device float* lse [[buffer(5)]],
+                               constant SdpaArgs& a [[buffer(6)]],
+                               uint3 tg_pos [[threadgroup_position_in_grid]],
+                               uint32_t tid [[thread_index_in_threadgroup]],
+                               uint32_t lane [[thread_index_in_simdgroup]],
+                               uint32_t sg [[simdgroup_index_in_threadgroup]]) {
+  constexpr int BQ = kSdpaTiledRows;
+  constexpr int BK = kSdpaTiledKeys;
+  constexpr int NT = kSdpaTiledThreads;
+  constexpr int RQ = BQ / 4;   // float4 per Qt / Pt row (row quads)
+  constexpr int KQ = BK / 4;   // float4 per Kt row (key quads)
+  constexpr int VQ = kSdpaTiledDim / 4;  // float4 per V row
+  static_assert(NT == 32 * 4 && RQ == 16 && KQ == 8 && VQ == 2 * KQ, "tile shape");
+  threadgroup float4 Qt[kSdpaTiledDim * kSdpaTiledRows / 4];  // Qt[d][row quad]
+  threadgroup float4 KV[kSdpaTiledDim * kSdpaTiledKeys / 4];  // Kt[d][key quad], then V[j][c quad]
+  threadgroup float4 Pt[kSdpaTiledKeys * kSdpaTiledRows / 4]; // Pt[j][row quad ^ (j / 4)]
+
+  const int32_t b = int32_t(tg_pos.y);
+  const int32_t q0 = int32_t(tg_pos.x) * BQ;
+  const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
+  const int32_t D4 = (D + 3) / 4;
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), oo = sdpa_offset(a, b, FM_SDPA_O);
+  const uint64_t mo = sdpa_mask_offset(a, b);
+  const int32_t rq = int32_t(sg) * 4 + int32_t(lane) / 8, kg = int32_t(lane) % 8;
+
+  // Qt, scaled, zero past D and L: thread (row quad, column quad) transposes a 4 x 4 block.
+  for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
+    const int32_t r4 = e % RQ, c = (e / RQ) * 4;
+    float4 x[4];
+    for (int vv = 0; vv < 4; ++vv) {
+      const int32_t i = q0 + 4 * r4 + vv;
+      x[vv] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
+    }
+    Qt[(c + 0) * RQ + r4] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+    Qt[(c + 1) * RQ + r4] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+    Qt[(c + 2) * RQ + r4] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+    Qt[(c + 3) * RQ + r4] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+  }
+
+  float o[32];            // o[vv * 8 + c]: row 4 rq + vv, columns 4 kg + c (c < 4), 28 + 4 kg + c
+  float m[4], l[4];
+  for (int vv = 0; vv < 4; ++vv) {
+    m[vv] = -INFINITY;
+    l[vv] = 0.0f;
+    for (int c = 0; c < 8; ++c) o[vv * 8 + c] = 0.0f;
+  }
+  const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
+  for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's P V is done
+    // Kt: thread (key quad, column quad) transposes a 4 x 4 block (8 adjacent lanes write one
+    // row of Kt: 128 contiguous bytes).
+    for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
+      const int32_t j4 = e % KQ, c = (e / KQ) * 4;
+      float4 x[4];
+      for (int u = 0; u < 4; ++u) {
+        const int32_t j = k0 + 4 * j4 + u;
+        x[u] = j < S ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, j), c, D, 1.0f) : float4(0.0f);
+      }
+      KV[(c + 0) * KQ + j4] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      KV[(c + 1) * KQ + j4] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      KV[(c + 2) * KQ + j4] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      KV[(c + 3) * KQ + j4] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    // s[vv * 4 + u] = score of row 4 rq + vv and key 4 kg + u, fma over d in order.
+    float s[16];
+    for (int e = 0; e < 16; ++e) s[e] = 0.0f;
+    for (int32_t d = 0; d < 4 * D4; ++d) {
+      const float4 qq = Qt[d * RQ + rq], kk = KV[d * KQ + kg];
+      for (int vv = 0; vv < 4; ++vv) {
+        const float qv = sdpa_comp(qq, vv);
+        s[vv * 4 + 0] = fma(qv, kk.x, s[vv * 4 + 0]);
+        s[vv * 4 + 1] = fma(qv, kk.y, s[vv * 4 + 1]);
+        s[vv * 4 + 2] = fma(qv, kk.z, s[vv * 4 + 2]);
+        s[vv * 4 + 3] = fma(qv, kk.w, s[vv * 4 + 3]);
+      }
+    }
+    // Online softmax; p (dropout applied) goes to Pt for the P V step.
+    float pk[16];
+    for (int vv = 0; vv < 4; ++vv) {
+      const int32_t i = q0 + 4 * rq + vv;
+      float x[4];
+      float mx = -INFINITY;
+      for (int u = 0; u < 4; ++u) {
+        x[u] = sdpa_masked(a, mask, mo, i, k0 + 4 * kg + u, s[vv * 4 + u]);
+        mx = fmax(mx, x[u]);
+      }
+      const float m_new = fmax(m[vv], sdpa_group8_max(mx, lane));
+      // A row with no key yet keeps p = 0 and its (zero) sums instead of exp(-inf + inf).
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp(m[vv] - m_use);
+      float ps = 0.0f;
+      for (int u = 0; u < 4; ++u) {
+        const float p = exp(x[u] - m_use);
+        ps += p;
+        pk[u * 4 + vv] = p * sdpa_keep(a, b, i, k0 + 4 * kg + u);
+      }
+      l[vv] = l[vv] * alpha + ps;
+      m[vv] = m_new;
+      for (int c = 0; c < 8; ++c) o[vv * 8 + c] *= alpha;
+    }
+    for (int u = 0; u < 4; ++u)
+      Pt[(4 * kg + u) * RQ + (rq ^ kg)] = float4(pk[u * 4], pk[u * 4 + 1], pk[u * 4 + 2], pk[u * 4 + 3]);
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
+    for (int32_t e = int32_t(tid); e < BK * VQ; e += NT) {
+      const int32_t jj = e / VQ, c = (e % VQ) * 4, j = k0 + jj;
+      KV[e] = j < S ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f) : float4(0.0f);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // O[r][c] += sum_j P[r][j] V[j][c], keys in order.
+    for (int jj = 0; jj < BK; ++jj) {
+      const float4 pp = Pt[jj * RQ + (rq ^ (jj / 4))];
+      const float4 va = KV[jj * VQ + kg], vb = KV[jj * VQ + KQ + kg];
+      for (int vv = 0; vv < 4; ++vv) {
+        const float p = sdpa_comp(pp, vv);
+        o[vv * 8 + 0] = fma(p, va.x, o[vv * 8 + 0]);
+        o[vv * 8 + 1] = fma(p, va.y, o[vv * 8 + 1]);
+        o[vv * 8 + 2] = fma(p, va.z, o[vv * 8 + 2]);
+        o[vv * 8 + 3] = fma(p, va.w, o[vv * 8 + 3]);
+        o[vv * 8 + 4] = fma(p, vb.x, o[vv * 8 + 4]);
+        o[vv * 8 + 5] = fma(p, vb.y, o[vv * 8 + 5]);
+        o[vv * 8 + 6] = fma(p, vb.z, o[vv * 8 + 6]);
+        o[vv * 8 + 7] = fma(p, vb.w, o[vv * 8 + 7]);
+      }
+    }
+  }
+
+  for (int vv = 0; vv < 4; ++vv) {
+    const float lt = sdpa_group8_sum(l[vv], lane);  // every lane, before any leaves
+    const int32_t i = q0 + 4 * rq + vv;
+    if (i < L) {
+      const float inv = lt == 0.0f ? 0.0f : 1.0f / lt;  // no key takes part: 0, as PyTorch
+      const uint64_t row = sdpa_row(a, oo, FM_SDPA_O, i);
+      for (int c = 0; c < 8; ++c) {
+        const int32_t col = c < 4 ? 4 * kg + c : 4 * KQ + 4 * kg + c - 4;
+        if (col < Dv) out[row + uint64_t(col)] = T(o[vv * 8 + c] * inv);
+      }
+      if (kg == 0) lse[uint64_t(b) * uint64_t(L) + uint64_t(i)] = m[vv] + log(lt);
+    }
+  }
+}
+
+FM_INSTANTIATE("sdpa_forward_tiled_d64_float32", sdpa_forward_tiled, float);
+FM_INSTANTIATE("sdpa_forward_tiled_d64_float16", sdpa_forward_tiled, half);
+
 // ------------------------------------------------------------------------------- backward
 // delta[b, i] = sum_c dO[b, i, c] * O[b, i, c]. Grid: (L, nbatch).
 template <typename T>

@@ -25,6 +25,15 @@ except ImportError:  # the NumPy references still run
 
 needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
 kernels = pytest.fixture(msl_kernels_on_cpu)
+
+
+@pytest.fixture(params=["tiled", "classic"])
+def forward_variant(request, monkeypatch):
+    """FASTMETAL_SDPA_FORWARD for the test: the register-blocked forward for head dims <= 64
+    (sdpa_forward_tiled, the default) or sdpa_forward. Read on every call; the CPU's own path
+    ignores it (the emulator tests run the MSL kernels)."""
+    monkeypatch.setenv("FASTMETAL_SDPA_FORWARD", request.param)
+    return request.param
 OP = r"^\[fastmetal\.scaled_dot_product_attention\] expected"
 
 
@@ -203,9 +212,62 @@ def make_case(r, case):
 
 # ----------------------------------------------------------------------------- every device
 @pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
-def test_matches_float64_reference(device, rng, case):
+def test_matches_float64_reference(device, rng, case, forward_variant):
     q, k, v, mask, causal = make_case(rng, case)
     check(rng, q, k, v, mask, causal)
+
+
+def forward_cases(r):
+    """Problems for both forwards: odd L and S (1, 33, 1000), masks of every kind and
+    broadcast, causal, fully masked rows, E != Ev, head dims 1 .. 64."""
+    fmask = (r.standard_normal((33, 70)) * 2).astype(np.float32)
+    fmask[5] = -np.inf                      # a fully masked row (additive)
+    bmask = r.random((1, 1000, 33)) < 0.8
+    bmask[0, 999] = False                   # the last row, in the last partial tile
+    return [
+        (rand(r, 2, 1, 16), rand(r, 2, 1, 16), rand(r, 2, 1, 8), None, False),
+        (rand(r, 3, 33, 64), rand(r, 3, 70, 64), rand(r, 3, 70, 64), fmask, False),
+        (rand(r, 2, 33, 64), rand(r, 2, 33, 64), rand(r, 2, 33, 40), None, True),
+        (rand(r, 1, 1000, 8), rand(r, 1, 33, 8), rand(r, 1, 33, 5), bmask, True),
+        (rand(r, 2, 2, 70, 1), rand(r, 2, 1, 129, 1), rand(r, 1, 2, 129, 63), r.random((2, 1, 129)) < 0.5, False),
+    ]
+
+
+def test_forward_variants(device, rng):
+    check_forward_variants(rng)
+
+
+def check_forward_variants(rng):
+    """Both forwards (FASTMETAL_SDPA_FORWARD) against float64 and each other: the same scores,
+    maxima, P and accumulation order, so they differ only through the order the row sums are
+    added in (ulps); dropout draws the same bits; the backward runs on either lse."""
+    saved = os.environ.get("FASTMETAL_SDPA_FORWARD")
+    try:
+        for q, k, v, mask, causal in forward_cases(rng):
+            got = {}
+            for variant in ("tiled", "classic"):
+                os.environ["FASTMETAL_SDPA_FORWARD"] = variant
+                check(rng, q, k, v, mask, causal, p=0.0)
+                got[variant] = sdpa(q, k, v, mask, causal, p=0.25, seed=11)
+            for name, a, b in zip(("out", "lse"), got["tiled"], got["classic"]):
+                a, b = host(a), host(b)
+                assert np.array_equal(np.isfinite(a), np.isfinite(b)), name
+                np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=2e-6,
+                                           atol=1e-6, err_msg=name)
+        q, k, v = (rand(rng, 2, 45, 48).astype(np.float16) for _ in range(3))
+        for variant in ("tiled", "classic"):
+            os.environ["FASTMETAL_SDPA_FORWARD"] = variant
+            out, lse = sdpa(q, k, v, causal=True, p=0.2, seed=3)
+            ref = reference(q, k, v, causal=True, p=0.2, seed=3)
+            close(out, ref["out"], ref["out_scale"], variant + " float16 out",
+                  rel=2 * float(np.finfo(np.float16).eps))
+        os.environ["FASTMETAL_SDPA_FORWARD"] = "tiled"
+        check_head_split_views(rng)
+    finally:
+        if saved is None:
+            os.environ.pop("FASTMETAL_SDPA_FORWARD", None)
+        else:
+            os.environ["FASTMETAL_SDPA_FORWARD"] = saved
 
 
 def test_scale_and_fastmetal_arrays(device, rng):
@@ -432,6 +494,13 @@ def test_msl_kernels_under_the_emulator(kernels, seed):
     close(out, ref["out"], ref["out_scale"], "emulated float16 out", rel=2 * eps)
     for name, got in zip(("dq", "dk", "dv"), sdpa_grads(g, q, k, v, out, lse, causal=True)):
         close(got, ref[name], ref[name + "_scale"], "emulated float16 " + name, rel=4 * eps)
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("seed", [3, 4])
+def test_forward_variants_under_the_emulator(kernels, seed):
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    check_forward_variants(np.random.default_rng(seed))
 
 
 @pytest.mark.cpu_only

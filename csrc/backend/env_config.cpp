@@ -79,4 +79,15 @@ std::int64_t elementwise_grid() {
   return j > 0 ? j : 0;
 }
 
+int sdpa_forward() {
+  const char* value = value_of("FASTMETAL_SDPA_FORWARD");
+  if (value == nullptr) return -1;
+  if (std::strcmp(value, "tiled") == 0) return 1;
+  if (std::strcmp(value, "classic") == 0) return 0;
+  report(std::string("[fastmetal] FASTMETAL_SDPA_FORWARD='") + value +
+         "' is not understood; accepted values: tiled, classic; using "
+         "the op's choice instead");
+  return -1;
+}
+
 }  // namespace fm::env

@@ -47,5 +47,10 @@ std::int64_t matmul_splits();
 // once); 0 (the default grid) where unset or anything else.
 constexpr std::int64_t kGridDevice = -1;
 std::int64_t elementwise_grid();
+// FASTMETAL_SDPA_FORWARD: which fused attention forward serves head dims <= 64 on the GPU
+// kernels: "tiled" (sdpa_forward_tiled, the default) or "classic" (sdpa_forward), to measure
+// both with one build: 1 for tiled, 0 for classic, -1 (the op chooses) where unset; anything
+// else is report()ed and gives -1.
+int sdpa_forward();
 
 }  // namespace fm::env

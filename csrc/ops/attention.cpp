@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "backend/env_config.h"
 #include "backend/native_ops.h"
 #include "core/errors.h"
 #include "ops/array_arg.h"
@@ -267,8 +268,12 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
     return {out, lse};
   }
   const bool wide = wide_heads(a);
-  const std::string name = std::string("sdpa_forward_d") + (wide ? "128" : "64") + dtype_suffix(q.dtype);
-  const std::uint32_t nt = wide ? 64 : 128, bq = wide ? 16 : 32;
+  // Head dims <= 64: the register-blocked kernel unless FASTMETAL_SDPA_FORWARD=classic.
+  const bool tiled = !wide && env::sdpa_forward() != 0;
+  const std::string name =
+      std::string(tiled ? "sdpa_forward_tiled_d64" : wide ? "sdpa_forward_d128" : "sdpa_forward_d64") +
+      dtype_suffix(q.dtype);
+  const std::uint32_t nt = wide ? 64 : 128, bq = tiled ? 64 : wide ? 16 : 32;
   Dispatch d;
   d.group[0] = nt;
   d.grid[0] = ceil_div(a.L, bq) * nt;
