@@ -383,6 +383,7 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
   for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
     const int32_t r4 = e % RQ, c = (e / RQ) * 4;
     float4 x[4];
+    FM_UNROLL
     for (int vv = 0; vv < 4; ++vv) {
       const int32_t i = q0 + 4 * r4 + vv;
       x[vv] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
@@ -395,9 +396,11 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
 
   float o[32];            // o[vv * 8 + c]: row 4 rq + vv, columns 4 kg + c (c < 4), 28 + 4 kg + c
   float m[4], l[4];
+  FM_UNROLL
   for (int vv = 0; vv < 4; ++vv) {
     m[vv] = -INFINITY;
     l[vv] = 0.0f;
+    FM_UNROLL
     for (int c = 0; c < 8; ++c) o[vv * 8 + c] = 0.0f;
   }
   const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
@@ -408,6 +411,7 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
     for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
       const int32_t j4 = e % KQ, c = (e / KQ) * 4;
       float4 x[4];
+      FM_UNROLL
       for (int u = 0; u < 4; ++u) {
         const int32_t j = k0 + 4 * j4 + u;
         x[u] = j < S ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, j), c, D, 1.0f) : float4(0.0f);
@@ -421,9 +425,11 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
 
     // s[vv * 4 + u] = score of row 4 rq + vv and key 4 kg + u, fma over d in order.
     float s[16];
+    FM_UNROLL
     for (int e = 0; e < 16; ++e) s[e] = 0.0f;
     for (int32_t d = 0; d < 4 * D4; ++d) {
       const float4 qq = Qt[d * RQ + rq], kk = KV[d * KQ + kg];
+      FM_UNROLL
       for (int vv = 0; vv < 4; ++vv) {
         const float qv = sdpa_comp(qq, vv);
         s[vv * 4 + 0] = fma(qv, kk.x, s[vv * 4 + 0]);
@@ -434,10 +440,12 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
     }
     // Online softmax; p (dropout applied) goes to Pt for the P V step.
     float pk[16];
+    FM_UNROLL
     for (int vv = 0; vv < 4; ++vv) {
       const int32_t i = q0 + 4 * rq + vv;
       float x[4];
       float mx = -INFINITY;
+      FM_UNROLL
       for (int u = 0; u < 4; ++u) {
         x[u] = sdpa_masked(a, mask, mo, i, k0 + 4 * kg + u, s[vv * 4 + u]);
         mx = fmax(mx, x[u]);
@@ -447,6 +455,7 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       const float alpha = exp(m[vv] - m_use);
       float ps = 0.0f;
+      FM_UNROLL
       for (int u = 0; u < 4; ++u) {
         const float p = exp(x[u] - m_use);
         ps += p;
@@ -454,8 +463,10 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
       }
       l[vv] = l[vv] * alpha + ps;
       m[vv] = m_new;
+      FM_UNROLL
       for (int c = 0; c < 8; ++c) o[vv * 8 + c] *= alpha;
     }
+    FM_UNROLL
     for (int u = 0; u < 4; ++u)
       Pt[(4 * kg + u) * RQ + (rq ^ kg)] = float4(pk[u * 4], pk[u * 4 + 1], pk[u * 4 + 2], pk[u * 4 + 3]);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
@@ -468,6 +479,7 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
     for (int jj = 0; jj < BK; ++jj) {
       const float4 pp = Pt[jj * RQ + (rq ^ (jj / 4))];
       const float4 va = KV[jj * VQ + kg], vb = KV[jj * VQ + KQ + kg];
+      FM_UNROLL
       for (int vv = 0; vv < 4; ++vv) {
         const float p = sdpa_comp(pp, vv);
         o[vv * 8 + 0] = fma(p, va.x, o[vv * 8 + 0]);
@@ -482,12 +494,14 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
     }
   }
 
+  FM_UNROLL
   for (int vv = 0; vv < 4; ++vv) {
     const float lt = sdpa_group8_sum(l[vv], lane);  // every lane, before any leaves
     const int32_t i = q0 + 4 * rq + vv;
     if (i < L) {
       const float inv = lt == 0.0f ? 0.0f : 1.0f / lt;  // no key takes part: 0, as PyTorch
       const uint64_t row = sdpa_row(a, oo, FM_SDPA_O, i);
+      FM_UNROLL
       for (int c = 0; c < 8; ++c) {
         const int32_t col = c < 4 ? 4 * kg + c : 4 * KQ + 4 * kg + c - 4;
         if (col < Dv) out[row + uint64_t(col)] = T(o[vv * 8 + c] * inv);
