@@ -604,15 +604,32 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
       Ds[tid] = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The SR rows' dot products share each key column read (one Kt / Vt load per 4 FMAs per
+    // row before; the same fma chain per score, so s is the forward's bit for bit).
+    float sv[SR], dpv[SR];
+    FM_UNROLL
+    for (int sr = 0; sr < SR; ++sr) {
+      sv[sr] = 0.0f;
+      dpv[sr] = 0.0f;
+    }
+    for (int32_t d4 = 0; d4 < D4; ++d4) {
+      const float k0v = Kt[(4 * d4) * KT + j], k1v = Kt[(4 * d4 + 1) * KT + j];
+      const float k2v = Kt[(4 * d4 + 2) * KT + j], k3v = Kt[(4 * d4 + 3) * KT + j];
+      FM_UNROLL
+      for (int sr = 0; sr < SR; ++sr)
+        sv[sr] = sdpa_dot4(Qs[(rg + sr * RG) * DQ + d4], k0v, k1v, k2v, k3v, sv[sr]);
+    }
+    for (int32_t c4 = 0; c4 < V4; ++c4) {
+      const float v0v = Vt[(4 * c4) * KT + j], v1v = Vt[(4 * c4 + 1) * KT + j];
+      const float v2v = Vt[(4 * c4 + 2) * KT + j], v3v = Vt[(4 * c4 + 3) * KT + j];
+      FM_UNROLL
+      for (int sr = 0; sr < SR; ++sr)
+        dpv[sr] = sdpa_dot4(Gs[(rg + sr * RG) * DQ + c4], v0v, v1v, v2v, v3v, dpv[sr]);
+    }
+    FM_UNROLL
     for (int sr = 0; sr < SR; ++sr) {
       const int32_t r = rg + sr * RG, i = q0 + r;
-      float s = 0.0f, dp = 0.0f;
-      for (int32_t d4 = 0; d4 < D4; ++d4)
-        s = sdpa_dot4(Qs[r * DQ + d4], Kt[(4 * d4) * KT + j], Kt[(4 * d4 + 1) * KT + j],
-                      Kt[(4 * d4 + 2) * KT + j], Kt[(4 * d4 + 3) * KT + j], s);
-      for (int32_t c4 = 0; c4 < V4; ++c4)
-        dp = sdpa_dot4(Gs[r * DQ + c4], Vt[(4 * c4) * KT + j], Vt[(4 * c4 + 1) * KT + j],
-                       Vt[(4 * c4 + 2) * KT + j], Vt[(4 * c4 + 3) * KT + j], dp);
+      const float s = sv[sr], dp = dpv[sr];
       const float x = sdpa_masked(a, mask, mo, i, k0 + j, s);
       const float p = x == -INFINITY ? 0.0f : exp(x - Ls[r]);
       const float keep = i < L && k0 + j < S ? sdpa_keep(a, b, i, k0 + j) : 0.0f;
@@ -716,15 +733,32 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
                             ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The SR rows' dot products share each key column read (one Kt / Vt load per 4 FMAs per
+    // row before; the same fma chain per score, so s is the forward's bit for bit).
+    float sv[SR], dpv[SR];
+    FM_UNROLL
+    for (int sr = 0; sr < SR; ++sr) {
+      sv[sr] = 0.0f;
+      dpv[sr] = 0.0f;
+    }
+    for (int32_t d4 = 0; d4 < D4; ++d4) {
+      const float k0v = Kt[(4 * d4) * KT + j], k1v = Kt[(4 * d4 + 1) * KT + j];
+      const float k2v = Kt[(4 * d4 + 2) * KT + j], k3v = Kt[(4 * d4 + 3) * KT + j];
+      FM_UNROLL
+      for (int sr = 0; sr < SR; ++sr)
+        sv[sr] = sdpa_dot4(Qs[(rg + sr * RG) * DQ + d4], k0v, k1v, k2v, k3v, sv[sr]);
+    }
+    for (int32_t c4 = 0; c4 < V4; ++c4) {
+      const float v0v = Vt[(4 * c4) * KT + j], v1v = Vt[(4 * c4 + 1) * KT + j];
+      const float v2v = Vt[(4 * c4 + 2) * KT + j], v3v = Vt[(4 * c4 + 3) * KT + j];
+      FM_UNROLL
+      for (int sr = 0; sr < SR; ++sr)
+        dpv[sr] = sdpa_dot4(Gs[(rg + sr * RG) * DQ + c4], v0v, v1v, v2v, v3v, dpv[sr]);
+    }
+    FM_UNROLL
     for (int sr = 0; sr < SR; ++sr) {
       const int32_t r = rg + sr * RG, i = q0 + r;
-      float s = 0.0f, dp = 0.0f;
-      for (int32_t d4 = 0; d4 < D4; ++d4)
-        s = sdpa_dot4(Qs[r * DQ + d4], Kt[(4 * d4) * KT + j], Kt[(4 * d4 + 1) * KT + j],
-                      Kt[(4 * d4 + 2) * KT + j], Kt[(4 * d4 + 3) * KT + j], s);
-      for (int32_t c4 = 0; c4 < V4; ++c4)
-        dp = sdpa_dot4(Gs[r * DQ + c4], Vt[(4 * c4) * KT + j], Vt[(4 * c4 + 1) * KT + j],
-                       Vt[(4 * c4 + 2) * KT + j], Vt[(4 * c4 + 3) * KT + j], dp);
+      const float s = sv[sr], dp = dpv[sr];
       const float x = sdpa_masked(a, mask, mo, i, k0 + j, s);
       const float p = x == -INFINITY ? 0.0f : exp(x - Ls[r]);
       const float keep = i < L && k0 + j < S ? sdpa_keep(a, b, i, k0 + j) : 0.0f;
