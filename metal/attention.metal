@@ -43,15 +43,18 @@
 //   sdpa_backward_dkdv: one threadgroup of 128 threads per (tile of BK keys, batch index) keeps
 //     dK, dV of its keys in registers (thread: key tid % BK, column quads tid / BK + k * 128/BK)
 //     and walks the query tiles of BQ rows: stage Q (pre-scaled), dO, lse, delta; each thread
-//     recomputes BQ * BK / 128 entries of P = exp(s - lse) and dP = dO . V, writes
+//     recomputes BQ * BK / 128 entries of P = exp(s - lse) and dP = dO . V (its key's K and V
+//     row read once per 4 columns as a float4 for all its rows), writes
 //     P_dropped and dS = P * (dP_dropped - delta) to threadgroup memory; then dV += P^T dO,
 //     dK += dS^T (scale Q). A causal group starts at the query tile of its first key.
 //   sdpa_backward_dq: one threadgroup per (tile of BQ queries, batch index) keeps dQ in
 //     registers (thread: column quad tid % (DMAX/4), rows tid / (DMAX/4) + k * ..) and walks
-//     the key tiles: stage Kt and Vt, recompute dS as above, dQ += dS K; times scale at the end.
-//   Tiles: DMAX = 64: BQ = 16, BK = 32 (dK/dV: Kt + Vt 2 x 8.25 KiB + Q + dO 2 x 4 KiB + P + dS
-//   2 x 2.06 KiB = 29,440 bytes; dQ: 27,328 bytes). DMAX = 128: BQ = 8, BK = 16 (26,752 and
-//   26,208 bytes): halving both tiles is what keeps two 128-wide K and V tiles under 32 KiB.
+//     the key tiles: stage K and V, recompute dS as above, dQ += dS K; times scale at the end.
+//   K and V are staged as rows padded to DMAX + 4 floats: a thread reads its key's row as
+//   float4s, and the 8 lanes of a 16-byte access phase hit 8 distinct bank groups.
+//   Tiles: DMAX = 64: BQ = 16, BK = 32 (dK/dV: K + V 2 x 8.5 KiB + Q + dO 2 x 4 KiB + P + dS
+//   2 x 2.06 KiB = 29,952 bytes; dQ: 27,840 bytes). DMAX = 128: BQ = 8, BK = 16 (26,240 and
+//   25,696 bytes): halving both tiles is what keeps two 128-wide K and V tiles under 32 KiB.
 //
 // Masking: a masked-out score is -inf. A row whose every score is -inf (a boolean mask with no
 // True in the row, -inf additive entries only, or S = 0) has l = 0: its output is 0 and its
@@ -549,14 +552,15 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
                                uint3 tg_pos [[threadgroup_position_in_grid]],
                                uint32_t tid [[thread_index_in_threadgroup]]) {
   constexpr int NT = 128;
-  constexpr int KT = BK + 1;
+  constexpr int KT = BK + 1;         // padded row of P and dS
+  constexpr int KS = DMAX / 4 + 1;    // float4s per staged K / V row: 8 lanes, 8 bank groups
   constexpr int DQ = DMAX / 4;
   constexpr int RG = NT / BK;          // row groups: thread tid has key tid % BK, group tid / BK
   constexpr int SR = BQ / RG;          // scores per thread per query tile
   constexpr int CG = DQ / RG;          // column quads of dK (and of dV) per thread
   static_assert(NT % BK == 0 && BQ % RG == 0 && DQ % RG == 0, "tile shape");
-  threadgroup float Kt[DMAX * BK + DMAX];
-  threadgroup float Vt[DMAX * BK + DMAX];
+  threadgroup float4 Ks[BK * DMAX / 4 + BK];  // K rows, padded by 4 floats (bank spread)
+  threadgroup float4 Vs[BK * DMAX / 4 + BK];
   threadgroup float4 Qs[BQ * DMAX / 4];
   threadgroup float4 Gs[BQ * DMAX / 4];
   threadgroup float Ps[BQ * BK + BQ];
@@ -573,15 +577,11 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
   const uint64_t mo = sdpa_mask_offset(a, b);
   const int32_t j = int32_t(tid) % BK, rg = int32_t(tid) / BK;
 
-  for (int32_t e = int32_t(tid); e < BK * D4 * 4; e += NT) {
-    const int32_t jj = e / (D4 * 4), d = e - jj * (D4 * 4);
-    Kt[d * KT + jj] = k0 + jj < S && d < D
-                          ? float(k[sdpa_row(a, ko, FM_SDPA_K, k0 + jj) + uint64_t(d)]) : 0.0f;
-  }
-  for (int32_t e = int32_t(tid); e < BK * V4 * 4; e += NT) {
-    const int32_t jj = e / (V4 * 4), c = e - jj * (V4 * 4);
-    Vt[c * KT + jj] = k0 + jj < S && c < Dv
-                          ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
+  for (int32_t e = int32_t(tid); e < BK * KS; e += NT) {
+    const int32_t jj = e / KS, c = (e - jj * KS) * 4;
+    const bool in = k0 + jj < S;
+    Ks[e] = in ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, k0 + jj), c, D, 1.0f) : float4(0.0f);
+    Vs[e] = in ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, k0 + jj), c, Dv, 1.0f) : float4(0.0f);
   }
   float4 dka[CG], dva[CG];
   for (int g = 0; g < CG; ++g) {
@@ -604,8 +604,8 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
       Ds[tid] = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    // The SR rows' dot products share each key column read (one Kt / Vt load per 4 FMAs per
-    // row before; the same fma chain per score, so s is the forward's bit for bit).
+    // The SR rows' dot products share each float4 of the key's K / V row (the same fma chain
+    // per score as the forward's, so s is the forward's bit for bit).
     float sv[SR], dpv[SR];
     FM_UNROLL
     for (int sr = 0; sr < SR; ++sr) {
@@ -613,18 +613,16 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
       dpv[sr] = 0.0f;
     }
     for (int32_t d4 = 0; d4 < D4; ++d4) {
-      const float k0v = Kt[(4 * d4) * KT + j], k1v = Kt[(4 * d4 + 1) * KT + j];
-      const float k2v = Kt[(4 * d4 + 2) * KT + j], k3v = Kt[(4 * d4 + 3) * KT + j];
+      const float4 kk = Ks[j * KS + d4];
       FM_UNROLL
       for (int sr = 0; sr < SR; ++sr)
-        sv[sr] = sdpa_dot4(Qs[(rg + sr * RG) * DQ + d4], k0v, k1v, k2v, k3v, sv[sr]);
+        sv[sr] = sdpa_dot4(Qs[(rg + sr * RG) * DQ + d4], kk.x, kk.y, kk.z, kk.w, sv[sr]);
     }
     for (int32_t c4 = 0; c4 < V4; ++c4) {
-      const float v0v = Vt[(4 * c4) * KT + j], v1v = Vt[(4 * c4 + 1) * KT + j];
-      const float v2v = Vt[(4 * c4 + 2) * KT + j], v3v = Vt[(4 * c4 + 3) * KT + j];
+      const float4 vk = Vs[j * KS + c4];
       FM_UNROLL
       for (int sr = 0; sr < SR; ++sr)
-        dpv[sr] = sdpa_dot4(Gs[(rg + sr * RG) * DQ + c4], v0v, v1v, v2v, v3v, dpv[sr]);
+        dpv[sr] = sdpa_dot4(Gs[(rg + sr * RG) * DQ + c4], vk.x, vk.y, vk.z, vk.w, dpv[sr]);
     }
     FM_UNROLL
     for (int sr = 0; sr < SR; ++sr) {
@@ -681,7 +679,8 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
                              uint3 tg_pos [[threadgroup_position_in_grid]],
                              uint32_t tid [[thread_index_in_threadgroup]]) {
   constexpr int NT = 128;
-  constexpr int KT = BK + 1;
+  constexpr int KT = BK + 1;         // padded row of P and dS
+  constexpr int KS = DMAX / 4 + 1;    // float4s per staged K / V row: 8 lanes, 8 bank groups
   constexpr int DQ = DMAX / 4;
   constexpr int RG = NT / BK;          // scores: key tid % BK, rows tid / BK + k * RG
   constexpr int SR = BQ / RG;
@@ -690,8 +689,8 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
   static_assert(NT % BK == 0 && BQ % RG == 0 && NT % DQ == 0 && BQ % QR == 0, "tile shape");
   threadgroup float4 Qs[BQ * DMAX / 4];
   threadgroup float4 Gs[BQ * DMAX / 4];
-  threadgroup float Kt[DMAX * BK + DMAX];
-  threadgroup float Vt[DMAX * BK + DMAX];
+  threadgroup float4 Ks[BK * DMAX / 4 + BK];  // K rows, padded by 4 floats (bank spread)
+  threadgroup float4 Vs[BK * DMAX / 4 + BK];
   threadgroup float Ss[BQ * BK + BQ];
   threadgroup float Ls[BQ];
   threadgroup float Ds[BQ];
@@ -722,19 +721,15 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
   const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
   for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
-    for (int32_t e = int32_t(tid); e < BK * D4 * 4; e += NT) {
-      const int32_t jj = e / (D4 * 4), d = e - jj * (D4 * 4);
-      Kt[d * KT + jj] = k0 + jj < S && d < D
-                            ? float(k[sdpa_row(a, ko, FM_SDPA_K, k0 + jj) + uint64_t(d)]) : 0.0f;
-    }
-    for (int32_t e = int32_t(tid); e < BK * V4 * 4; e += NT) {
-      const int32_t jj = e / (V4 * 4), c = e - jj * (V4 * 4);
-      Vt[c * KT + jj] = k0 + jj < S && c < Dv
-                            ? float(v[sdpa_row(a, vo, FM_SDPA_V, k0 + jj) + uint64_t(c)]) : 0.0f;
+    for (int32_t e = int32_t(tid); e < BK * KS; e += NT) {
+      const int32_t jj = e / KS, c = (e - jj * KS) * 4;
+      const bool in = k0 + jj < S;
+      Ks[e] = in ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, k0 + jj), c, D, 1.0f) : float4(0.0f);
+      Vs[e] = in ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, k0 + jj), c, Dv, 1.0f) : float4(0.0f);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    // The SR rows' dot products share each key column read (one Kt / Vt load per 4 FMAs per
-    // row before; the same fma chain per score, so s is the forward's bit for bit).
+    // The SR rows' dot products share each float4 of the key's K / V row (the same fma chain
+    // per score as the forward's, so s is the forward's bit for bit).
     float sv[SR], dpv[SR];
     FM_UNROLL
     for (int sr = 0; sr < SR; ++sr) {
@@ -742,18 +737,16 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
       dpv[sr] = 0.0f;
     }
     for (int32_t d4 = 0; d4 < D4; ++d4) {
-      const float k0v = Kt[(4 * d4) * KT + j], k1v = Kt[(4 * d4 + 1) * KT + j];
-      const float k2v = Kt[(4 * d4 + 2) * KT + j], k3v = Kt[(4 * d4 + 3) * KT + j];
+      const float4 kk = Ks[j * KS + d4];
       FM_UNROLL
       for (int sr = 0; sr < SR; ++sr)
-        sv[sr] = sdpa_dot4(Qs[(rg + sr * RG) * DQ + d4], k0v, k1v, k2v, k3v, sv[sr]);
+        sv[sr] = sdpa_dot4(Qs[(rg + sr * RG) * DQ + d4], kk.x, kk.y, kk.z, kk.w, sv[sr]);
     }
     for (int32_t c4 = 0; c4 < V4; ++c4) {
-      const float v0v = Vt[(4 * c4) * KT + j], v1v = Vt[(4 * c4 + 1) * KT + j];
-      const float v2v = Vt[(4 * c4 + 2) * KT + j], v3v = Vt[(4 * c4 + 3) * KT + j];
+      const float4 vk = Vs[j * KS + c4];
       FM_UNROLL
       for (int sr = 0; sr < SR; ++sr)
-        dpv[sr] = sdpa_dot4(Gs[(rg + sr * RG) * DQ + c4], v0v, v1v, v2v, v3v, dpv[sr]);
+        dpv[sr] = sdpa_dot4(Gs[(rg + sr * RG) * DQ + c4], vk.x, vk.y, vk.z, vk.w, dpv[sr]);
     }
     FM_UNROLL
     for (int sr = 0; sr < SR; ++sr) {
@@ -766,8 +759,8 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int jj = 0; jj < BK; ++jj) {
-      const float k0v = Kt[(4 * cq) * KT + jj], k1v = Kt[(4 * cq + 1) * KT + jj];
-      const float k2v = Kt[(4 * cq + 2) * KT + jj], k3v = Kt[(4 * cq + 3) * KT + jj];
+      const float4 kk = Ks[jj * KS + cq];
+      const float k0v = kk.x, k1v = kk.y, k2v = kk.z, k3v = kk.w;
       for (int r = 0; r < AR; ++r) {
         const float sj = Ss[(qr + r * QR) * KT + jj];
         acc[r] = float4(fma(sj, k0v, acc[r].x), fma(sj, k1v, acc[r].y), fma(sj, k2v, acc[r].z),

@@ -199,6 +199,7 @@ BAD_CONFIG = [
     ("FASTMETAL_NUM_THREADS", "4abc", "an integer from 1 to 1024"),
     ("FASTMETAL_DEVICE", "gpu", "accepted values: metal, cuda, cpu"),
     ("FASTMETAL_CPU_ISA", "avx9", "accepted values: base"),
+    ("FASTMETAL_SDPA_FORWARD", "fast", "accepted values: tiled, classic"),
 ]
 
 
