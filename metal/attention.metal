@@ -44,18 +44,18 @@
 //   sdpa_backward_dkdv: one threadgroup of 128 threads per (tile of BK keys, batch index) keeps
 //     dK, dV of its keys in registers (thread: key tid % BK, column quads tid / BK + k * 128/BK)
 //     and walks the query tiles of BQ rows: stage Q (pre-scaled), dO, lse, delta; each thread
-//     recomputes BQ * BK / 128 entries of P = exp(s - lse) and dP = dO . V (its key's K and V
-//     row read once per 4 columns as a float4 for all its rows), writes
+//     recomputes BQ * BK / 128 entries of P = exp(s - lse) and dP = dO . V (DMAX = 64: 2 keys x
+//     2 rows, from 2 K and 2 Q float4s per 4 columns; the kernels' constants SK, SW), writes
 //     P_dropped and dS = P * (dP_dropped - delta) to threadgroup memory; then dV += P^T dO,
 //     dK += dS^T (scale Q). A causal group starts at the query tile of its first key.
 //   sdpa_backward_dq: one threadgroup per (tile of BQ queries, batch index) keeps dQ in
 //     registers (thread: column quad tid % (DMAX/4), rows tid / (DMAX/4) + k * ..) and walks
 //     the key tiles: stage K and V, recompute dS as above, dQ += dS K; times scale at the end.
-//   K and V are staged as rows padded to DMAX + 4 floats: a thread reads its key's row as
-//   float4s, and the 8 lanes of a 16-byte access phase hit 8 distinct bank groups.
-//   Tiles: DMAX = 64: BQ = 16, BK = 32 (dK/dV: K + V 2 x 8.5 KiB + Q + dO 2 x 4 KiB + P + dS
-//   2 x 2.06 KiB = 29,952 bytes; dQ: 27,840 bytes). DMAX = 128: BQ = 8, BK = 16 (26,240 and
-//   25,696 bytes): halving both tiles is what keeps two 128-wide K and V tiles under 32 KiB.
+//   K, V, Q and dO are staged as rows padded by 4 floats, read as float4s: the keys or rows a
+//   warp reads at once are 4 or 8 consecutive ones, in distinct bank groups.
+//   Tiles: DMAX = 64: BQ = 16, BK = 32 (dK/dV: K + V 2 x 8.5 KiB + Q + dO 2 x 4.25 KiB + P +
+//   dS 2 x 2.06 KiB = 30,464 bytes; dQ: 28,352 bytes). DMAX = 128: BQ = 8, BK = 16 (26,496 and
+//   25,952 bytes): halving both tiles is what keeps two 128-wide K and V tiles under 32 KiB.
 //
 // Masking: a masked-out score is -inf. A row whose every score is -inf (a boolean mask with no
 // True in the row, -inf additive entries only, or S = 0) has l = 0: its output is 0 and its
@@ -560,14 +560,21 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
   constexpr int KT = BK + 1;         // padded row of P and dS
   constexpr int KS = DMAX / 4 + 1;    // float4s per staged K / V row: 8 lanes, 8 bank groups
   constexpr int DQ = DMAX / 4;
-  constexpr int RG = NT / BK;          // row groups: thread tid has key tid % BK, group tid / BK
-  constexpr int SR = BQ / RG;          // scores per thread per query tile
+  constexpr int QS = DQ + 1;           // float4s per staged Q / dO row (padded: bank spread)
+  // Scores and dP: thread (key group tid % 4 + 4 * (tid / 32), row group (tid % 32) / 4) takes
+  // SK keys x SW rows (keys SK * group + u, rows group + 8 w), so one warp's load of K or Q
+  // touches 4 keys or 8 rows: at most 128 distinct bytes, no bank conflict.
+  constexpr int SE = BQ * BK / NT;
+  constexpr int SK = SE >= 4 ? 2 : 1;
+  constexpr int SW = SE / SK;
+  static_assert(BK / SK == 16 && BQ / SW == 8 && SK * SW == SE, "score micro-tile");
+  constexpr int RG = NT / BK;          // dK, dV: thread tid has key tid % BK, group tid / BK
   constexpr int CG = DQ / RG;          // column quads of dK (and of dV) per thread
   static_assert(NT % BK == 0 && BQ % RG == 0 && DQ % RG == 0, "tile shape");
   threadgroup float4 Ks[BK * DMAX / 4 + BK];  // K rows, padded by 4 floats (bank spread)
   threadgroup float4 Vs[BK * DMAX / 4 + BK];
-  threadgroup float4 Qs[BQ * DMAX / 4];
-  threadgroup float4 Gs[BQ * DMAX / 4];
+  threadgroup float4 Qs[BQ * DMAX / 4 + BQ];
+  threadgroup float4 Gs[BQ * DMAX / 4 + BQ];
   threadgroup float Ps[BQ * BK + BQ];
   threadgroup float Ss[BQ * BK + BQ];
   threadgroup float Ls[BQ];
@@ -581,6 +588,7 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
   const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
   const uint64_t mo = sdpa_mask_offset(a, b);
   const int32_t j = int32_t(tid) % BK, rg = int32_t(tid) / BK;
+  const int32_t sk0 = SK * (int32_t(tid) % 4 + 4 * (int32_t(tid) / 32)), sr0 = int32_t(tid) % 32 / 4;
 
   for (int32_t e = int32_t(tid); e < BK * KS; e += NT) {
     const int32_t jj = e / KS, c = (e - jj * KS) * 4;
@@ -600,8 +608,8 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
     for (int32_t e = int32_t(tid); e < BQ * DQ; e += NT) {
       const int32_t r = e / DQ, c = (e - r * DQ) * 4, i = q0 + r;
-      Qs[e] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
-      Gs[e] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), c, Dv, 1.0f) : float4(0.0f);
+      Qs[r * QS + c / 4] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
+      Gs[r * QS + c / 4] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), c, Dv, 1.0f) : float4(0.0f);
     }
     if (int32_t(tid) < BQ) {
       const int32_t i = q0 + int32_t(tid);
@@ -609,41 +617,55 @@ kernel void sdpa_backward_dkdv(device const T* q [[buffer(0)]],
       Ds[tid] = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    // The SR rows' dot products share each float4 of the key's K / V row (the same fma chain
+    // SK x SW scores and dP entries from SK + SW float4s per 4 columns (the same fma chain
     // per score as the forward's, so s is the forward's bit for bit).
-    float sv[SR], dpv[SR];
+    float sv[SE], dpv[SE];
     FM_UNROLL
-    for (int sr = 0; sr < SR; ++sr) {
-      sv[sr] = 0.0f;
-      dpv[sr] = 0.0f;
+    for (int e = 0; e < SE; ++e) {
+      sv[e] = 0.0f;
+      dpv[e] = 0.0f;
     }
     for (int32_t d4 = 0; d4 < D4; ++d4) {
-      const float4 kk = Ks[j * KS + d4];
+      float4 kk[SK], qq[SW];
       FM_UNROLL
-      for (int sr = 0; sr < SR; ++sr)
-        sv[sr] = sdpa_dot4(Qs[(rg + sr * RG) * DQ + d4], kk.x, kk.y, kk.z, kk.w, sv[sr]);
+      for (int u = 0; u < SK; ++u) kk[u] = Ks[(sk0 + u) * KS + d4];
+      FM_UNROLL
+      for (int w = 0; w < SW; ++w) qq[w] = Qs[(sr0 + 8 * w) * QS + d4];
+      FM_UNROLL
+      for (int w = 0; w < SW; ++w) {
+        FM_UNROLL
+        for (int u = 0; u < SK; ++u)
+          sv[w * SK + u] = sdpa_dot4(qq[w], kk[u].x, kk[u].y, kk[u].z, kk[u].w, sv[w * SK + u]);
+      }
     }
     for (int32_t c4 = 0; c4 < V4; ++c4) {
-      const float4 vk = Vs[j * KS + c4];
+      float4 vk[SK], gg[SW];
       FM_UNROLL
-      for (int sr = 0; sr < SR; ++sr)
-        dpv[sr] = sdpa_dot4(Gs[(rg + sr * RG) * DQ + c4], vk.x, vk.y, vk.z, vk.w, dpv[sr]);
+      for (int u = 0; u < SK; ++u) vk[u] = Vs[(sk0 + u) * KS + c4];
+      FM_UNROLL
+      for (int w = 0; w < SW; ++w) gg[w] = Gs[(sr0 + 8 * w) * QS + c4];
+      FM_UNROLL
+      for (int w = 0; w < SW; ++w) {
+        FM_UNROLL
+        for (int u = 0; u < SK; ++u)
+          dpv[w * SK + u] = sdpa_dot4(gg[w], vk[u].x, vk[u].y, vk[u].z, vk[u].w, dpv[w * SK + u]);
+      }
     }
     FM_UNROLL
-    for (int sr = 0; sr < SR; ++sr) {
-      const int32_t r = rg + sr * RG, i = q0 + r;
-      const float s = sv[sr], dp = dpv[sr];
-      const float x = sdpa_masked(a, mask, mo, i, k0 + j, s);
+    for (int e = 0; e < SE; ++e) {
+      const int32_t r = sr0 + 8 * (e / SK), i = q0 + r, jk = sk0 + e % SK;
+      const float s = sv[e], dp = dpv[e];
+      const float x = sdpa_masked(a, mask, mo, i, k0 + jk, s);
       const float p = x == -INFINITY ? 0.0f : exp(x - Ls[r]);
-      const float keep = i < L && k0 + j < S ? sdpa_keep(a, b, i, k0 + j) : 0.0f;
-      Ps[r * KT + j] = p * keep;
-      Ss[r * KT + j] = p == 0.0f ? 0.0f : p * (dp * keep - Ds[r]);
+      const float keep = i < L && k0 + jk < S ? sdpa_keep(a, b, i, k0 + jk) : 0.0f;
+      Ps[r * KT + jk] = p * keep;
+      Ss[r * KT + jk] = p == 0.0f ? 0.0f : p * (dp * keep - Ds[r]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int r = 0; r < BQ; ++r) {
       const float pj = Ps[r * KT + j], sj = Ss[r * KT + j];
       for (int g = 0; g < CG; ++g) {
-        const float4 gq = Gs[r * DQ + rg + g * RG], qq = Qs[r * DQ + rg + g * RG];
+        const float4 gq = Gs[r * QS + rg + g * RG], qq = Qs[r * QS + rg + g * RG];
         dva[g] = float4(fma(pj, gq.x, dva[g].x), fma(pj, gq.y, dva[g].y), fma(pj, gq.z, dva[g].z),
                         fma(pj, gq.w, dva[g].w));
         dka[g] = float4(fma(sj, qq.x, dka[g].x), fma(sj, qq.y, dka[g].y), fma(sj, qq.z, dka[g].z),
@@ -687,13 +709,19 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
   constexpr int KT = BK + 1;         // padded row of P and dS
   constexpr int KS = DMAX / 4 + 1;    // float4s per staged K / V row: 8 lanes, 8 bank groups
   constexpr int DQ = DMAX / 4;
-  constexpr int RG = NT / BK;          // scores: key tid % BK, rows tid / BK + k * RG
-  constexpr int SR = BQ / RG;
+  constexpr int QS = DQ + 1;           // float4s per staged Q / dO row (padded: bank spread)
+  // Scores and dP: thread (key group tid % 4 + 4 * (tid / 32), row group (tid % 32) / 4) takes
+  // SK keys x SW rows (keys SK * group + u, rows group + 8 w), so one warp's load of K or Q
+  // touches 4 keys or 8 rows: at most 128 distinct bytes, no bank conflict.
+  constexpr int SE = BQ * BK / NT;
+  constexpr int SK = SE >= 4 ? 2 : 1;
+  constexpr int SW = SE / SK;
+  static_assert(BK / SK == 16 && BQ / SW == 8 && SK * SW == SE, "score micro-tile");
   constexpr int QR = NT / DQ;          // dQ: column quad tid % DQ, rows tid / DQ + k * QR
   constexpr int AR = BQ / QR;
-  static_assert(NT % BK == 0 && BQ % RG == 0 && NT % DQ == 0 && BQ % QR == 0, "tile shape");
-  threadgroup float4 Qs[BQ * DMAX / 4];
-  threadgroup float4 Gs[BQ * DMAX / 4];
+  static_assert(NT % DQ == 0 && BQ % QR == 0, "tile shape");
+  threadgroup float4 Qs[BQ * DMAX / 4 + BQ];
+  threadgroup float4 Gs[BQ * DMAX / 4 + BQ];
   threadgroup float4 Ks[BK * DMAX / 4 + BK];  // K rows, padded by 4 floats (bank spread)
   threadgroup float4 Vs[BK * DMAX / 4 + BK];
   threadgroup float Ss[BQ * BK + BQ];
@@ -708,13 +736,13 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
   const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
   const uint64_t mo = sdpa_mask_offset(a, b);
   const uint64_t row0 = uint64_t(b) * uint64_t(L);
-  const int32_t j = int32_t(tid) % BK, rg = int32_t(tid) / BK;
+  const int32_t sk0 = SK * (int32_t(tid) % 4 + 4 * (int32_t(tid) / 32)), sr0 = int32_t(tid) % 32 / 4;
   const int32_t cq = int32_t(tid) % DQ, qr = int32_t(tid) / DQ;
 
   for (int32_t e = int32_t(tid); e < BQ * DQ; e += NT) {
     const int32_t r = e / DQ, c = (e - r * DQ) * 4, i = q0 + r;
-    Qs[e] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
-    Gs[e] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), c, Dv, 1.0f) : float4(0.0f);
+    Qs[r * QS + c / 4] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
+    Gs[r * QS + c / 4] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), c, Dv, 1.0f) : float4(0.0f);
   }
   if (int32_t(tid) < BQ) {
     const int32_t i = q0 + int32_t(tid);
@@ -733,34 +761,48 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
       Vs[e] = in ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, k0 + jj), c, Dv, 1.0f) : float4(0.0f);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    // The SR rows' dot products share each float4 of the key's K / V row (the same fma chain
+    // SK x SW scores and dP entries from SK + SW float4s per 4 columns (the same fma chain
     // per score as the forward's, so s is the forward's bit for bit).
-    float sv[SR], dpv[SR];
+    float sv[SE], dpv[SE];
     FM_UNROLL
-    for (int sr = 0; sr < SR; ++sr) {
-      sv[sr] = 0.0f;
-      dpv[sr] = 0.0f;
+    for (int e = 0; e < SE; ++e) {
+      sv[e] = 0.0f;
+      dpv[e] = 0.0f;
     }
     for (int32_t d4 = 0; d4 < D4; ++d4) {
-      const float4 kk = Ks[j * KS + d4];
+      float4 kk[SK], qq[SW];
       FM_UNROLL
-      for (int sr = 0; sr < SR; ++sr)
-        sv[sr] = sdpa_dot4(Qs[(rg + sr * RG) * DQ + d4], kk.x, kk.y, kk.z, kk.w, sv[sr]);
+      for (int u = 0; u < SK; ++u) kk[u] = Ks[(sk0 + u) * KS + d4];
+      FM_UNROLL
+      for (int w = 0; w < SW; ++w) qq[w] = Qs[(sr0 + 8 * w) * QS + d4];
+      FM_UNROLL
+      for (int w = 0; w < SW; ++w) {
+        FM_UNROLL
+        for (int u = 0; u < SK; ++u)
+          sv[w * SK + u] = sdpa_dot4(qq[w], kk[u].x, kk[u].y, kk[u].z, kk[u].w, sv[w * SK + u]);
+      }
     }
     for (int32_t c4 = 0; c4 < V4; ++c4) {
-      const float4 vk = Vs[j * KS + c4];
+      float4 vk[SK], gg[SW];
       FM_UNROLL
-      for (int sr = 0; sr < SR; ++sr)
-        dpv[sr] = sdpa_dot4(Gs[(rg + sr * RG) * DQ + c4], vk.x, vk.y, vk.z, vk.w, dpv[sr]);
+      for (int u = 0; u < SK; ++u) vk[u] = Vs[(sk0 + u) * KS + c4];
+      FM_UNROLL
+      for (int w = 0; w < SW; ++w) gg[w] = Gs[(sr0 + 8 * w) * QS + c4];
+      FM_UNROLL
+      for (int w = 0; w < SW; ++w) {
+        FM_UNROLL
+        for (int u = 0; u < SK; ++u)
+          dpv[w * SK + u] = sdpa_dot4(gg[w], vk[u].x, vk[u].y, vk[u].z, vk[u].w, dpv[w * SK + u]);
+      }
     }
     FM_UNROLL
-    for (int sr = 0; sr < SR; ++sr) {
-      const int32_t r = rg + sr * RG, i = q0 + r;
-      const float s = sv[sr], dp = dpv[sr];
-      const float x = sdpa_masked(a, mask, mo, i, k0 + j, s);
+    for (int e = 0; e < SE; ++e) {
+      const int32_t r = sr0 + 8 * (e / SK), i = q0 + r, jk = sk0 + e % SK;
+      const float s = sv[e], dp = dpv[e];
+      const float x = sdpa_masked(a, mask, mo, i, k0 + jk, s);
       const float p = x == -INFINITY ? 0.0f : exp(x - Ls[r]);
-      const float keep = i < L && k0 + j < S ? sdpa_keep(a, b, i, k0 + j) : 0.0f;
-      Ss[r * KT + j] = p == 0.0f ? 0.0f : p * (dp * keep - Ds[r]);
+      const float keep = i < L && k0 + jk < S ? sdpa_keep(a, b, i, k0 + jk) : 0.0f;
+      Ss[r * KT + jk] = p == 0.0f ? 0.0f : p * (dp * keep - Ds[r]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int jj = 0; jj < BK; ++jj) {
