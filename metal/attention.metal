@@ -49,7 +49,7 @@
 //     P_dropped and dS = P * (dP_dropped - delta) to threadgroup memory; then dV += P^T dO,
 //     dK += dS^T (scale Q). A causal group starts at the query tile of its first key.
 //   sdpa_backward_dq: one threadgroup per (tile of BQ queries, batch index) keeps dQ in
-//     registers (thread: column quad tid % (DMAX/4), rows tid / (DMAX/4) + k * ..) and walks
+//     registers (a thread: 1 column quad x BQ / QR rows; a warp: 8 quads x 4 rows) and walks
 //     the key tiles: stage K and V, recompute dS as above, dQ += dS K; times scale at the end.
 //   K, V, Q and dO are staged as rows padded by 4 floats, read as float4s: the keys or rows a
 //   warp reads at once are 4 or 8 consecutive ones, in distinct bank groups.
@@ -717,9 +717,10 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
   constexpr int SK = SE >= 4 ? 2 : 1;
   constexpr int SW = SE / SK;
   static_assert(BK / SK == 16 && BQ / SW == 8 && SK * SW == SE, "score micro-tile");
-  constexpr int QR = NT / DQ;          // dQ: column quad tid % DQ, rows tid / DQ + k * QR
+  constexpr int QR = NT / DQ;          // dQ: column quad cq, rows qr + k * QR (below)
   constexpr int AR = BQ / QR;
-  static_assert(NT % DQ == 0 && BQ % QR == 0, "tile shape");
+  static_assert(NT % DQ == 0 && BQ % QR == 0 && DQ % 8 == 0 && NT / 32 % (DQ / 8) == 0 &&
+                QR == 4 * (NT / 32 / (DQ / 8)), "tile shape");
   threadgroup float4 Qs[BQ * DMAX / 4 + BQ];
   threadgroup float4 Gs[BQ * DMAX / 4 + BQ];
   threadgroup float4 Ks[BK * DMAX / 4 + BK];  // K rows, padded by 4 floats (bank spread)
@@ -737,7 +738,9 @@ kernel void sdpa_backward_dq(device const T* q [[buffer(0)]],
   const uint64_t mo = sdpa_mask_offset(a, b);
   const uint64_t row0 = uint64_t(b) * uint64_t(L);
   const int32_t sk0 = SK * (int32_t(tid) % 4 + 4 * (int32_t(tid) / 32)), sr0 = int32_t(tid) % 32 / 4;
-  const int32_t cq = int32_t(tid) % DQ, qr = int32_t(tid) / DQ;
+  // dQ: a warp takes 8 column quads x 4 rows, so its K float4 load is 128 distinct bytes.
+  const int32_t w = int32_t(tid) / 32;
+  const int32_t cq = int32_t(tid) % 8 + 8 * (w % (DQ / 8)), qr = int32_t(tid) % 32 / 8 + 4 * (w / (DQ / 8));
 
   for (int32_t e = int32_t(tid); e < BQ * DQ; e += NT) {
     const int32_t r = e / DQ, c = (e - r * DQ) * 4, i = q0 + r;
