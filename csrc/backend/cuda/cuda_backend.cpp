@@ -149,10 +149,12 @@ class CudaBackend final : public Backend {
     check(cudaSetDevice(device_), "cudaSetDevice");
     for (std::size_t i = 0, next = 0; i < args.size(); ++i) {
       if (args[i].storage || a.inline_at[i] != 0) continue;
-      // Copied in stream order; the block may die right after the launch (stream order
-      // protects it).
+      // Pageable source: staged by the driver before the call returns, copied in stream
+      // order. The block may die right after the launch (stream order protects it).
       StoragePtr& blk = blocks[next++];
-      upload_locked(blk->handle, args[i].bytes, args[i].size, "cudaMemcpyAsync");
+      check(cudaMemcpyAsync(blk->handle, args[i].bytes, args[i].size, cudaMemcpyHostToDevice,
+                            stream_),
+            "cudaMemcpyAsync");
       a.ptr[i] = blk->handle;
     }
     // CUDA caps blocks along y and z at 65535: launch such grids in slabs.
@@ -192,8 +194,9 @@ class CudaBackend final : public Backend {
       c.backend_state = state;
     }
     if (state->generation != c.generation()) {
-      upload_locked(state->arena->handle, c.arena().data(), c.arena().size(),
-                    "cudaMemcpyAsync of a capture's arguments");
+      check(cudaMemcpyAsync(state->arena->handle, c.arena().data(), c.arena().size(),
+                            cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync of a capture's arguments");
       state->generation = c.generation();
     }
     check(cudaGraphLaunch(state->exec, stream_), "cudaGraphLaunch");
@@ -224,22 +227,15 @@ class CudaBackend final : public Backend {
           "cudaMemcpyAsync to host");
     drain_locked();
   }
-  // `src` is copied (staged) before this returns, so the caller may reuse it at once; the
-  // copy itself runs in stream order, before any kernel queued later.
+  // From pageable memory the driver stages `src` before returning (so the caller may reuse
+  // it at once); the copy itself runs in stream order, before any kernel queued later.
   void write_from_host(Storage& dst, std::size_t offset, const void* src, std::size_t n) override {
     if (n == 0) return;
     std::lock_guard<std::recursive_mutex> lock(mu_);
     check(cudaSetDevice(device_), "cudaSetDevice");
-    upload_locked(static_cast<char*>(dst.handle) + offset, src, n, "cudaMemcpyAsync from host");
-  }
-
-  ~CudaBackend() override {
-    // The process may be exiting with the driver already gone: errors are ignored here.
-    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    for (PinnedSlot& slot : staging_) {
-      if (slot.done != nullptr) cudaEventDestroy(slot.done);
-      if (slot.host != nullptr) cudaFreeHost(slot.host);
-    }
+    check(cudaMemcpyAsync(static_cast<char*>(dst.handle) + offset, src, n,
+                          cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync from host");
   }
 
  private:
@@ -248,7 +244,6 @@ class CudaBackend final : public Backend {
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
           "cudaStreamBeginCapture");
     cudaGraph_t graph = nullptr;
-    capturing_ = true;
     try {
       std::vector<KernelArg> args;
       for (const capture::Entry& e : c.entries()) {
@@ -267,71 +262,15 @@ class CudaBackend final : public Backend {
         }
       }
     } catch (...) {
-      capturing_ = false;
       cudaStreamEndCapture(stream_, &graph);
       if (graph != nullptr) cudaGraphDestroy(graph);
       cudaGetLastError();
       throw;
     }
-    capturing_ = false;
     check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
     const cudaError_t made = cudaGraphInstantiateWithFlags(&state.exec, graph, 0);
     cudaGraphDestroy(graph);
     check(made, "cudaGraphInstantiate");
-  }
-
-  // Host -> device in stream order, without waiting for the stream. From pageable memory
-  // cudaMemcpyAsync may first wait until the stream drains ("API synchronization behavior"
-  // in CUDA's documentation): the host would wait for the device at every such copy (each
-  // replay of a compiled step with a patched argument, a new Adam step count, waited for the
-  // previous replay) and could queue nothing ahead. So the bytes go through a ring of pinned
-  // slots, whose copies are asynchronous; a slot is refilled only after the copy that read it
-  // has run (its event). Copies over kMaxStaged bytes stay pageable (a user's upload).
-  static constexpr std::size_t kStagingSlots = 16;
-  static constexpr std::size_t kMaxStaged = std::size_t(8) << 20;
-  struct PinnedSlot {
-    void* host = nullptr;
-    std::size_t capacity = 0;
-    cudaEvent_t done = nullptr;
-    bool pending = false;  // `done` was recorded after a copy from this slot
-  };
-
-  void upload_locked(void* dst, const void* src, std::size_t n, const char* what) {
-    // Under stream capture a copy would be recorded reading the slot (or the caller's
-    // memory) at every replay; record_graph reads argument blocks from the device arena.
-    if (capturing_)
-      throw BackendError("[fastmetal.compile] internal: a host copy while recording a CUDA graph");
-    if (n <= kMaxStaged) {
-      PinnedSlot& slot = staging_[next_slot_];
-      next_slot_ = (next_slot_ + 1) % kStagingSlots;
-      if (slot.done == nullptr)
-        check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "cudaEventCreate");
-      if (slot.pending) {
-        count_host_wait();
-        check(cudaEventSynchronize(slot.done), "cudaEventSynchronize");
-        slot.pending = false;
-      }
-      if (slot.capacity < n) {
-        if (slot.host != nullptr) cudaFreeHost(slot.host);
-        slot.host = nullptr;
-        slot.capacity = 0;
-        const std::size_t want = std::max<std::size_t>(n, 4096);
-        if (cudaMallocHost(&slot.host, want) == cudaSuccess) {
-          slot.capacity = want;
-        } else {
-          cudaGetLastError();  // no pinned memory to spare: copy from pageable memory below
-          slot.host = nullptr;
-        }
-      }
-      if (slot.host != nullptr) {
-        std::memcpy(slot.host, src, n);
-        check(cudaMemcpyAsync(dst, slot.host, n, cudaMemcpyHostToDevice, stream_), what);
-        check(cudaEventRecord(slot.done, stream_), "cudaEventRecord");
-        slot.pending = true;
-        return;
-      }
-    }
-    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), what);
   }
 
   // Waits for everything queued on stream_ (by any thread); a kernel's fault surfaces here.
@@ -345,9 +284,6 @@ class CudaBackend final : public Backend {
   bool inline_args_ = true;
   cudaStream_t stream_ = nullptr;  // before pool_: the pool's free waits on it
   CachingAllocator pool_;
-  PinnedSlot staging_[kStagingSlots];
-  std::size_t next_slot_ = 0;
-  bool capturing_ = false;  // record_graph is recording stream_ (under mu_)
   // Orders launches and copies of all threads on stream_; recursive because replay() holds
   // it while run_kernel() records a CUDA graph (no other thread may enqueue meanwhile).
   std::recursive_mutex mu_;
