@@ -147,6 +147,20 @@ def test_against_float64_reference_and_finite_differences(device, mode, num_laye
 
 
 @pytest.mark.cpu_only
+def grads_match_the_native_road(m, fx, out, rtol, atol):
+    """The gradients of sum(out ** 2) (out = m(fx), run through the MSL kernels) equal the
+    same backward through the CPU's GEMM to rtol / atol (the `kernels` fixture restores the
+    setting)."""
+    (out ** 2).sum().backward()
+    grads = [host(fx.grad)] + [host(p.grad) for p in m.parameters()]
+    fm._core._set_native_cpu(True)
+    m.zero_grad()
+    fx.grad = None
+    (m(fx)[0] ** 2).sum().backward()
+    for a, b in zip(grads, [host(fx.grad)] + [host(p.grad) for p in m.parameters()]):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 def test_msl_products_under_the_emulator(kernels, mode):
     """The per-step products through the MSL matmul kernels (what a GPU runs: W_hh^T a
@@ -160,14 +174,7 @@ def test_msl_products_under_the_emulator(kernels, mode):
     want = ref_forward(mode, params64(m), x, np.zeros((4, 2, 4)),
                        np.zeros((4, 2, 4)) if mode == "LSTM" else None, 2, True)
     np.testing.assert_allclose(host(out), want[0], rtol=1e-4, atol=1e-5)
-    (out ** 2).sum().backward()
-    grads = [host(fx.grad)] + [host(p.grad) for p in m.parameters()]
-    fm._core._set_native_cpu(True)  # the same through the CPU's GEMM (the fixture restores)
-    m.zero_grad()
-    fx.grad = None
-    (m(fx)[0] ** 2).sum().backward()
-    for a, b in zip(grads, [host(fx.grad)] + [host(p.grad) for p in m.parameters()]):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    grads_match_the_native_road(m, fx, out, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN_TANH"])
@@ -662,14 +669,7 @@ def test_float64_msl_products_under_the_emulator(kernels):
     out, _ = m(fx)
     want = ref_forward("LSTM", params64(m), x, np.zeros((2, 2, 4)), np.zeros((2, 2, 4)), 1, True)
     np.testing.assert_allclose(host(out), want[0], rtol=1e-12, atol=1e-13)
-    (out ** 2).sum().backward()
-    grads = [host(fx.grad)] + [host(p.grad) for p in m.parameters()]
-    fm._core._set_native_cpu(True)  # the same through the CPU's GEMM (the fixture restores)
-    m.zero_grad()
-    fx.grad = None
-    (m(fx)[0] ** 2).sum().backward()
-    for a, b in zip(grads, [host(fx.grad)] + [host(p.grad) for p in m.parameters()]):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    grads_match_the_native_road(m, fx, out, rtol=1e-12, atol=1e-13)
 
 
 def test_float64_layers_check_the_dtype_of_input_and_states(device):
