@@ -149,12 +149,34 @@ void launch_cross_entropy(const Array& logits, const Array& labels, const CrossE
             {KernelArg::buffer(rows), buf(loss), KernelArg::inline_bytes(&a, sizeof(a))});
 }
 
+namespace {
+// The multi-tensor launches' grouping: launch(run) for consecutive runs of `items` (pointers,
+// in order), each of at most `slots` items whose weights add up to at most `limit` (an item
+// heavier than that goes alone).
+template <typename T, typename Weight, typename Launch>
+void in_slot_runs(const std::vector<const T*>& items, std::size_t slots, std::uint64_t limit,
+                  Weight weight, Launch launch) {
+  std::vector<const T*> run;
+  std::uint64_t used = 0;
+  for (const T* item : items) {
+    if (!run.empty() && (run.size() == slots || used + weight(*item) > limit)) {
+      launch(run);
+      run.clear();
+      used = 0;
+    }
+    run.push_back(item);
+    used += weight(*item);
+  }
+  if (!run.empty()) launch(run);
+}
+}  // namespace
+
 void launch_optimizer(const char* kind, const std::vector<OptimTensor>& tensors) {
   const std::string kernel = std::string(kind) + "_step";
-  std::vector<const OptimTensor*> chunk;
-  std::uint64_t total = 0;
-  auto flush = [&] {
-    if (chunk.empty()) return;
+  std::vector<const OptimTensor*> live;
+  for (const OptimTensor& t : tensors)
+    if (t.args.n != 0) live.push_back(&t);
+  auto launch = [&](const std::vector<const OptimTensor*>& chunk) {
     Backend& be = chunk[0]->param->backend();
     OptimMultiArgs m{};
     m.count = std::uint32_t(chunk.size());
@@ -178,18 +200,9 @@ void launch_optimizer(const char* kind, const std::vector<OptimTensor>& tensors)
     Dispatch d = grid(be, kernel, at);
     d.cost = 4;
     be.launch(kernel, d, args);
-    chunk.clear();
-    total = 0;
   };
-  for (const OptimTensor& t : tensors) {
-    if (t.args.n == 0) continue;
-    if (chunk.size() == FM_OPTIM_SLOTS ||
-        total + t.args.n > std::numeric_limits<std::uint32_t>::max())
-      flush();
-    chunk.push_back(&t);
-    total += t.args.n;
-  }
-  flush();
+  in_slot_runs(live, FM_OPTIM_SLOTS, std::numeric_limits<std::uint32_t>::max(),
+               [](const OptimTensor& t) { return std::uint64_t(t.args.n); }, launch);
 }
 
 // ------------------------------------------------------------------ gradient clipping
@@ -232,19 +245,11 @@ void by_slots(const std::vector<GradPiece>& pieces, const char* stem, std::uint6
               Weight weight, Launch launch) {
   for (DType t : kGradDtypes) {
     const std::string kernel = grad_kernel(stem, t);
-    std::vector<const GradPiece*> slots;
-    std::uint64_t used = 0;
-    for (const GradPiece& p : pieces) {
-      if (p.grad->dtype != t) continue;
-      if (!slots.empty() && (slots.size() == FM_GRAD_SLOTS || used + weight(p) > limit)) {
-        launch(kernel, slots);
-        slots.clear();
-        used = 0;
-      }
-      slots.push_back(&p);
-      used += weight(p);
-    }
-    if (!slots.empty()) launch(kernel, slots);
+    std::vector<const GradPiece*> of_dtype;
+    for (const GradPiece& p : pieces)
+      if (p.grad->dtype == t) of_dtype.push_back(&p);
+    in_slot_runs(of_dtype, FM_GRAD_SLOTS, limit, weight,
+                 [&](const std::vector<const GradPiece*>& slots) { launch(kernel, slots); });
   }
 }
 
