@@ -54,18 +54,6 @@ using NativeBackwardWeight = void(const Conv2dArgs&, const Array& gy, const Arra
                                   const Array& gw);
 using NativeBackwardBias = void(const Conv2dArgs&, const Array& gy, const Array& gb);
 
-void fill_zero(const Array& a) {
-  if (a.size() == 0) return;
-  if (a.backend().host_visible()) {
-    char* p = a.host_data();
-    const std::size_t n = a.nbytes();
-    capture::run_host([p, n] { std::memset(p, 0, n); }, {a.storage});  // a host write: recorded
-  } else {
-    alignas(8) const char zero[8] = {};
-    fill_from_element(a, zero);
-  }
-}
-
 // ---- GEMM tile choice (the GPU side; docs/gpu_kernels.md says why these shapes)
 
 struct GemmTile {

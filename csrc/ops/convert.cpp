@@ -1,8 +1,10 @@
 #include "ops/convert.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
+#include "backend/capture.h"
 #include "convert_args.h"
 #include "core/errors.h"
 #include "ops/launch_pieces.h"
@@ -52,6 +54,18 @@ void fill_from_element(const Array& out, const void* element) {
   Array one = Array::empty(be, {}, out.dtype, "fill");
   be.copy_from_host(*one.storage, one.byte_offset(), element, itemsize(out.dtype));
   launch_convert(one, out);
+}
+
+void fill_zero(const Array& a) {
+  if (a.size() == 0) return;
+  if (a.backend().host_visible()) {
+    char* p = a.host_data();
+    const std::size_t n = a.nbytes();
+    capture::run_host([p, n] { std::memset(p, 0, n); }, {a.storage});
+  } else {
+    alignas(8) const char zero[8] = {};
+    fill_from_element(a, zero);
+  }
 }
 
 Array convert(const Array& x, DType to) {

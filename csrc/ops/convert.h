@@ -18,6 +18,9 @@ Array convert(const Array& x, DType to);
 // broadcasts it, so a large fill neither copies its bytes from the host nor puts them in a
 // capture's arena (a compiled step re-uploads its arena when an argument changes).
 void fill_from_element(const Array& out, const void* element);
+// Zeros into the contiguous array a: a memset where the CPU sees the memory (a capture
+// records it as a host call), else fill_from_element.
+void fill_zero(const Array& a);
 // True for the six comparison names of the op table (less ... not_equal).
 bool is_comparison(const std::string& op);
 // The bool result of `op` on two arrays of one dtype (any), broadcast as NumPy, into out

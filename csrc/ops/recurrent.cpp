@@ -87,18 +87,6 @@ Array transposed(const Array& w) {
   return v;
 }
 
-void fill_zero(const Array& a) {
-  if (a.size() == 0) return;
-  if (a.backend().host_visible()) {
-    char* p = a.host_data();
-    const std::size_t n = a.nbytes();
-    capture::run_host([p, n] { std::memset(p, 0, n); }, {a.storage});  // recorded by compile
-  } else {
-    alignas(8) const char zero[8] = {};
-    fill_from_element(a, zero);
-  }
-}
-
 // The slot of y holding the state after time t, and the one before it.
 i64 slot_out(i64 t, bool reverse) { return reverse ? t : t + 1; }
 i64 slot_prev(i64 t, bool reverse) { return reverse ? t + 1 : t; }
