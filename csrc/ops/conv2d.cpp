@@ -413,6 +413,26 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
            {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
 }
 
+// The weight gradient of a layer with few weights per output channel (metal/conv2d.metal's
+// conv2d_backward_weight_narrow says why not the GEMM): groups of 128 threads, each group one
+// output channel and a chunk of about 8 positions a thread, then the chunks added in order.
+void narrow_backward_weight(Backend& b, const Conv2dArgs& a, std::int64_t cols, std::int64_t depth,
+                            const Array& gy, const Array& x, const Array& gw) {
+  const std::string kernel = cols <= 16 ? "conv2d_backward_weight_narrow16"
+                                        : "conv2d_backward_weight_narrow32";
+  const std::uint32_t t = group_threads(b, kernel, 1, 128);
+  const std::int64_t per = std::int64_t(t) * 8;
+  const std::int64_t chunks = (depth + per - 1) / per;
+  Array ws = Array::empty(b, {chunks, gw.size()}, DType::float32);
+  const std::uint32_t per32 = std::uint32_t(per);
+  Dispatch d;
+  d.group[0] = t;
+  d.grid[0] = std::uint32_t(chunks * t);
+  d.grid[1] = std::uint32_t(a.C_out);
+  b.launch(kernel, d, {buf(gy), buf(x), buf(ws), bytes(&a, sizeof a), bytes(&per32, sizeof per32)});
+  sum_splits(b, ws, gw, chunks);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- switches
@@ -624,10 +644,12 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
     return;
   }
-  if (const int m = winograd_choice(b, a, ConvPass::weight_grad))
-    return winograd_backward_weight(b, m, a, gy, x, gw);
   const std::int64_t cols = cin_g * a.kH * a.kW;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
+  if (a.groups == 1 && cols <= 32 && a.C_out <= 64 && depth >= 2048 && forced_tile() < 0)
+    return narrow_backward_weight(b, a, cols, depth, gy, x, gw);
+  if (const int m = winograd_choice(b, a, ConvPass::weight_grad))
+    return winograd_backward_weight(b, m, a, gy, x, gw);
   // Split-K fills the GPU whatever the tile count, so discrete GPUs take the 128x128 tile
   // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
   // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128, 17 splits), and split
