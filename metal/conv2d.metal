@@ -355,27 +355,6 @@ kernel void conv2d_sum_splits(device const float* ws [[buffer(0)]],
   out[i] = s;
 }
 
-// The bias gradient's first pass: part[(c * chunks + s) * hw + p] = the sum of gy[n][c][p]
-// over the `per` images of chunk s, in order (chunks = ceil(N / per)); the host then sums
-// each channel's chunks * hw parts with reduce.metal's row sum. Short serial chains over many
-// threads: on an H100, one group per channel summing N * H_out * W_out took 20 us a launch for
-// MNIST's layers, and N * C_out groups of reduce_sum (a few elements each) 12 us.
-// Grid: (H_out * W_out, C_out, chunks).
-kernel void conv2d_bias_grad_parts(device const float* gy [[buffer(0)]],
-                                   device float* part [[buffer(1)]],
-                                   constant Conv2dArgs& a [[buffer(2)]],
-                                   constant uint32_t& per [[buffer(3)]],
-                                   uint3 gid [[thread_position_in_grid]]) {
-  const int32_t hw = a.H_out * a.W_out, chunk = int32_t(per);
-  const int32_t p = int32_t(gid.x), c = int32_t(gid.y), s = int32_t(gid.z);
-  const int32_t n0 = s * chunk;
-  if (p >= hw || c >= a.C_out || n0 >= a.N) return;
-  const int32_t n1 = min(a.N, n0 + chunk), chunks = (a.N + chunk - 1) / chunk;
-  float sum = 0.0f;
-  for (int32_t n = n0; n < n1; ++n) sum += gy[(n * a.C_out + c) * hw + p];
-  part[(c * chunks + s) * hw + p] = sum;
-}
-
 // ---------------------------------------------------------------- direct kernels
 // One thread per output element; grid = (H_out * W_out, C_out, N).
 kernel void conv2d_forward_direct(device const float* x [[buffer(0)]],
@@ -517,10 +496,14 @@ FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
 // slice of the split workspace, ws[chunk][co * cols + c]; conv2d_sum_splits adds the chunks
 // in order. Any group size works (threads past kNarrowSlots fold in by rounds, as in
 // conv2d_reduce); the order is fixed, so every run gives the same bits.
+// BIAS = true is the bias gradient the same way (MAXC = 1, the product is gy itself): a
+// channel's chunk sums land in ws[co][chunk] and reduce.metal's compensated row sum adds
+// them (on an H100, MNIST conv2's bias took 7 us of per-pixel sums over 8 images then 6 us of
+// 64 long row sums).
 // Grid: x = chunks * group size threads, y = C_out.
 enum : uint32_t { kNarrowSlots = 128 };
 
-template <int MAXC>
+template <int MAXC, bool BIAS>
 kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
                                           device const float* x [[buffer(1)]],
                                           device float* ws [[buffer(2)]],
@@ -532,7 +515,7 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
   threadgroup float partial[kNarrowSlots * MAXC];
   const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
   const int32_t chunk = int32_t(tg_pos.x), co = int32_t(tg_pos.y);
-  const int32_t khw = a.kH * a.kW, cols = a.C_in * khw;
+  const int32_t khw = a.kH * a.kW, cols = BIAS ? 1 : a.C_in * khw;
   const int32_t hw = a.H_out * a.W_out, depth = a.N * hw, plane = a.H * a.W;
   // The taps: input channel offset and the (dh, dw) shift of column c.
   int32_t xoff[MAXC], dh[MAXC], dw[MAXC];
@@ -550,6 +533,10 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
     const int32_t n = i / hw, p = i - n * hw;
     const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
     const float g = gy[(n * a.C_out + co) * hw + p];
+    if (BIAS) {
+      acc[0] += g;
+      continue;
+    }
     const int32_t ih0 = oh * a.stride_h - a.pad_h, iw0 = ow * a.stride_w - a.pad_w;
     device const float* xn = x + n * a.C_in * plane;
     FM_UNROLL for (int32_t c = 0; c < MAXC; ++c) {
@@ -578,13 +565,14 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  const int32_t n_out = a.C_out * cols;
+  const int32_t n_out = a.C_out * cols, chunks = (depth + int32_t(per) - 1) / int32_t(per);
   for (int32_t c = int32_t(tid); c < cols; c += int32_t(T))
-    ws[chunk * n_out + co * cols + c] = partial[c];
+    ws[BIAS ? co * chunks + chunk : chunk * n_out + co * cols + c] = partial[c];
 }
 
-FM_INSTANTIATE("conv2d_backward_weight_narrow16", conv2d_backward_weight_narrow, 16);
-FM_INSTANTIATE("conv2d_backward_weight_narrow32", conv2d_backward_weight_narrow, 32);
+FM_INSTANTIATE("conv2d_backward_weight_narrow16", conv2d_backward_weight_narrow, 16, false);
+FM_INSTANTIATE("conv2d_backward_weight_narrow32", conv2d_backward_weight_narrow, 32, false);
+FM_INSTANTIATE("conv2d_bias_grad_chunks", conv2d_backward_weight_narrow, 1, true);
 
 // ---------------------------------------------------------------- conv_transpose2d
 // conv_transpose2d's forward is conv2d's input gradient (csrc/ops/conv2d.cpp); its bias is

@@ -31,7 +31,7 @@ def test_conv_kernels_are_built(device):
     for name in (*gemms, "conv2d_forward_direct", "conv2d_backward_input_direct",
                  "conv2d_backward_weight_reduce", "conv2d_sum_splits",
                  "conv2d_backward_weight_narrow16", "conv2d_backward_weight_narrow32",
-                 "conv2d_bias_grad_parts", "reduce_sum"):  # reduce_sum: the bias's 2nd pass
+                 "conv2d_bias_grad_chunks", "reduce_sum"):  # reduce_sum: the bias's 2nd pass
         assert _core._has_kernel(device, name), name
 
 
@@ -140,11 +140,11 @@ def test_msl_reductions_for_any_group_size(kernel_path):
         check_backward(x, w, kw, r, needs=("weight", "bias"))
 
 
-# The bias gradient a GPU computes: conv2d_bias_grad_parts (sums over chunks of 8 images)
-# then reduce.metal's row sum per channel, here with the reductions' MSL kernels too (the
-# CPU's native rows off). Shapes: one image (the row sum alone), one partial chunk, rows long
-# enough to be split into segments (>= 8192 elements), several chunks, the last partial;
-# NaN and inf stay in their channel.
+# The bias gradient a GPU computes: conv2d_bias_grad_chunks (a channel's sums over chunks of
+# positions) then reduce.metal's row sum per channel, here with the reductions' MSL kernels too (the
+# CPU's native rows off). Shapes: one image (the row sum alone, its rows long enough to be
+# split into segments: >= 8192 elements), one partial chunk, several chunks of 1,024
+# positions, the last partial; NaN and inf stay in their channel.
 BIAS_CASES = [((1, 3, 7, 9), 1), ((5, 4, 6, 7), 2), ((1, 2, 96, 100), 3), ((2, 3, 91, 91), 4),
               ((16, 20, 6, 5), 5), ((19, 3, 5, 4), 6)]
 
