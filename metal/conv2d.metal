@@ -35,6 +35,7 @@
 #include "fm_kernel.h"
 #include "conv2d_args.h"
 #include "conv_gemm.h"
+#include "split_sum.h"
 using namespace metal;
 
 
@@ -349,10 +350,7 @@ kernel void conv2d_sum_splits(device const float* ws [[buffer(0)]],
                               constant uint32_t& n [[buffer(2)]],
                               constant uint32_t& splits [[buffer(3)]],
                               uint32_t i [[thread_position_in_grid]]) {
-  if (i >= n) return;
-  float s = 0.0f;
-  for (uint32_t p = 0; p < splits; ++p) s += ws[p * n + i];
-  out[i] = s;
+  if (i < n) out[i] = sum_slices(ws, n, splits, i);
 }
 
 // ---------------------------------------------------------------- direct kernels

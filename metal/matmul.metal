@@ -45,6 +45,7 @@
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "matmul_args.h"
+#include "split_sum.h"
 using namespace metal;
 
 // p[i] where `in`, else 0, as a predicated load: the zero is in the register before the
@@ -341,11 +342,7 @@ kernel void matmul_sum_splits(device const float* ws [[buffer(0)]],
                               constant MatmulArgs& p [[buffer(2)]],
                               uint32_t gid [[thread_position_in_grid]]) {
   const int32_t n = p.batch * p.M * p.N;
-  if (int32_t(gid) < n) {
-    float s = ws[gid];
-    for (int32_t k = 1; k < p.splits; ++k) s += ws[k * n + int32_t(gid)];
-    C[gid] = s;
-  }
+  if (int32_t(gid) < n) C[gid] = sum_slices(ws, uint32_t(n), uint32_t(p.splits), gid);
 }
 
 // float64 (FM_INSTANTIATE_DISCRETE: the CPU and CUDA; Apple GPUs have no double): a plain

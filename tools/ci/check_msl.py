@@ -436,7 +436,8 @@ MUTATIONS = [
     Mutation("mutable program-scope variable", "conv_gemm.h",
              "struct Tap {", "int32_t fm_launch_count = 0;\nstruct Tap {", "program-scope-var"),
     Mutation("write through a constant reference", "conv2d.metal",
-             "  if (i >= n) return;\n", "  if (i >= n) return;\n  splits = 1;\n", "read-only-write"),
+             "  if (i < n) out[i] = sum_slices(ws, n, splits, i);\n",
+             "  splits = 1;\n  if (i < n) out[i] = sum_slices(ws, n, splits, i);\n", "read-only-write"),
     Mutation("recursion", "conv_gemm.h",
              "struct Tap {",
              "FM_FUNC int32_t fm_depth(int32_t n) { return n > 0 ? fm_depth(n - 1) + 1 : 0; }\n"
@@ -445,8 +446,7 @@ MUTATIONS = [
              "  return metal::select(metal::select(x, lo, x < lo), hi, x > hi);",
              "  return select(metal::select(x, lo, x < lo), hi, x > hi);", "metal-namespace"),
     Mutation("double", "conv2d.metal",
-             "  float s = 0.0f;\n  for (uint32_t p = 0; p < splits; ++p)",
-             "  double s = 0.0;\n  for (uint32_t p = 0; p < splits; ++p)", "double"),
+             "  float acc[MAXC];\n", "  double acc[MAXC];\n", "double"),
     Mutation("double in the #else branch of #if FM_HAS_DOUBLE", "elementwise.metal",
              "template <typename Op>\nFM_FUNC double fm_result(Op op, double x, double y) { return op(x, y); }\n",
              "template <typename Op>\nFM_FUNC double fm_result(Op op, double x, double y) { return op(x, y); }\n"
