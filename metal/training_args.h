@@ -33,7 +33,7 @@ struct DropoutArgs {
   uint32_t threshold;  // ceil(p * 2^24)
   float scale;         // 1 / (1 - p) in float32, as PyTorch
   uint32_t n;          // elements
-  uint32_t pad_;
+  uint32_t quads;      // 1: x and out start 16-byte aligned (whole quads as float4s)
 };
 
 // One optimizer update of n parameters, in place (formulas of torch.optim; see training.metal).

@@ -115,19 +115,11 @@ i64 choose_splits(const GemmTile& t, i64 M, i64 N, i64 K, i64 batch) {
   return std::max<i64>(1, std::min({kFillGroups / tiles, slices / t.min_split_slices, kMaxSplits}));
 }
 
-// Whether x's start is 16-byte aligned where the device reads it.
-bool aligned16(const Array& x) {
-  const std::uintptr_t at = x.storage->host != nullptr
-                                ? reinterpret_cast<std::uintptr_t>(x.host_data())
-                                : std::uintptr_t(x.byte_offset());
-  return at % 16 == 0;
-}
-
 // An operand's quad layout (matmul_args.h): quads along `fast` (stride 1, length % 4 == 0)
 // where every other stride and the start are 16-byte aligned; 0 where none.
 bool quads_along(const Array& x, i64 fast_stride, i64 fast_len, i64 other_stride,
                  const std::int32_t* batch_strides, int batch_dims) {
-  if (fast_stride != 1 || fast_len % 4 != 0 || other_stride % 4 != 0 || !aligned16(x)) return false;
+  if (fast_stride != 1 || fast_len % 4 != 0 || other_stride % 4 != 0 || !starts_aligned16(x)) return false;
   for (int d = 0; d < batch_dims; ++d)
     if (batch_strides[d] % 4 != 0) return false;
   return true;
@@ -160,7 +152,7 @@ void launch_gemm(Backend& be, MatmulArgs p, const Array& a, const Array& b, cons
   if (!fits32(n_out * splits))
     splits = 1, p.splits = 1, p.k_chunk = std::int32_t(K);
   Array ws = splits > 1 ? Array::empty(be, {splits * n_out}, DType::float32) : out;
-  p.c_quads = N % 4 == 0 && aligned16(ws) ? 1 : 0;
+  p.c_quads = N % 4 == 0 && starts_aligned16(ws) ? 1 : 0;
 
   const std::uint32_t col_tiles = ceil_div(N, tile.cols);
   std::uint32_t t = kernel_group_size();

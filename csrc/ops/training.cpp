@@ -69,9 +69,11 @@ void launch_dropout(const Array& x, const DropoutArgs& a, const Array& out) {
   // A backend's own form of the same mask (the CPU's, with native 64-bit products).
   using NativeDropout = void(const DropoutArgs&, const Array&, const Array&);
   if (auto fast = native<NativeDropout>(be, "dropout_apply")) return fast(a, x, out);
-  Dispatch d = grid(be, "dropout_apply", (a.n + 3u) / 4u);
+  DropoutArgs k = a;
+  k.quads = starts_aligned16(x) && starts_aligned16(out) ? 1u : 0u;
+  Dispatch d = grid(be, "dropout_apply", (k.n + 3u) / 4u);
   d.cost = 16;  // ten Philox rounds per four elements
-  be.launch("dropout_apply", d, {buf(x), buf(out), KernelArg::inline_bytes(&a, sizeof(a))});
+  be.launch("dropout_apply", d, {buf(x), buf(out), KernelArg::inline_bytes(&k, sizeof(k))});
 }
 
 namespace {
