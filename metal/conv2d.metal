@@ -480,97 +480,54 @@ kernel void conv2d_reduce(device const float* gy [[buffer(0)]],
 
 FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
 
-// ------------------------------------------------- weight gradient of narrow layers
-// conv2d_backward_weight_narrow<MAXC>: the weight gradient of a layer with few weights per
-// output channel (groups = 1, cols = C_in * kH * kW <= MAXC: first layers, MNIST's 1 -> 32
-// 3x3 has 9). The GEMM path tiles cols into 64-wide tiles (86% of MNIST conv1's FMAs wasted)
-// and splits its long K (N * H_out * W_out = 43,264 there) 128 ways: 21 us plus a 128-slice
-// sum of 8 us on an H100 for 25 MFLOP. Here a group owns one output channel co and a chunk
-// of `per` output positions; each thread walks the chunk's positions with a stride of the
-// group size, loads gy once per position and accumulates all cols products in registers
-// (the column loop is unrolled to MAXC, so acc, the x offsets and the kernel taps stay in
-// registers; every tap's offset is computed once per thread, not per position). The group
-// then adds its threads' accumulators as a fixed tree in threadgroup memory and writes one
-// slice of the split workspace, ws[chunk][co * cols + c]; conv2d_sum_splits adds the chunks
-// in order. Any group size works (threads past kNarrowSlots fold in by rounds, as in
-// conv2d_reduce); the order is fixed, so every run gives the same bits.
-// BIAS = true is the bias gradient the same way (MAXC = 1, the product is gy itself): a
-// channel's chunk sums land in ws[co][chunk] and reduce.metal's compensated row sum adds
-// them (on an H100, MNIST conv2's bias took 7 us of per-pixel sums over 8 images then 6 us of
-// 64 long row sums).
+// ------------------------------------------------------------------- bias gradient
+// conv2d_bias_grad_chunks: ws[co][chunk] = the sum of gy[n][co][p] over the chunk's `per`
+// positions (i = n * H_out * W_out + p). Each thread sums positions tid, tid + T, .. of the
+// chunk in that order, four loads in flight before their adds (one at a time, every load's
+// latency was waited out in turn), then the group adds its threads' sums as a fixed tree in
+// threadgroup memory; reduce.metal's compensated row sum then adds each channel's chunks.
+// On an H100 the earlier two passes (per-pixel sums over 8 images, then 64 long row sums)
+// took 7 + 6 us for MNIST conv2. Any group size (threads past kBiasSlots fold in by rounds,
+// as in conv2d_reduce); a fixed order, so every run gives the same bits.
 // Grid: x = chunks * group size threads, y = C_out.
-enum : uint32_t { kNarrowSlots = 128 };
+enum : uint32_t { kBiasSlots = 128 };
 
-template <int MAXC, bool BIAS>
-kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
-                                          device const float* x [[buffer(1)]],
-                                          device float* ws [[buffer(2)]],
-                                          constant Conv2dArgs& a [[buffer(3)]],
-                                          constant uint32_t& per [[buffer(4)]],
-                                          uint3 tg_pos [[threadgroup_position_in_grid]],
-                                          uint32_t tid [[thread_index_in_threadgroup]],
-                                          uint3 tg_size [[threads_per_threadgroup]]) {
-  threadgroup float partial[kNarrowSlots * MAXC];
-  const uint32_t T = tg_size.x * tg_size.y * tg_size.z;
+kernel void conv2d_bias_grad_chunks(device const float* gy [[buffer(0)]],
+                                    device float* ws [[buffer(1)]],
+                                    constant Conv2dArgs& a [[buffer(2)]],
+                                    constant uint32_t& per [[buffer(3)]],
+                                    uint3 tg_pos [[threadgroup_position_in_grid]],
+                                    uint32_t tid [[thread_index_in_threadgroup]],
+                                    uint3 tg_size [[threads_per_threadgroup]]) {
+  threadgroup float partial[kBiasSlots];
+  const int32_t T = int32_t(tg_size.x * tg_size.y * tg_size.z);
   const int32_t chunk = int32_t(tg_pos.x), co = int32_t(tg_pos.y);
-  const int32_t khw = a.kH * a.kW, cols = BIAS ? 1 : a.C_in * khw;
-  const int32_t hw = a.H_out * a.W_out, depth = a.N * hw, plane = a.H * a.W;
-  // The taps: input channel offset and the (dh, dw) shift of column c.
-  int32_t xoff[MAXC], dh[MAXC], dw[MAXC];
-  FM_UNROLL for (int32_t c = 0; c < MAXC; ++c) {
-    const int32_t cc = c < cols ? c : 0;
-    const int32_t ci = cc / khw, r = cc - ci * khw, kh = r / a.kW, kw = r - kh * a.kW;
-    xoff[c] = ci * plane;
-    dh[c] = kh * a.dil_h;
-    dw[c] = kw * a.dil_w;
-  }
-  float acc[MAXC];
-  FM_UNROLL for (int32_t c = 0; c < MAXC; ++c) acc[c] = 0.0f;
+  const int32_t hw = a.H_out * a.W_out, depth = a.N * hw;
   const int32_t begin = chunk * int32_t(per), end = min(depth, begin + int32_t(per));
-  for (int32_t i = begin + int32_t(tid); i < end; i += int32_t(T)) {
-    const int32_t n = i / hw, p = i - n * hw;
-    const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
-    const float g = gy[(n * a.C_out + co) * hw + p];
-    if (BIAS) {
-      acc[0] += g;
-      continue;
+  float sum = 0.0f;
+  for (int32_t i = begin + int32_t(tid); i < end; i += 4 * T) {
+    float v[4];
+    FM_UNROLL for (int32_t j = 0; j < 4; ++j) {
+      const int32_t k = i + j * T, n = k / hw;
+      v[j] = k < end ? gy[(n * a.C_out + co) * hw + (k - n * hw)] : 0.0f;
     }
-    const int32_t ih0 = oh * a.stride_h - a.pad_h, iw0 = ow * a.stride_w - a.pad_w;
-    device const float* xn = x + n * a.C_in * plane;
-    FM_UNROLL for (int32_t c = 0; c < MAXC; ++c) {
-      const int32_t ih = ih0 + dh[c], iw = iw0 + dw[c];
-      if (c < cols && ih >= 0 && ih < a.H && iw >= 0 && iw < a.W)
-        acc[c] = fma(g, xn[xoff[c] + ih * a.W + iw], acc[c]);
-    }
+    FM_UNROLL for (int32_t j = 0; j < 4; ++j) sum += v[j];
   }
-  // Fold threads beyond the slots in, one round of kNarrowSlots threads at a time, then a
-  // tree over the slots (any count: halve a power-of-two span, skip missing partners).
-  const uint32_t slots = min(T, uint32_t(kNarrowSlots));
-  for (uint32_t rnd = 0; rnd * kNarrowSlots < T; ++rnd) {
-    if (tid / kNarrowSlots == rnd) {
-      const uint32_t s = (tid % kNarrowSlots) * MAXC;
-      FM_UNROLL for (int32_t c = 0; c < MAXC; ++c)
-        partial[s + c] = rnd == 0 ? acc[c] : partial[s + c] + acc[c];
-    }
+  const uint32_t slots = min(uint32_t(T), uint32_t(kBiasSlots));
+  for (uint32_t rnd = 0; rnd * kBiasSlots < uint32_t(T); ++rnd) {
+    if (tid / kBiasSlots == rnd)
+      partial[tid % kBiasSlots] = rnd == 0 ? sum : partial[tid % kBiasSlots] + sum;
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
   uint32_t span = 1;
   while (span < slots) span *= 2;
   for (uint32_t s = span / 2; s > 0; s /= 2) {
-    if (tid < s && tid + s < slots) {
-      FM_UNROLL for (int32_t c = 0; c < MAXC; ++c)
-        partial[tid * MAXC + c] += partial[(tid + s) * MAXC + c];
-    }
+    if (tid < s && tid + s < slots) partial[tid] += partial[tid + s];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  const int32_t n_out = a.C_out * cols, chunks = (depth + int32_t(per) - 1) / int32_t(per);
-  for (int32_t c = int32_t(tid); c < cols; c += int32_t(T))
-    ws[BIAS ? co * chunks + chunk : chunk * n_out + co * cols + c] = partial[c];
+  const int32_t chunks = (depth + int32_t(per) - 1) / int32_t(per);
+  if (tid == 0) ws[co * chunks + chunk] = partial[0];
 }
-
-FM_INSTANTIATE("conv2d_backward_weight_narrow16", conv2d_backward_weight_narrow, 16, false);
-FM_INSTANTIATE("conv2d_backward_weight_narrow32", conv2d_backward_weight_narrow, 32, false);
-FM_INSTANTIATE("conv2d_bias_grad_chunks", conv2d_backward_weight_narrow, 1, true);
 
 // ---------------------------------------------------------------- conv_transpose2d
 // conv_transpose2d's forward is conv2d's input gradient (csrc/ops/conv2d.cpp); its bias is

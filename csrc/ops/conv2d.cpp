@@ -413,34 +413,6 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
            {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
 }
 
-// The weight (or with `bias`, the bias) gradient of a layer with few weights per output
-// channel (metal/conv2d.metal's conv2d_backward_weight_narrow says why not the GEMM or the
-// old bias passes): groups of 128 threads, each group one output channel and a chunk of
-// about 8 positions a thread; then the chunks added in order (the bias: each channel's
-// chunks as one row of reduce.metal's compensated sum).
-void narrow_backward(Backend& b, const Conv2dArgs& a, std::int64_t cols, const Array& gy,
-                     const Array& x, const Array& out, bool bias) {
-  const std::string kernel = bias ? "conv2d_bias_grad_chunks"
-                             : cols <= 16 ? "conv2d_backward_weight_narrow16"
-                                          : "conv2d_backward_weight_narrow32";
-  const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
-  const std::uint32_t t = group_threads(b, kernel, 1, 128);
-  const std::int64_t per = std::int64_t(t) * 8;
-  const std::int64_t chunks = (depth + per - 1) / per;
-  Array ws = bias ? Array::empty(b, {a.C_out, chunks}, DType::float32)
-                  : Array::empty(b, {chunks, out.size()}, DType::float32);
-  const std::uint32_t per32 = std::uint32_t(per);
-  Dispatch d;
-  d.group[0] = t;
-  d.grid[0] = std::uint32_t(chunks * t);
-  d.grid[1] = std::uint32_t(a.C_out);
-  b.launch(kernel, d, {buf(gy), buf(x), buf(ws), bytes(&a, sizeof a), bytes(&per32, sizeof per32)});
-  if (bias)
-    sum_rows_into(ws, a.C_out, chunks, 1, out);
-  else
-    sum_splits(b, ws, out, chunks);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- switches
@@ -654,8 +626,6 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   }
   const std::int64_t cols = cin_g * a.kH * a.kW;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
-  if (a.groups == 1 && cols <= 32 && a.C_out <= 64 && depth >= 2048 && forced_tile() < 0)
-    return narrow_backward(b, a, cols, gy, x, gw, /*bias=*/false);
   if (const int m = winograd_choice(b, a, ConvPass::weight_grad))
     return winograd_backward_weight(b, m, a, gy, x, gw);
   // Split-K fills the GPU whatever the tile count, so discrete GPUs take the 128x128 tile
@@ -679,7 +649,20 @@ void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb)
   if (auto fast = native<NativeBackwardBias>(b, "conv2d_backward_bias")) return fast(a, gy, gb);
   const std::int64_t hw = std::int64_t(a.H_out) * a.W_out;
   if (a.N == 1) return sum_rows_into(gy, a.C_out, hw, 1, gb);  // one image: already rows
-  narrow_backward(b, a, 1, gy, gy, gb, /*bias=*/true);
+  // One pass of per-channel chunk sums (metal/conv2d.metal's conv2d_bias_grad_chunks), then
+  // each channel's chunks as one row of reduce.metal's compensated sum.
+  const std::string k = "conv2d_bias_grad_chunks";
+  const std::uint32_t t = group_threads(b, k, 1, 128);
+  const std::int64_t per = std::int64_t(t) * 8;
+  const std::int64_t chunks = (std::int64_t(a.N) * hw + per - 1) / per;
+  Array ws = Array::empty(b, {a.C_out, chunks}, DType::float32);
+  const std::uint32_t per32 = std::uint32_t(per);
+  Dispatch d;
+  d.group[0] = t;
+  d.grid[0] = std::uint32_t(chunks * t);
+  d.grid[1] = std::uint32_t(a.C_out);
+  b.launch(k, d, {buf(gy), buf(ws), bytes(&a, sizeof a), bytes(&per32, sizeof per32)});
+  sum_rows_into(ws, a.C_out, chunks, 1, gb);
 }
 
 }  // namespace fm

@@ -446,7 +446,7 @@ MUTATIONS = [
              "  return metal::select(metal::select(x, lo, x < lo), hi, x > hi);",
              "  return select(metal::select(x, lo, x < lo), hi, x > hi);", "metal-namespace"),
     Mutation("double", "conv2d.metal",
-             "  float acc[MAXC];\n", "  double acc[MAXC];\n", "double"),
+             "  float sum = 0.0f;\n  for (int32_t i = begin", "  double sum = 0.0;\n  for (int32_t i = begin", "double"),
     Mutation("double in the #else branch of #if FM_HAS_DOUBLE", "elementwise.metal",
              "template <typename Op>\nFM_FUNC double fm_result(Op op, double x, double y) { return op(x, y); }\n",
              "template <typename Op>\nFM_FUNC double fm_result(Op op, double x, double y) { return op(x, y); }\n"
