@@ -139,9 +139,17 @@ void launch_cross_entropy(const Array& logits, const Array& labels, const CrossE
   if (auto fast = native<NativeCrossEntropy>(be, "cross_entropy"))
     return fast(a, logits, labels, loss, grad);
   StoragePtr rows = be.allocate(std::size_t(std::max(a.rows, 1)) * sizeof(float));
-  Dispatch d = grid(be, "cross_entropy_rows", std::uint32_t(a.rows));
+  // 32 classes or more: a simdgroup of 32 per row, in groups of 8 rows (whole simdgroups).
+  const bool simd = a.classes >= 32 && a.rows <= (1 << 26) &&
+                    be.max_group_size("cross_entropy_rows_simd") >= 32;
+  const std::string kernel = simd ? "cross_entropy_rows_simd" : "cross_entropy_rows";
+  Dispatch d = grid(be, kernel, std::uint32_t(a.rows));
+  if (simd) {
+    d.grid[0] = std::uint32_t(a.rows) * 32u;
+    d.group[0] = std::min<std::uint32_t>(256u, be.max_group_size(kernel)) / 32u * 32u;
+  }
   d.cost = std::uint64_t(a.classes) * 4;
-  be.launch("cross_entropy_rows", d,
+  be.launch(kernel, d,
             {buf(logits), buf(labels), KernelArg::buffer(rows), buf(grad),
              KernelArg::inline_bytes(&a, sizeof(a))});
   Dispatch one;
