@@ -796,3 +796,56 @@ def test_cells_float64_against_pytorch(device, mode):
     want = tm(x)
     compare(no_hx[0] if mode == "LSTM" else no_hx, want[0] if mode == "LSTM" else want,
             "hx=None", 1e-13)
+
+
+# ------------------------------------------------------------------ the per-step product
+# (M, K, N): the bench's forward and backward step (32 x 256 @ 256 x 1024, 32 x 1024 @
+# 1024 x 256: two K blocks), few rows (the dot path for W^T, not packed), K past one block
+# with partial panels, a product split over the threads by rows, tiny ones, one column.
+STEP_SHAPES = [(32, 256, 1024), (32, 1024, 256), (3, 130, 40), (7, 513, 33), (50, 600, 70),
+               (1, 3, 5), (6, 1, 17), (64, 64, 1), (0, 4, 5)]
+
+
+@pytest.mark.parametrize("transpose_b", [True, False])
+def test_per_step_product_equals_matmul_bit_for_bit(device, transpose_b):
+    """A layer's per-step products (h_{t-1} @ W_hh^T, dg_t @ W_hh) go through one
+    RepeatedMatmul (ops/matmul.h), which packs the weight once for the CPU's GEMM: each
+    product equals fm.matmul's bit for bit (the same FMA chain per element) and float64
+    NumPy within float32 rounding, NaN and inf included."""
+    rng = np.random.default_rng(7)
+    for M, K, N in STEP_SHAPES:
+        a = rng.standard_normal((3, M, K)).astype(np.float32)
+        if M > 1:
+            a[1, 1, 0] = np.nan
+            a[2, 0, K - 1] = np.inf
+        w = rng.standard_normal((N, K) if transpose_b else (K, N)).astype(np.float32)
+        fa, fw = fm.asarray(a), fm.asarray(w)
+        got = host(fm._core._matmul_repeated(fa, fw, transpose_b))
+        assert got.shape == (3, M, N)
+        wt = fw.T if transpose_b else fw
+        for s in range(3):
+            np.testing.assert_array_equal(got[s], host(fm.matmul(fa[s], wt)),
+                                          err_msg=f"{(M, K, N)} step {s}")
+        w64 = (w.T if transpose_b else w).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            want = a.astype(np.float64) @ w64
+            scale = np.abs(a.astype(np.float64)) @ np.abs(w64)
+        ok = np.isfinite(want)
+        np.testing.assert_array_equal(got[~ok], want[~ok].astype(np.float32))  # NaN, inf
+        assert (np.abs(got[ok] - want[ok]) <= 1e-4 * scale[ok] + 1e-6).all(), (M, K, N)
+
+
+def test_per_step_product_float64_and_bad_arguments(device):
+    """float64 (the double GEMM, not packed) against NumPy; wrong shapes and mixed dtypes
+    raise the op's errors."""
+    skip_without_float64(device)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((2, 5, 9))
+    w = rng.standard_normal((6, 9))
+    got = host(fm._core._matmul_repeated(fm.asarray(a), fm.asarray(w), True))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, a @ w.T, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"matmul_repeated\] expected a \(S, M, K\)"):
+        fm._core._matmul_repeated(fm.asarray(a), fm.asarray(w), False)
+    with pytest.raises(TypeError, match=r"matmul_repeated\] expected a and b of one dtype"):
+        fm._core._matmul_repeated(fm.asarray(a), fm.asarray(w.astype(np.float32)), True)

@@ -13,6 +13,7 @@
 #include "backend/env_config.h"
 #include "ops/array_arg.h"
 #include "ops/convert.h"
+#include "ops/python_op.h"
 
 namespace fm {
 namespace {
@@ -229,7 +230,11 @@ Shape matmul_shape(const std::string& op, const Shape& a, const Shape& b) {
   return out;
 }
 
-void matmul_into(const std::string& op, const Array& a, const Array& b, const Array& out) {
+namespace {
+// The MatmulArgs of out = a @ b, after matmul_into's checks; false where out is empty (no
+// work).
+bool matmul_args(const std::string& op, const Array& a, const Array& b, const Array& out,
+                 MatmulArgs& p) {
   // float32, or float64 in double (the backends with matmul_float64: cpu and cuda).
   const DType t = out.dtype;
   if ((t != DType::float32 && t != DType::float64) || a.dtype != t || b.dtype != t)
@@ -240,7 +245,7 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
   const Promoted pb = promote(b.shape, b.strides, false);
   const std::size_t na = pa.shape.size(), nb = pb.shape.size();
   const std::size_t nbatch = std::max(na, nb) - 2;
-  MatmulArgs p{};
+  p = MatmulArgs{};
   p.M = std::int32_t(pa.shape[na - 2]);
   p.K = std::int32_t(pa.shape[na - 1]);
   p.N = std::int32_t(pb.shape[nb - 1]);
@@ -276,7 +281,7 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
     for (std::size_t d = 0; d < x.shape.size(); ++d) e += (x.shape[d] - 1) * std::abs(x.strides[d]);
     return e;
   };
-  if (out.size() == 0) return;
+  if (out.size() == 0) return false;
   if (!fits32(extent(a)) || !fits32(extent(b)) || !fits32(out.size()) || !fits32(M) ||
       !fits32(N) || !fits32(K) || !fits32(batch))
     throw ValueError(message(op, "expected operands of fewer than 2**31 elements, got shapes ",
@@ -292,11 +297,20 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
     p.a_bs[d] = std::int32_t(as[d]);
     p.b_bs[d] = std::int32_t(bs[d]);
   }
+  return true;
+}
 
+using NativeMatmul = void(const MatmulArgs&, const Array&, const Array&, const Array&);
+}  // namespace
+
+void matmul_into(const std::string& op, const Array& a, const Array& b, const Array& out) {
+  MatmulArgs p;
+  if (!matmul_args(op, a, b, out, p)) return;
+  const DType t = out.dtype;
+  const i64 K = p.K;
   Backend& be = out.backend();
   // A backend's own GEMM (host-visible operands, read through p's strides; the operands'
   // dtype is out's, float32 or float64).
-  using NativeMatmul = void(const MatmulArgs&, const Array&, const Array&, const Array&);
   if (auto fast = native<NativeMatmul>(be, "matmul")) {
     be.synchronize();
     fast(p, a, b, out);
@@ -311,10 +325,74 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
   launch_gemm(be, p, a, b, out);
 }
 
+RepeatedMatmul::RepeatedMatmul(std::string op, const Array& a, const Array& b, const Array& out)
+    : op_(std::move(op)), b_(b), a_shape_(a.shape), a_strides_(a.strides), out_shape_(out.shape) {
+  Backend& be = out.backend();
+  using Size = std::int64_t(const MatmulArgs&, DType);
+  const auto size = native<Size>(be, "matmul_packed_size");
+  if (!size || !out.contiguous() || !matmul_args(op_, a, b, out, p_)) return;
+  const std::int64_t n = size(p_, out.dtype);
+  if (n <= 0) return;
+  packed_ = Array::empty(be, {n}, out.dtype, op_.c_str());
+  using Pack = void(const MatmulArgs&, const Array&, const Array&);
+  be.synchronize();
+  native<Pack>(be, "matmul_pack_b")(p_, b_, packed_);
+  use_packed_ = true;
+}
+
+void RepeatedMatmul::operator()(const Array& a, const Array& out) const {
+  if (use_packed_ && a.shape == a_shape_ && a.strides == a_strides_ && a.dtype == b_.dtype &&
+      out.shape == out_shape_ && out.contiguous() && out.dtype == b_.dtype) {
+    Backend& be = out.backend();
+    using Packed = void(const MatmulArgs&, const Array&, const Array&, const Array&);
+    be.synchronize();
+    native<Packed>(be, "matmul_packed")(p_, a, packed_, out);
+    return;
+  }
+  matmul_into(op_, a, b_, out);
+}
+
 Array matmul(const std::string& op, const Array& a, const Array& b) {
   Array out = Array::empty(a.backend(), matmul_shape(op, a.shape, b.shape), a.dtype);
   matmul_into(op, a, b, out);
   return out;
 }
 
+}  // namespace fm
+
+namespace fm {
+// RepeatedMatmul's private Python entry, for its tests: out[s] = a[s] @ b (or @ b^T, a
+// transposed view as the recurrent layers' W_hh^T) for every s, through one RepeatedMatmul.
+Array matmul_repeated(const Array& a, const Array& b, bool transpose_b) {
+  const char* op = "matmul_repeated";
+  if (a.ndim() != 3 || b.ndim() != 2 || a.shape[2] != b.shape[transpose_b ? 1 : 0])
+    throw ValueError(message(op, "expected a (S, M, K) and b (", transpose_b ? "N, K" : "K, N",
+                             "), got ", shape_str(a.shape), " and ", shape_str(b.shape)));
+  if (a.dtype != b.dtype)
+    throw TypeError(message(op, "expected a and b of one dtype, got ", dtype_name(a.dtype),
+                            " and ", dtype_name(b.dtype)));
+  const i64 S = a.shape[0], M = a.shape[1];
+  Array bv = b;
+  if (transpose_b) {
+    bv.shape = {b.shape[1], b.shape[0]};
+    bv.strides = {b.strides[1], b.strides[0]};
+  }
+  const i64 N = bv.shape[1];
+  Array out = Array::empty(a.backend(), {S, M, N}, a.dtype, op);
+  if (S == 0) return out;
+  auto slice = [](const Array& x, i64 s) {
+    Array v = x;
+    v.offset = x.offset + s * x.strides[0];
+    v.shape = {x.shape[1], x.shape[2]};
+    v.strides = {x.strides[1], x.strides[2]};
+    return v;
+  };
+  const RepeatedMatmul product(op, slice(a, 0), bv, slice(out, 0));
+  for (i64 s = 0; s < S; ++s) product(slice(a, s), slice(out, s));
+  return out;
+}
+FM_PYTHON_OP_FLOAT64(matmul_repeated,
+                     "_matmul_repeated(a: Array, b: Array, transpose_b: bool)",
+                     "Private: tests/test_rnn.py checks RepeatedMatmul (ops/matmul.h), the "
+                     "recurrent layers' per-step product, against matmul.");
 }  // namespace fm

@@ -79,7 +79,8 @@ Array part(const Array& a, i64 first, const Shape& shape) {
   return v;
 }
 
-// W_hh^T as a view (w_hh is contiguous (G * H, H)).
+// W_hh^T as a view (w_hh is contiguous (G * H, H)): each step's product h_{t-1} @ W_hh^T goes
+// through one RepeatedMatmul per layer call, which packs it once for the backend's GEMM.
 Array transposed(const Array& w) {
   Array v = w;
   v.shape = {w.shape[1], w.shape[0]};
@@ -129,11 +130,11 @@ std::vector<Array> lstm_layer(const Array& xg, const Array& h0, const Array& c0,
   launch_convert(h0, part(y, s0 * BH, {B, H}));
   launch_convert(c0, part(y, c_base + s0 * BH, {B, H}));
   Array hg = Array::empty(be, {B, 4 * H}, dt, op);
-  const Array wt = transposed(w_hh);
+  const RepeatedMatmul h_wt(op, part(y, s0 * BH, {B, H}), transposed(w_hh), hg);
   const std::string kernel = kernel_name("lstm_gates_forward", dt);
   for (i64 s = 0; s < T; ++s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
-    matmul_into(op, part(y, sp * BH, {B, H}), wt, hg);
+    h_wt(part(y, sp * BH, {B, H}), hg);
     launch_step(kernel, d, 24, false,
                 {buf(part(xg, t * 4 * BH, {B, 4 * H})), buf(hg), buf(b_hh),
                  buf(part(y, c_base + sp * BH, {B, H})), buf(part(y, so * BH, {B, H})),
@@ -167,6 +168,7 @@ std::vector<Array> lstm_layer_backward(const Array& grad, const Array& y, const 
   fill_zero(dc);
   if (BH == 0) return {dxg, dh, dc};
   const std::string kernel = kernel_name("lstm_gates_backward", dt);
+  const RepeatedMatmul dg_w(op, part(dxg, 0, {B, 4 * H}), w_hh, dh);
   for (i64 s = T - 1; s >= 0; --s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
     const Array dg = part(dxg, t * 4 * BH, {B, 4 * H});
@@ -175,7 +177,7 @@ std::vector<Array> lstm_layer_backward(const Array& grad, const Array& y, const 
                  buf(dc), buf(part(gates, t * 4 * BH, {B, 4 * H})),
                  buf(part(y, c_base + sp * BH, {B, H})), buf(part(y, c_base + so * BH, {B, H})),
                  buf(dg)});
-    matmul_into(op, dg, w_hh, dh);
+    dg_w(dg, dh);
   }
   return {dxg, dh, dc};
 }
@@ -196,12 +198,12 @@ std::vector<Array> gru_layer(const Array& xg, const Array& h0, const Array& w_hh
   if (BH == 0) return {y, saved};
   launch_convert(h0, part(y, (reverse ? T : 0) * BH, {B, H}));
   Array hg = Array::empty(be, {B, 3 * H}, dt, op);
-  const Array wt = transposed(w_hh);
+  const RepeatedMatmul h_wt(op, part(y, 0, {B, H}), transposed(w_hh), hg);
   const std::string kernel = kernel_name("gru_gates_forward", dt);
   for (i64 s = 0; s < T; ++s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
     const Array hp = part(y, sp * BH, {B, H});
-    matmul_into(op, hp, wt, hg);
+    h_wt(hp, hg);
     launch_step(kernel, d, 20, false,
                 {buf(part(xg, t * 3 * BH, {B, 3 * H})), buf(hg), buf(b_hh), buf(hp),
                  buf(part(y, so * BH, {B, H})), buf(part(saved, t * 4 * BH, {B, 4 * H}))});
@@ -234,6 +236,7 @@ std::vector<Array> gru_layer_backward(const Array& grad, const Array& y, const A
   fill_zero(dh_direct);
   if (BH == 0) return {dxg, dhg, dh, dh_direct};
   const std::string kernel = kernel_name("gru_gates_backward", dt);
+  const RepeatedMatmul dg_w(op, part(dhg, 0, {B, 3 * H}), w_hh, dh);
   for (i64 s = T - 1; s >= 0; --s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
     const Array dhg_t = part(dhg, t * 3 * BH, {B, 3 * H});
@@ -241,7 +244,7 @@ std::vector<Array> gru_layer_backward(const Array& grad, const Array& y, const A
                 {buf(part(grad, so * BH, {B, H})), buf(dh), buf(dh_direct),
                  buf(part(saved, t * 4 * BH, {B, 4 * H})), buf(part(y, sp * BH, {B, H})),
                  buf(part(dxg, t * 3 * BH, {B, 3 * H})), buf(dhg_t)});
-    matmul_into(op, dhg_t, w_hh, dh);
+    dg_w(dhg_t, dh);
   }
   return {dxg, dhg, dh, dh_direct};
 }
@@ -261,11 +264,11 @@ Array rnn_layer(const Array& xg, const Array& h0, const Array& w_hh, const Array
   if (BH == 0) return y;
   launch_convert(h0, part(y, (reverse ? T : 0) * BH, {B, H}));
   Array hg = Array::empty(be, {B, H}, dt, op);
-  const Array wt = transposed(w_hh);
+  const RepeatedMatmul h_wt(op, part(y, 0, {B, H}), transposed(w_hh), hg);
   const std::string kernel = kernel_name("rnn_gates_forward", dt);
   for (i64 s = 0; s < T; ++s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse), sp = slot_prev(t, reverse);
-    matmul_into(op, part(y, sp * BH, {B, H}), wt, hg);
+    h_wt(part(y, sp * BH, {B, H}), hg);
     launch_step(kernel, d, 8, relu,
                 {buf(part(xg, t * BH, {B, H})), buf(hg), buf(b_hh), buf(part(y, so * BH, {B, H}))});
   }
@@ -293,13 +296,14 @@ std::vector<Array> rnn_layer_backward(const Array& grad, const Array& y, const A
   fill_zero(dh);
   if (BH == 0) return {dxg, dh};
   const std::string kernel = kernel_name("rnn_gates_backward", dt);
+  const RepeatedMatmul dg_w(op, part(dxg, 0, {B, H}), w_hh, dh);
   for (i64 s = T - 1; s >= 0; --s) {
     const i64 t = time_of(s, T, reverse), so = slot_out(t, reverse);
     const Array dpre = part(dxg, t * BH, {B, H});
     launch_step(kernel, d, 8, relu,
                 {buf(part(grad, so * BH, {B, H})), buf(dh), buf(part(y, so * BH, {B, H})),
                  buf(dpre)});
-    matmul_into(op, dpre, w_hh, dh);
+    dg_w(dpre, dh);
   }
   return {dxg, dh};
 }

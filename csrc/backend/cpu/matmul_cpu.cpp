@@ -15,6 +15,10 @@
 namespace fm::cpu {
 
 FM_CPU_DECLARE(void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C))
+FM_CPU_DECLARE(std::int64_t matmul_packed_size(const MatmulArgs& p))
+FM_CPU_DECLARE(void matmul_pack_b(const MatmulArgs& p, const float* B, float* packed))
+FM_CPU_DECLARE(void matmul_packed(const MatmulArgs& p, const float* A, const float* packed,
+                                  float* C))
 
 namespace {
 using i64 = std::int64_t;
@@ -85,8 +89,26 @@ void matmul_native(const MatmulArgs& p, const Array& a, const Array& b, const Ar
                   reinterpret_cast<float*>(out.host_data()));
 }
 
+// B packed once for many products (ops/matmul.h's RepeatedMatmul; isa/matmul_gemm.cpp):
+// float32 only (the double GEMM packs B per product).
+std::int64_t packed_size_native(const MatmulArgs& p, DType t) {
+  return t == DType::float32 ? FM_CPU_DISPATCH(matmul_packed_size, p) : 0;
+}
+void pack_b_native(const MatmulArgs& p, const Array& b, const Array& packed) {
+  FM_CPU_DISPATCH(matmul_pack_b, p, reinterpret_cast<const float*>(b.host_data()),
+                  reinterpret_cast<float*>(packed.host_data()));
+}
+void packed_native(const MatmulArgs& p, const Array& a, const Array& packed, const Array& out) {
+  FM_CPU_DISPATCH(matmul_packed, p, reinterpret_cast<const float*>(a.host_data()),
+                  reinterpret_cast<const float*>(packed.host_data()),
+                  reinterpret_cast<float*>(out.host_data()));
+}
+
 }  // namespace
 
 FM_CPU_NATIVE("matmul", &matmul_native, &native_reduce_matmul_enabled());
+FM_CPU_NATIVE("matmul_packed_size", &packed_size_native, &native_reduce_matmul_enabled());
+FM_CPU_NATIVE("matmul_pack_b", &pack_b_native, &native_reduce_matmul_enabled());
+FM_CPU_NATIVE("matmul_packed", &packed_native, &native_reduce_matmul_enabled());
 
 }  // namespace fm::cpu

@@ -198,52 +198,64 @@ float* b_scratch(i64 n) {
 
 void pack_a_block(const MatmulArgs& p, const float* a, int s, int k0, int kn, float* dst);
 
+// One K block (k0, kn) of C's strips [s0, s1) against the packed panels pan[0, npan) of that
+// block (panel j at bp + kn * pan[j].q, C columns from c + pan[j].q): A from ap
+// (pack_a_strip's layout over all of K) or, with ap null, packed here from `a` into aslice,
+// one strip at a time. Every path of the GEMM ends here, so each C element is the same FMA
+// chain whichever path packed its operands.
+void strips_x_panels(const MatmulArgs& p, const float* ap, const float* a, float* aslice,
+                     const float* bp, const Panel* pan, int npan, float* c, int s0, int s1,
+                     int k0, int kn) {
+  static constexpr auto first = pkern_table<false>(std::make_index_sequence<NV>{});
+  static constexpr auto more = pkern_table<true>(std::make_index_sequence<NV>{});
+  const int M = p.M, K = p.K;
+  const i64 N = p.N;
+  const auto& table = k0 == 0 ? first : more;
+  alignas(64) float tmp[MR * NR];
+  for (int s = s0; s < s1; ++s) {
+    const int rows = std::min(MR, M - s * MR);
+    const float* as = ap ? ap + (i64(s) * K + k0) * MR : aslice;
+    if (!ap) pack_a_block(p, a, s, k0, kn, aslice);
+    float* cs = c + i64(s) * MR * N;
+    for (int j = 0; j < npan; ++j) {
+      const Panel& pn = pan[j];
+      const float* bpan = bp + i64(kn) * pn.q;
+      float* ct = cs + pn.q;
+      const float* next = j + 1 < npan ? cs + pan[j + 1].q : cs + i64(MR) * N;
+      const auto fn = table[pn.w - 1][rows - 1];
+      if (pn.cols == pn.w * VL) {
+        fn(kn, as, bpan, ct, N, next);
+        continue;
+      }
+      // A partial last panel: through a tile of whole vectors.
+      if (k0 > 0)
+        for (int i = 0; i < rows; ++i)
+          std::memcpy(tmp + i * NR, ct + i * N, sizeof(float) * pn.cols);
+      fn(kn, as, bpan, tmp, NR, next);
+      for (int i = 0; i < rows; ++i)
+        std::memcpy(ct + i * N, tmp + i * NR, sizeof(float) * pn.cols);
+    }
+  }
+}
+
 // C rows of strips [s0, s1) and columns [n0, n1) (n0 a multiple of VL; n1 too or N) of one
 // product: A packed (ap, pack_a_strip's layout over all of K), or, with ap null, packed here
 // from `a`, one K block of one strip at a time (Split::tiles); B at bb through p's strides.
 void gemm_range(const MatmulArgs& p, const float* ap, const float* a, const float* bb, float* c,
                 int s0, int s1, i64 n0, i64 n1) {
-  static constexpr auto first = pkern_table<false>(std::make_index_sequence<NV>{});
-  static constexpr auto more = pkern_table<true>(std::make_index_sequence<NV>{});
-  const int M = p.M, K = p.K;
-  const i64 N = p.N;
+  const int K = p.K;
   const KBlocks kb(K);
   const i64 ncb = std::max<i64>(NR, kBBlock / kb.kc / NR * NR);
   float* bp = b_scratch(i64(kb.kc) * (std::min(ncb, n1 - n0) + NR));
   std::vector<Panel> pan_buf(std::size_t(ncb / VL + 2));
   Panel* pan = pan_buf.data();
-  alignas(64) float tmp[MR * NR];
   float* aslice = ap ? nullptr : scratch(4, i64(kb.kc) * MR);
   for (i64 nb0 = n0; nb0 < n1; nb0 += ncb) {
     const int npan = panels_of(std::min(ncb, n1 - nb0), pan);
     for (int k0 = 0; k0 < K; k0 += kb.kc) {
       const int kn = std::min(kb.kc, K - k0);
       pack_b(p, bb, k0, kn, nb0, pan, npan, bp);
-      const auto& table = k0 == 0 ? first : more;
-      for (int s = s0; s < s1; ++s) {
-        const int rows = std::min(MR, M - s * MR);
-        const float* as = ap ? ap + (i64(s) * K + k0) * MR : aslice;
-        if (!ap) pack_a_block(p, a, s, k0, kn, aslice);
-        float* cs = c + i64(s) * MR * N + nb0;
-        for (int j = 0; j < npan; ++j) {
-          const Panel& pn = pan[j];
-          const float* bpan = bp + i64(kn) * pn.q;
-          float* ct = cs + pn.q;
-          const float* next = j + 1 < npan ? cs + pan[j + 1].q : cs + i64(MR) * N;
-          const auto fn = table[pn.w - 1][rows - 1];
-          if (pn.cols == pn.w * VL) {
-            fn(kn, as, bpan, ct, N, next);
-            continue;
-          }
-          // A partial last panel: through a tile of whole vectors.
-          if (k0 > 0)
-            for (int i = 0; i < rows; ++i)
-              std::memcpy(tmp + i * NR, ct + i * N, sizeof(float) * pn.cols);
-          fn(kn, as, bpan, tmp, NR, next);
-          for (int i = 0; i < rows; ++i)
-            std::memcpy(ct + i * N, tmp + i * NR, sizeof(float) * pn.cols);
-        }
-      }
+      strips_x_panels(p, ap, a, aslice, bp, pan, npan, c + nb0, s0, s1, k0, kn);
     }
   }
 }
@@ -432,7 +444,84 @@ void matmul_dot(const MatmulArgs& p, const float* A, const float* B, float* C) {
     });
   }
 }
+
+// ------------------------------------------------------------------ B packed once
+// Many products a_i @ B with one B and one shape (a recurrent layer's h_{t-1} @ W_hh^T at
+// every time step, and dg_t @ W_hh back): B is packed once into the panels (matmul_pack_b)
+// and every product (matmul_packed) runs strips_x_panels on them, A packed per task one K
+// block of one strip at a time, as Split::tiles does. Packing B was most of such a product's
+// overhead: a 32 x 256 @ 256 x 1024 step packed the whole 1 MB W_hh^T (a transpose) for 8M
+// multiply-adds. Layout: K block (k0, kn) at k0 * npad (npad: N in whole vectors); column
+// chunk [n0, n1) of it at + kn * n0, its panels (panels_of its width) as pack_b writes them.
+// Tasks are column chunks, one a thread (each thread's chunk of B stays in its L2 from one
+// product to the next), and row chunks only where the columns are too few for the threads.
+// The chunks depend on the pool's size, fixed for the process, so a packing serves every
+// product of the same p. Results are matmul_gemm's: the same micro-kernels over the same K
+// blocks (shapes on the dot path are not packed: packed_size is 0 there).
+struct PackedB {
+  int strips, vecs, col_chunks, row_chunks;
+  i64 npad;
+  PackedB(const MatmulArgs& p, int threads) {
+    strips = int(ceil_div(p.M, MR));
+    vecs = int(ceil_div(p.N, VL));
+    npad = i64(vecs) * VL;
+    // Too small to share (matmul_gemm's threshold): one task.
+    if (i64(p.M) * p.N * p.K < (i64(1) << 17)) threads = 1;
+    col_chunks = std::clamp(vecs / NV, 1, threads);
+    row_chunks = std::clamp(threads / col_chunks, 1, strips);
+  }
+  i64 n0(int ni) const { return i64(vecs) * ni / col_chunks * VL; }
+  i64 n1(const MatmulArgs& p, int ni) const { return std::min<i64>(p.N, n0(ni + 1)); }
+};
+
+Panel* panel_buffer(i64 cols) {
+  static thread_local std::vector<Panel> buf;
+  const std::size_t n = std::size_t(ceil_div(cols, VL) + 1);
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
 }  // namespace
+
+std::int64_t matmul_packed_size(const MatmulArgs& p) {
+  if (p.batch != 1 || i64(p.M) * p.N == 0 || p.K == 0 || dot_path(p)) return 0;
+  return i64(p.K) * PackedB(p, ThreadPool::instance().num_threads()).npad;
+}
+
+void matmul_pack_b(const MatmulArgs& p, const float* B, float* packed) {
+  auto& pool = ThreadPool::instance();
+  const PackedB L(p, pool.num_threads());
+  const KBlocks kb(p.K);
+  pool.parallel_for(i64(L.col_chunks) * kb.n, [&](i64 t) {
+    const int ni = int(t % L.col_chunks), k0 = int(t / L.col_chunks) * kb.kc;
+    const int kn = std::min(kb.kc, p.K - k0);
+    const i64 n0 = L.n0(ni), n1 = L.n1(p, ni);
+    if (n0 >= n1) return;
+    Panel* pan = panel_buffer(n1 - n0);
+    const int npan = panels_of(n1 - n0, pan);
+    pack_b(p, B, k0, kn, n0, pan, npan, packed + i64(k0) * L.npad + i64(kn) * n0);
+  });
+}
+
+void matmul_packed(const MatmulArgs& p, const float* A, const float* packed, float* C) {
+  auto& pool = ThreadPool::instance();
+  const PackedB L(p, pool.num_threads());
+  const KBlocks kb(p.K);
+  pool.parallel_for(i64(L.col_chunks) * L.row_chunks, [&](i64 t) {
+    const int mi = int(t / L.col_chunks), ni = int(t % L.col_chunks);
+    const int s0 = int(i64(L.strips) * mi / L.row_chunks);
+    const int s1 = int(i64(L.strips) * (mi + 1) / L.row_chunks);
+    const i64 n0 = L.n0(ni), n1 = L.n1(p, ni);
+    if (s0 >= s1 || n0 >= n1) return;
+    Panel* pan = panel_buffer(n1 - n0);
+    const int npan = panels_of(n1 - n0, pan);
+    float* aslice = scratch(4, i64(kb.kc) * MR);
+    for (int k0 = 0; k0 < p.K; k0 += kb.kc) {
+      const int kn = std::min(kb.kc, p.K - k0);
+      strips_x_panels(p, nullptr, A, aslice, packed + i64(k0) * L.npad + i64(kn) * n0, pan,
+                      npan, C + n0, s0, s1, k0, kn);
+    }
+  });
+}
 
 
 void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) {
