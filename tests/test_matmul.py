@@ -366,6 +366,44 @@ def test_linear_forward_backward_numpy(device, xshape, with_bias, rng):
     np.testing.assert_array_equal(only[1], gw)
 
 
+# (rows, in, out): the dot path (few rows, or few columns), the GEMM's tiles, its shared packed
+# A, the small one-task product, K past one block (513), partial panels, K = 0, one column.
+BIAS_SHAPES = [(5, 200, 40), (40, 300, 20), (64, 256, 1024), (300, 130, 70), (9, 600, 33),
+               (3, 7, 5), (6, 0, 17), (70, 64, 1), (2048, 64, 256)]
+
+
+@pytest.mark.parametrize("rows,inf,outf", BIAS_SHAPES, ids=[f"{r}x{i}x{o}" for r, i, o in BIAS_SHAPES])
+def test_linear_bias_equals_product_plus_bias_bit_for_bit(device, rows, inf, outf, rng):
+    """linear's bias, added by the CPU GEMM to each tile as it stores it (native op
+    matmul_bias), equals the product and a separate add bit for bit (one rounding of the same
+    sum), NaN, inf and -0.0 in the bias included; and float64 NumPy within rounding."""
+    x = rng.standard_normal((2, rows, inf)).astype(np.float32)
+    w = rng.standard_normal((outf, inf)).astype(np.float32)
+    b = rng.standard_normal(outf).astype(np.float32)
+    b[:3] = [np.nan, np.inf, -0.0][:outf]
+    xa, wa, ba = fm.asarray(x), fm.asarray(w), fm.asarray(b)
+    got = fm.linear(xa, wa, ba).numpy()
+    np.testing.assert_array_equal(got, (fm.linear(xa, wa) + ba).numpy())
+    assert np.array_equal(np.signbit(got), np.signbit((fm.linear(xa, wa) + ba).numpy()))
+    want = linear_reference(x, w, b.astype(np.float64))
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T + np.abs(b)
+    ok = np.isfinite(want)
+    np.testing.assert_array_equal(got[~ok], want[~ok].astype(np.float32))
+    assert (np.abs(got[ok] - want[ok]) <= 1e-5 * scale[ok] + 1e-6).all()
+
+
+def test_linear_bias_float64(device, rng):
+    """float64 linear with a bias: NumPy's sum within double rounding."""
+    if device == "metal":
+        pytest.skip("float64: Apple GPUs have no double")
+    x = rng.standard_normal((7, 30))
+    w = rng.standard_normal((11, 30))
+    b = rng.standard_normal(11)
+    got = fm.linear(fm.asarray(x), fm.asarray(w), fm.asarray(b)).numpy()
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, x @ w.T + b, rtol=1e-12, atol=1e-12)
+
+
 def test_linear_against_torch_autograd(device, rng):
     torch = pytest.importorskip("torch")
     x = rng.standard_normal((4, 6, 33)).astype(np.float32)

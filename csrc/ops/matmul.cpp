@@ -13,6 +13,7 @@
 #include "backend/env_config.h"
 #include "ops/array_arg.h"
 #include "ops/convert.h"
+#include "ops/elementwise.h"
 #include "ops/python_op.h"
 
 namespace fm {
@@ -323,6 +324,24 @@ void matmul_into(const std::string& op, const Array& a, const Array& b, const Ar
   }
   if (t == DType::float64) return launch_gemm_float64(be, p, a, b, out);
   launch_gemm(be, p, a, b, out);
+}
+
+void matmul_bias_into(const std::string& op, const Array& a, const Array& b, const Array& bias,
+                      const Array& out) {
+  Backend& be = out.backend();
+  using NativeBias = void(const MatmulArgs&, const Array&, const Array&, const Array&,
+                          const Array&);
+  const auto fast = native<NativeBias>(be, "matmul_bias");
+  MatmulArgs p;
+  if (fast && bias.dtype == out.dtype && bias.ndim() == 1 && out.ndim() >= 1 &&
+      bias.shape[0] == out.shape.back() && bias.contiguous()) {
+    if (!matmul_args(op, a, b, out, p)) return;
+    be.synchronize();
+    fast(p, a, b, bias, out);
+    return;
+  }
+  matmul_into(op, a, b, out);
+  launch_binary("add", out, bias, out);
 }
 
 RepeatedMatmul::RepeatedMatmul(std::string op, const Array& a, const Array& b, const Array& out)

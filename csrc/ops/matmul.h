@@ -17,6 +17,11 @@ Shape matmul_shape(const std::string& op, const Shape& a, const Shape& b);
 // out = a @ b; out contiguous float32 with matmul_shape(a, b) (not overlapping a or b).
 void matmul_into(const std::string& op, const Array& a, const Array& b, const Array& out);
 Array matmul(const std::string& op, const Array& a, const Array& b);
+// out = a @ b + bias (bias (N,), out's dtype, along out's last axis: linear's forward). The
+// backend's GEMM adds it as it stores C where it can (native op "matmul_bias"), else
+// matmul_into and an elementwise add: the same one rounding of the sum either way.
+void matmul_bias_into(const std::string& op, const Array& a, const Array& b, const Array& bias,
+                      const Array& out);
 
 // out = a @ b for many a (and out) of the shapes and strides of the ones given here, with one
 // b (a recurrent layer's h_{t-1} @ W_hh^T at every time step). Where the backend's GEMM packs

@@ -14,7 +14,8 @@
 
 namespace fm::cpu {
 
-FM_CPU_DECLARE(void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C))
+FM_CPU_DECLARE(void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C,
+                                const float* bias))
 FM_CPU_DECLARE(std::int64_t matmul_packed_size(const MatmulArgs& p))
 FM_CPU_DECLARE(void matmul_pack_b(const MatmulArgs& p, const float* B, float* packed))
 FM_CPU_DECLARE(void matmul_packed(const MatmulArgs& p, const float* A, const float* packed,
@@ -86,7 +87,25 @@ void matmul_native(const MatmulArgs& p, const Array& a, const Array& b, const Ar
   }
   FM_CPU_DISPATCH(matmul_gemm, p, reinterpret_cast<const float*>(a.host_data()),
                   reinterpret_cast<const float*>(b.host_data()),
-                  reinterpret_cast<float*>(out.host_data()));
+                  reinterpret_cast<float*>(out.host_data()), nullptr);
+}
+
+// out = a @ b + bias (N values, contiguous, out's dtype): float32 adds the bias to each tile
+// of C as the GEMM finishes it, not in another pass over C; float64 adds it after.
+void matmul_bias_native(const MatmulArgs& p, const Array& a, const Array& b, const Array& bias,
+                        const Array& out) {
+  if (out.dtype == DType::float64) {
+    matmul_native(p, a, b, out);
+    double* c = reinterpret_cast<double*>(out.host_data());
+    const double* bv = reinterpret_cast<const double*>(bias.host_data());
+    for (i64 r = 0; r < i64(p.batch) * p.M; ++r)
+      for (i64 j = 0; j < p.N; ++j) c[r * p.N + j] = c[r * p.N + j] + bv[j];
+    return;
+  }
+  FM_CPU_DISPATCH(matmul_gemm, p, reinterpret_cast<const float*>(a.host_data()),
+                  reinterpret_cast<const float*>(b.host_data()),
+                  reinterpret_cast<float*>(out.host_data()),
+                  reinterpret_cast<const float*>(bias.host_data()));
 }
 
 // B packed once for many products (ops/matmul.h's RepeatedMatmul; isa/matmul_gemm.cpp):
@@ -107,6 +126,7 @@ void packed_native(const MatmulArgs& p, const Array& a, const Array& packed, con
 }  // namespace
 
 FM_CPU_NATIVE("matmul", &matmul_native, &native_reduce_matmul_enabled());
+FM_CPU_NATIVE("matmul_bias", &matmul_bias_native, &native_reduce_matmul_enabled());
 FM_CPU_NATIVE("matmul_packed_size", &packed_size_native, &native_reduce_matmul_enabled());
 FM_CPU_NATIVE("matmul_pack_b", &pack_b_native, &native_reduce_matmul_enabled());
 FM_CPU_NATIVE("matmul_packed", &packed_native, &native_reduce_matmul_enabled());

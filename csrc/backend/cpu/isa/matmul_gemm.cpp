@@ -198,19 +198,33 @@ float* b_scratch(i64 n) {
 
 void pack_a_block(const MatmulArgs& p, const float* a, int s, int k0, int kn, float* dst);
 
+// rows x cols of C at c (row pitch ldc) += bias[0, cols): linear's bias, added to each tile
+// right after its last K block while it is in L1 (a separate add made another pass over all
+// of C). The same one rounding per element as adding it to the finished product.
+void add_bias(float* c, i64 ldc, int rows, int cols, const float* bias) {
+  for (int i = 0; i < rows; ++i) {
+    float* r = c + i * ldc;
+    int j = 0;
+    for (; j + VL <= cols; j += VL) vstore(r + j, vadd(vload(r + j), vload(bias + j)));
+    for (; j < cols; ++j) r[j] = r[j] + bias[j];
+  }
+}
+
 // One K block (k0, kn) of C's strips [s0, s1) against the packed panels pan[0, npan) of that
 // block (panel j at bp + kn * pan[j].q, C columns from c + pan[j].q): A from ap
 // (pack_a_strip's layout over all of K) or, with ap null, packed here from `a` into aslice,
 // one strip at a time. Every path of the GEMM ends here, so each C element is the same FMA
-// chain whichever path packed its operands.
+// chain whichever path packed its operands. bias (C's columns from c's, or null): added
+// after the last K block.
 void strips_x_panels(const MatmulArgs& p, const float* ap, const float* a, float* aslice,
                      const float* bp, const Panel* pan, int npan, float* c, int s0, int s1,
-                     int k0, int kn) {
+                     int k0, int kn, const float* bias) {
   static constexpr auto first = pkern_table<false>(std::make_index_sequence<NV>{});
   static constexpr auto more = pkern_table<true>(std::make_index_sequence<NV>{});
   const int M = p.M, K = p.K;
   const i64 N = p.N;
   const auto& table = k0 == 0 ? first : more;
+  if (k0 + kn < K) bias = nullptr;
   alignas(64) float tmp[MR * NR];
   for (int s = s0; s < s1; ++s) {
     const int rows = std::min(MR, M - s * MR);
@@ -225,24 +239,25 @@ void strips_x_panels(const MatmulArgs& p, const float* ap, const float* a, float
       const auto fn = table[pn.w - 1][rows - 1];
       if (pn.cols == pn.w * VL) {
         fn(kn, as, bpan, ct, N, next);
-        continue;
-      }
-      // A partial last panel: through a tile of whole vectors.
-      if (k0 > 0)
+      } else {  // a partial last panel: through a tile of whole vectors
+        if (k0 > 0)
+          for (int i = 0; i < rows; ++i)
+            std::memcpy(tmp + i * NR, ct + i * N, sizeof(float) * pn.cols);
+        fn(kn, as, bpan, tmp, NR, next);
         for (int i = 0; i < rows; ++i)
-          std::memcpy(tmp + i * NR, ct + i * N, sizeof(float) * pn.cols);
-      fn(kn, as, bpan, tmp, NR, next);
-      for (int i = 0; i < rows; ++i)
-        std::memcpy(ct + i * N, tmp + i * NR, sizeof(float) * pn.cols);
+          std::memcpy(ct + i * N, tmp + i * NR, sizeof(float) * pn.cols);
+      }
+      if (bias) add_bias(ct, N, rows, pn.cols, bias + pn.q);
     }
   }
 }
 
 // C rows of strips [s0, s1) and columns [n0, n1) (n0 a multiple of VL; n1 too or N) of one
 // product: A packed (ap, pack_a_strip's layout over all of K), or, with ap null, packed here
-// from `a`, one K block of one strip at a time (Split::tiles); B at bb through p's strides.
+// from `a`, one K block of one strip at a time (Split::tiles); B at bb through p's strides;
+// plus bias (N floats) where not null.
 void gemm_range(const MatmulArgs& p, const float* ap, const float* a, const float* bb, float* c,
-                int s0, int s1, i64 n0, i64 n1) {
+                int s0, int s1, i64 n0, i64 n1, const float* bias) {
   const int K = p.K;
   const KBlocks kb(K);
   const i64 ncb = std::max<i64>(NR, kBBlock / kb.kc / NR * NR);
@@ -255,7 +270,8 @@ void gemm_range(const MatmulArgs& p, const float* ap, const float* a, const floa
     for (int k0 = 0; k0 < K; k0 += kb.kc) {
       const int kn = std::min(kb.kc, K - k0);
       pack_b(p, bb, k0, kn, nb0, pan, npan, bp);
-      strips_x_panels(p, ap, a, aslice, bp, pan, npan, c + nb0, s0, s1, k0, kn);
+      strips_x_panels(p, ap, a, aslice, bp, pan, npan, c + nb0, s0, s1, k0, kn,
+                      bias ? bias + nb0 : nullptr);
     }
   }
 }
@@ -374,14 +390,15 @@ struct Split {
   int per_group() const { return m_sub * n_chunks; }  // tasks g * per_group() ... are group g's
   int strip0(int mi) const { return int(i64(strips) * mi / m_chunks); }  // row chunk mi's first
   int group_strip0(int g) const { return strip0(g * m_sub); }
-  void run(const MatmulArgs& p, const float* ap, const float* bb, float* c, i64 t) const {
+  void run(const MatmulArgs& p, const float* ap, const float* bb, float* c, i64 t,
+           const float* bias) const {
     const int mi = int(t / n_chunks), ni = int(t % n_chunks);
     const int s0 = strip0(mi), s1 = strip0(mi + 1);
     // Column chunks of equal numbers of vectors (1024 columns in whole 48-column panels
     // would give chunks of 5 and 6 panels, threads 6% apart).
     const i64 n0 = i64(vecs) * ni / n_chunks * VL;
     const i64 n1 = std::min<i64>(p.N, i64(vecs) * (ni + 1) / n_chunks * VL);
-    if (s0 < s1 && n0 < n1) gemm_range(p, ap, nullptr, bb, c, s0, s1, n0, n1);
+    if (s0 < s1 && n0 < n1) gemm_range(p, ap, nullptr, bb, c, s0, s1, n0, n1, bias);
   }
 };
 
@@ -402,7 +419,8 @@ bool dot_path(const MatmulArgs& p) {
   return p.M <= 16 || (p.M <= 512 && (p.N <= 32 || (p.N <= 128 && (p.M <= 32 || VL < 16))));
 }
 
-void matmul_dot(const MatmulArgs& p, const float* A, const float* B, float* C) {
+void matmul_dot(const MatmulArgs& p, const float* A, const float* B, float* C,
+                const float* bias) {
   static constexpr auto table = dot_table(std::make_index_sequence<DMA>{});
   auto& pool = ThreadPool::instance();
   const int M = p.M, N = p.N;
@@ -440,6 +458,7 @@ void matmul_dot(const MatmulArgs& p, const float* A, const float* B, float* C) {
         float* out = c + g * DMA * i64(N) + j0;
         for (int i = 0; i < ma; ++i) std::fill(out + i * i64(N), out + i * i64(N) + ncols, 0.f);
         dot_reduce(ma, ncols, vacc + g * per_group, out, N);
+        if (bias) add_bias(out, N, ma, ncols, bias + j0);
       }
     });
   }
@@ -518,20 +537,23 @@ void matmul_packed(const MatmulArgs& p, const float* A, const float* packed, flo
     for (int k0 = 0; k0 < p.K; k0 += kb.kc) {
       const int kn = std::min(kb.kc, p.K - k0);
       strips_x_panels(p, nullptr, A, aslice, packed + i64(k0) * L.npad + i64(kn) * n0, pan,
-                      npan, C + n0, s0, s1, k0, kn);
+                      npan, C + n0, s0, s1, k0, kn, nullptr);
     }
   });
 }
 
 
-void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) {
+void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C,
+                 const float* bias) {
   const i64 MN = i64(p.M) * p.N;
   if (MN == 0 || p.batch == 0) return;
   if (p.K == 0) {
     std::fill(C, C + MN * p.batch, 0.f);
+    if (bias)
+      for (i64 r = 0; r < i64(p.batch) * p.M; ++r) add_bias(C + r * p.N, p.N, 1, p.N, bias);
     return;
   }
-  if (dot_path(p)) return matmul_dot(p, A, B, C);
+  if (dot_path(p)) return matmul_dot(p, A, B, C, bias);
   auto& pool = ThreadPool::instance();
   const int threads = pool.num_threads();
   const Split sp(p, threads);
@@ -549,7 +571,7 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
         for (int s = one.group_strip0(g); s < one.group_strip0(g + 1); ++s)
           pack_a_strip(p, a, s, ap);
         for (int t = 0; t < one.per_group(); ++t)
-          one.run(p, ap, bb, C + b * MN, i64(g) * one.per_group() + t);
+          one.run(p, ap, bb, C + b * MN, i64(g) * one.per_group() + t, bias);
       }
     });
     return;
@@ -564,7 +586,8 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
         const int s0 = int(strips * mi / mc), s1 = int(strips * (mi + 1) / mc);
         const i64 n0 = i64(sp.vecs) * ni / nc * VL;
         const i64 n1 = std::min<i64>(p.N, i64(sp.vecs) * (ni + 1) / nc * VL);
-        if (s0 < s1 && n0 < n1) gemm_range(p, nullptr, a, bb, C + b * MN, s0, s1, n0, n1);
+        if (s0 < s1 && n0 < n1)
+          gemm_range(p, nullptr, a, bb, C + b * MN, s0, s1, n0, n1, bias);
       });
     }
     return;
@@ -578,7 +601,7 @@ void matmul_gemm(const MatmulArgs& p, const float* A, const float* B, float* C) 
       pool.parallel_for(sp.group_strip0(g + 1) - s0,
                         [&](i64 s) { pack_a_strip(p, a, s0 + int(s), ap); });
       pool.parallel_for(sp.per_group(), [&](i64 t) {
-        sp.run(p, ap, bb, C + b * MN, i64(g) * sp.per_group() + t);
+        sp.run(p, ap, bb, C + b * MN, i64(g) * sp.per_group() + t, bias);
       });
     }
   }
