@@ -333,8 +333,8 @@ void matmul_bias_into(const std::string& op, const Array& a, const Array& b, con
                           const Array&);
   const auto fast = native<NativeBias>(be, "matmul_bias");
   MatmulArgs p;
-  if (fast && bias.dtype == out.dtype && bias.ndim() == 1 && out.ndim() >= 1 &&
-      bias.shape[0] == out.shape.back() && bias.contiguous()) {
+  if (fast && out.contiguous() && bias.dtype == out.dtype && bias.ndim() == 1 &&
+      out.ndim() >= 1 && bias.shape[0] == out.shape.back() && bias.contiguous()) {
     if (!matmul_args(op, a, b, out, p)) return;
     be.synchronize();
     fast(p, a, b, bias, out);
@@ -377,9 +377,6 @@ Array matmul(const std::string& op, const Array& a, const Array& b) {
   return out;
 }
 
-}  // namespace fm
-
-namespace fm {
 // RepeatedMatmul's private Python entry, for its tests: out[s] = a[s] @ b (or @ b^T, a
 // transposed view as the recurrent layers' W_hh^T) for every s, through one RepeatedMatmul.
 Array matmul_repeated(const Array& a, const Array& b, bool transpose_b) {
