@@ -834,3 +834,477 @@ FM_INSTANTIATE("sdpa_backward_dq_d64_float32", sdpa_backward_dq, float, 64, 16, 
 FM_INSTANTIATE("sdpa_backward_dq_d128_float32", sdpa_backward_dq, float, 128, 8, 16);
 FM_INSTANTIATE("sdpa_backward_dq_d64_float16", sdpa_backward_dq, half, 64, 16, 32);
 FM_INSTANTIATE("sdpa_backward_dq_d128_float16", sdpa_backward_dq, half, 128, 8, 16);
+
+// ------------------------------------------------------------------------ tiled backward
+// sdpa_backward_dkdv_tiled and sdpa_backward_dq_tiled: the backward for head dims <= 64 with
+// register blocking (ops/attention.cpp picks them; FASTMETAL_SDPA_BACKWARD=classic picks the
+// kernels above). Those give each thread 2 x 2 entries of P and dS and read ~1 threadgroup
+// value per FMA; here, as in sdpa_forward_tiled, every thread computes 4 x 4 micro-tiles of
+// S and dP and 4 x 8 (or 4 x 4) micro-tiles of the gradients from float4s it loads once.
+// Both kernels: 128 threads (4 simdgroups of 32), BQ = 32 query rows x BK = 64 keys per step.
+//   scores and dP: thread t (w = t / 32, lane = t % 32) owns rows 4 rq .. + 3 and keys
+//     4 kq .. + 3, rq = 4 (w % 2) + lane / 8, kq = 8 (w / 2) + lane % 8: per column d one
+//     float4 of Qt[d] (4 rows; 4 distinct per warp, broadcast to 8 lanes) and one of Kt[d]
+//     (4 keys; 8 consecutive per warp) feed 16 FMAs; dP = dO V^T likewise from Gt and Vt.
+//     s is formed exactly as the forwards form it (Q pre-scaled when staged, fma over
+//     d = 0, 1, .. in order), so P = exp(s - lse) <= 1 holds.
+//   dK/dV (a group owns 64 keys, walks the query tiles of 32 rows): thread t owns keys
+//     4 jq .. + 3, jq = 4 w + lane / 8, and columns 4 cg .. + 3, 32 + 4 cg .. + 3, cg = lane % 8,
+//     of both dK and dV (64 accumulators). P (dropped) and dS are staged row-major, P[r][key
+//     quad]; per row quad the thread loads 4 float4s of P and 8 of Gt (dO transposed: 4 rows
+//     per float4) for 128 FMAs into dV, and 4 of dS and 8 of Qt for 128 into dK.
+//     Per thread and query tile: 4,096 FMAs, 448 threadgroup loads (~0.11 per FMA).
+//   dQ (a group owns 32 rows, walks the key tiles of 64): thread t owns rows 4 rq .. + 3 and
+//     columns 4 kq .. + 3 (the score mapping; 16 accumulators); per key quad 4 float4s of dS
+//     (4 keys of a row) and 4 of Kt (4 keys of a column) feed 64 FMAs. Per thread and key
+//     tile: 3,072 FMAs, 384 loads (0.125 per FMA).
+//   Every gradient element is summed by one thread, rows (dK, dV) or keys (dQ) in ascending
+//   order: deterministic, whatever the grid.
+// Threadgroup memory: the transposed tiles Qt, Gt (64 x 32 floats, 8 KiB each) and X (64 x 64,
+// 16 KiB) that holds Kt, then Vt, then (dK/dV) P and dS, or (dQ) Vt then Kt while dS takes
+// Gt's place: 32,768 bytes, the Apple limit, in both kernels. So the dK/dV kernel stages K and
+// V again for each query tile (from L2: 32 KiB of K and V with 16 KiB of Q and dO per 2^19
+// FMAs of the group) and the dQ kernel dO for each key tile; 6 and 5 barriers per tile.
+// Stores are bank-conflict free: Qt[d][row quad ^ (d / 4 % 8)] and Kt[d][key quad ^ (d / 4
+// % 8)] (XOR-swizzled so the 8 column quads a warp reads in the gradient steps hit 8 distinct
+// 16-byte columns), dS of the dQ kernel [r][key quad ^ (r / 4 % 8)]. lse and delta of a
+// thread's 4 rows are read into registers (no threadgroup copy). Registers per thread: dK/dV
+// 64 accumulators + 16 P + 16 dP + 4 delta, ~120 (the CUDA build caps at 128); dQ ~70.
+enum : int32_t {
+  kSdpaBwdRows = 32,     // query rows per step
+  kSdpaBwdKeys = 64,     // keys per step
+  kSdpaBwdDim = 64,      // the largest head dim it serves
+  kSdpaBwdThreads = 128,
+};
+
+// dK and dV of 64 keys. Grid (threadgroups): x = ceil(S / 64) key tiles, y = nbatch; 128
+// threads each.
+template <typename T>
+kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
+                                     device const T* k [[buffer(1)]],
+                                     device const T* v [[buffer(2)]],
+                                     device const float* mask [[buffer(3)]],
+                                     device const T* dout [[buffer(4)]],
+                                     device const float* lse [[buffer(5)]],
+                                     device const float* delta [[buffer(6)]],
+                                     device T* dk [[buffer(7)]],
+                                     device T* dv [[buffer(8)]],
+                                     constant SdpaArgs& a [[buffer(9)]],
+                                     uint3 tg_pos [[threadgroup_position_in_grid]],
+                                     uint32_t tid [[thread_index_in_threadgroup]]) {
+  constexpr int BQ = kSdpaBwdRows;
+  constexpr int BK = kSdpaBwdKeys;
+  constexpr int NT = kSdpaBwdThreads;
+  constexpr int RQ = BQ / 4;   // float4 per Qt / Gt row (row quads)
+  constexpr int KQ = BK / 4;   // float4 per Kt / Vt row and per P / dS row (key quads)
+  constexpr int PS = BQ * KQ;  // dS's offset in X
+  static_assert(NT == 128 && RQ == 8 && KQ == 16 && kSdpaBwdDim == 64 && BK % BQ == 0,
+                "tile shape");
+  threadgroup float4 Qt[kSdpaBwdDim * kSdpaBwdRows / 4];  // Qt[d][rq ^ (d / 4 % 8)], scaled
+  threadgroup float4 Gt[kSdpaBwdDim * kSdpaBwdRows / 4];  // dO transposed, likewise
+  threadgroup float4 X[kSdpaBwdDim * kSdpaBwdKeys / 4];   // Kt, Vt [d][kq ^ (d / 4 % 8)]; P, dS
+
+  const int32_t b = int32_t(tg_pos.y);
+  const int32_t k0 = int32_t(tg_pos.x) * BK;
+  const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
+  const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
+  const uint64_t mo = sdpa_mask_offset(a, b);
+  const uint64_t row0 = uint64_t(b) * uint64_t(L);
+  const int32_t w = int32_t(tid) / 32, lane = int32_t(tid) % 32;
+  const int32_t rq = 4 * (w % 2) + lane / 8, kq = 8 * (w / 2) + lane % 8;  // scores
+  const int32_t jq = 4 * w + lane / 8, cg = lane % 8;                      // dK, dV
+
+  float dka[32], dva[32];  // [u * 8 + c]: key 4 jq + u, column 4 cg + c (c < 4), 28 + 4 cg + c
+  FM_UNROLL
+  for (int e = 0; e < 32; ++e) {
+    dka[e] = 0.0f;
+    dva[e] = 0.0f;
+  }
+  // Causal: rows before the tile's first key see none of its keys (k0 is a multiple of BQ).
+  const int32_t q_begin = a.causal != 0 ? k0 : 0;
+  for (int32_t q0 = q_begin; q0 < L; q0 += BQ) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
+    // Qt (scaled) and Gt: thread (row quad, column quad) transposes a 4 x 4 block.
+    for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
+      const int32_t r4 = e % RQ, c4 = e / RQ;
+      float4 x[4];
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) {
+        const int32_t i = q0 + 4 * r4 + vv;
+        x[vv] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale) : float4(0.0f);
+      }
+      const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+      Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      Qt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      Qt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      Qt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+    }
+    for (int32_t e = int32_t(tid); e < RQ * V4; e += NT) {
+      const int32_t r4 = e % RQ, c4 = e / RQ;
+      float4 x[4];
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) {
+        const int32_t i = q0 + 4 * r4 + vv;
+        x[vv] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f) : float4(0.0f);
+      }
+      const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+      Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      Gt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      Gt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      Gt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+    }
+    for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
+      const int32_t j4 = e % KQ, c4 = e / KQ;
+      float4 x[4];
+      FM_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const int32_t j = k0 + 4 * j4 + u;
+        x[u] = j < S ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f) : float4(0.0f);
+      }
+      const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+      X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+    }
+    float lr[4];
+    FM_UNROLL
+    for (int vv = 0; vv < 4; ++vv) {
+      const int32_t i = q0 + 4 * rq + vv;
+      lr[vv] = i < L ? lse[row0 + uint64_t(i)] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    // s[vv * 4 + u] = score of row 4 rq + vv and key 4 kq + u, fma over d in order; then P.
+    float pv[16];
+    FM_UNROLL
+    for (int e = 0; e < 16; ++e) pv[e] = 0.0f;
+    for (int32_t c4 = 0; c4 < D4; ++c4) {
+      FM_UNROLL
+      for (int t = 0; t < 4; ++t) {
+        const float4 qq = Qt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
+        const float4 kk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          const float qv = sdpa_comp(qq, vv);
+          pv[vv * 4 + 0] = fma(qv, kk.x, pv[vv * 4 + 0]);
+          pv[vv * 4 + 1] = fma(qv, kk.y, pv[vv * 4 + 1]);
+          pv[vv * 4 + 2] = fma(qv, kk.z, pv[vv * 4 + 2]);
+          pv[vv * 4 + 3] = fma(qv, kk.w, pv[vv * 4 + 3]);
+        }
+      }
+    }
+    FM_UNROLL
+    for (int e = 0; e < 16; ++e) {
+      const int32_t i = q0 + 4 * rq + e / 4, j = k0 + 4 * kq + e % 4;
+      const float x = sdpa_masked(a, mask, mo, i, j, pv[e]);
+      pv[e] = x == -INFINITY ? 0.0f : exp(x - lr[e / 4]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
+    for (int32_t e = int32_t(tid); e < KQ * V4; e += NT) {
+      const int32_t j4 = e % KQ, c4 = e / KQ;
+      float4 x[4];
+      FM_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const int32_t j = k0 + 4 * j4 + u;
+        x[u] = j < S ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f) : float4(0.0f);
+      }
+      const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+      X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dP = dO V^T, the same micro-tile.
+    float dp[16];
+    FM_UNROLL
+    for (int e = 0; e < 16; ++e) dp[e] = 0.0f;
+    for (int32_t c4 = 0; c4 < V4; ++c4) {
+      FM_UNROLL
+      for (int t = 0; t < 4; ++t) {
+        const float4 gg = Gt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
+        const float4 vk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          const float gv = sdpa_comp(gg, vv);
+          dp[vv * 4 + 0] = fma(gv, vk.x, dp[vv * 4 + 0]);
+          dp[vv * 4 + 1] = fma(gv, vk.y, dp[vv * 4 + 1]);
+          dp[vv * 4 + 2] = fma(gv, vk.z, dp[vv * 4 + 2]);
+          dp[vv * 4 + 3] = fma(gv, vk.w, dp[vv * 4 + 3]);
+        }
+      }
+    }
+    // dS = P (dP_dropped - delta) into dp, P_dropped into pv.
+    FM_UNROLL
+    for (int vv = 0; vv < 4; ++vv) {
+      const int32_t i = q0 + 4 * rq + vv;
+      const float dl = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
+      FM_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const int32_t j = k0 + 4 * kq + u;
+        const float p = pv[vv * 4 + u];
+        const float keep = i < L && j < S ? sdpa_keep(a, b, i, j) : 0.0f;
+        pv[vv * 4 + u] = p * keep;
+        dp[vv * 4 + u] = p == 0.0f ? 0.0f : p * (dp[vv * 4 + u] * keep - dl);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Vt
+    FM_UNROLL
+    for (int vv = 0; vv < 4; ++vv) {
+      X[(4 * rq + vv) * KQ + kq] = float4(pv[vv * 4], pv[vv * 4 + 1], pv[vv * 4 + 2], pv[vv * 4 + 3]);
+      X[PS + (4 * rq + vv) * KQ + kq] = float4(dp[vv * 4], dp[vv * 4 + 1], dp[vv * 4 + 2], dp[vv * 4 + 3]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dV += P^T dO, dK += dS^T (scale Q): rows in order, 4 at a time.
+    for (int r4 = 0; r4 < RQ; ++r4) {
+      float4 pp[4];
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) pp[vv] = X[(4 * r4 + vv) * KQ + jq];
+      FM_UNROLL
+      for (int c = 0; c < 8; ++c) {
+        const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;  // sw = cg
+        const float4 g = Gt[col * RQ + (r4 ^ cg)];
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          float acc = dva[u * 8 + c];
+          acc = fma(sdpa_comp(pp[0], u), g.x, acc);
+          acc = fma(sdpa_comp(pp[1], u), g.y, acc);
+          acc = fma(sdpa_comp(pp[2], u), g.z, acc);
+          dva[u * 8 + c] = fma(sdpa_comp(pp[3], u), g.w, acc);
+        }
+      }
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) pp[vv] = X[PS + (4 * r4 + vv) * KQ + jq];
+      FM_UNROLL
+      for (int c = 0; c < 8; ++c) {
+        const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;
+        const float4 qq = Qt[col * RQ + (r4 ^ cg)];
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          float acc = dka[u * 8 + c];
+          acc = fma(sdpa_comp(pp[0], u), qq.x, acc);
+          acc = fma(sdpa_comp(pp[1], u), qq.y, acc);
+          acc = fma(sdpa_comp(pp[2], u), qq.z, acc);
+          dka[u * 8 + c] = fma(sdpa_comp(pp[3], u), qq.w, acc);
+        }
+      }
+    }
+  }
+  const uint64_t dko = sdpa_offset(a, b, FM_SDPA_DK), dvo = sdpa_offset(a, b, FM_SDPA_DV);
+  FM_UNROLL
+  for (int u = 0; u < 4; ++u) {
+    const int32_t j = k0 + 4 * jq + u;
+    if (j < S) {
+      const uint64_t krow = sdpa_row(a, dko, FM_SDPA_DK, j), vrow = sdpa_row(a, dvo, FM_SDPA_DV, j);
+      FM_UNROLL
+      for (int c = 0; c < 8; ++c) {
+        const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;
+        if (col < D) dk[krow + uint64_t(col)] = T(dka[u * 8 + c]);
+        if (col < Dv) dv[vrow + uint64_t(col)] = T(dva[u * 8 + c]);
+      }
+    }
+  }
+}
+
+FM_INSTANTIATE("sdpa_backward_dkdv_tiled_d64_float32", sdpa_backward_dkdv_tiled, float);
+FM_INSTANTIATE("sdpa_backward_dkdv_tiled_d64_float16", sdpa_backward_dkdv_tiled, half);
+
+// dQ of 32 query rows. Grid (threadgroups): x = ceil(L / 32) query tiles, y = nbatch; 128
+// threads each.
+template <typename T>
+kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
+                                   device const T* k [[buffer(1)]],
+                                   device const T* v [[buffer(2)]],
+                                   device const float* mask [[buffer(3)]],
+                                   device const T* dout [[buffer(4)]],
+                                   device const float* lse [[buffer(5)]],
+                                   device const float* delta [[buffer(6)]],
+                                   device T* dq [[buffer(7)]],
+                                   constant SdpaArgs& a [[buffer(8)]],
+                                   uint3 tg_pos [[threadgroup_position_in_grid]],
+                                   uint32_t tid [[thread_index_in_threadgroup]]) {
+  constexpr int BQ = kSdpaBwdRows;
+  constexpr int BK = kSdpaBwdKeys;
+  constexpr int NT = kSdpaBwdThreads;
+  constexpr int RQ = BQ / 4;
+  constexpr int KQ = BK / 4;
+  static_assert(NT == 128 && RQ == 8 && KQ == 16 && kSdpaBwdDim == 64, "tile shape");
+  threadgroup float4 Qt[kSdpaBwdDim * kSdpaBwdRows / 4];  // Qt[d][rq ^ (d / 4 % 8)], scaled
+  threadgroup float4 Gt[kSdpaBwdDim * kSdpaBwdRows / 4];  // dO transposed; then dS[r][kq ^ (r / 4 % 8)]
+  threadgroup float4 X[kSdpaBwdDim * kSdpaBwdKeys / 4];   // Vt, then Kt [d][kq ^ (d / 4 % 8)]
+
+  const int32_t b = int32_t(tg_pos.y);
+  const int32_t q0 = int32_t(tg_pos.x) * BQ;
+  const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
+  const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
+  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
+  const uint64_t mo = sdpa_mask_offset(a, b);
+  const uint64_t row0 = uint64_t(b) * uint64_t(L);
+  const int32_t w = int32_t(tid) / 32, lane = int32_t(tid) % 32;
+  // Scores: rows 4 rq .. + 3, keys 4 kq .. + 3; dQ: the same rows, columns 4 kq .. + 3.
+  const int32_t rq = 4 * (w % 2) + lane / 8, kq = 8 * (w / 2) + lane % 8;
+
+  for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
+    const int32_t r4 = e % RQ, c4 = e / RQ;
+    float4 x[4];
+    FM_UNROLL
+    for (int vv = 0; vv < 4; ++vv) {
+      const int32_t i = q0 + 4 * r4 + vv;
+      x[vv] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale) : float4(0.0f);
+    }
+    const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+    Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+    Qt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+    Qt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+    Qt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+  }
+  float lr[4], dl[4];
+  FM_UNROLL
+  for (int vv = 0; vv < 4; ++vv) {
+    const int32_t i = q0 + 4 * rq + vv;
+    lr[vv] = i < L ? lse[row0 + uint64_t(i)] : 0.0f;
+    dl[vv] = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
+  }
+  float acc[16];  // [vv * 4 + c]: row 4 rq + vv, column 4 kq + c
+  FM_UNROLL
+  for (int e = 0; e < 16; ++e) acc[e] = 0.0f;
+  const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
+  for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
+    for (int32_t e = int32_t(tid); e < RQ * V4; e += NT) {
+      const int32_t r4 = e % RQ, c4 = e / RQ;
+      float4 x[4];
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) {
+        const int32_t i = q0 + 4 * r4 + vv;
+        x[vv] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f) : float4(0.0f);
+      }
+      const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+      Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      Gt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      Gt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      Gt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+    }
+    for (int32_t e = int32_t(tid); e < KQ * V4; e += NT) {
+      const int32_t j4 = e % KQ, c4 = e / KQ;
+      float4 x[4];
+      FM_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const int32_t j = k0 + 4 * j4 + u;
+        x[u] = j < S ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f) : float4(0.0f);
+      }
+      const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+      X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float dp[16];
+    FM_UNROLL
+    for (int e = 0; e < 16; ++e) dp[e] = 0.0f;
+    for (int32_t c4 = 0; c4 < V4; ++c4) {
+      FM_UNROLL
+      for (int t = 0; t < 4; ++t) {
+        const float4 gg = Gt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
+        const float4 vk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          const float gv = sdpa_comp(gg, vv);
+          dp[vv * 4 + 0] = fma(gv, vk.x, dp[vv * 4 + 0]);
+          dp[vv * 4 + 1] = fma(gv, vk.y, dp[vv * 4 + 1]);
+          dp[vv * 4 + 2] = fma(gv, vk.z, dp[vv * 4 + 2]);
+          dp[vv * 4 + 3] = fma(gv, vk.w, dp[vv * 4 + 3]);
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Vt and Gt
+    for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
+      const int32_t j4 = e % KQ, c4 = e / KQ;
+      float4 x[4];
+      FM_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const int32_t j = k0 + 4 * j4 + u;
+        x[u] = j < S ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f) : float4(0.0f);
+      }
+      const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+      X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float s[16];
+    FM_UNROLL
+    for (int e = 0; e < 16; ++e) s[e] = 0.0f;
+    for (int32_t c4 = 0; c4 < D4; ++c4) {
+      FM_UNROLL
+      for (int t = 0; t < 4; ++t) {
+        const float4 qq = Qt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
+        const float4 kk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          const float qv = sdpa_comp(qq, vv);
+          s[vv * 4 + 0] = fma(qv, kk.x, s[vv * 4 + 0]);
+          s[vv * 4 + 1] = fma(qv, kk.y, s[vv * 4 + 1]);
+          s[vv * 4 + 2] = fma(qv, kk.z, s[vv * 4 + 2]);
+          s[vv * 4 + 3] = fma(qv, kk.w, s[vv * 4 + 3]);
+        }
+      }
+    }
+    // dS = P (dP_dropped - delta), to Gt's place (its readers passed the barrier above).
+    FM_UNROLL
+    for (int vv = 0; vv < 4; ++vv) {
+      const int32_t i = q0 + 4 * rq + vv;
+      float ds[4];
+      FM_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const int32_t j = k0 + 4 * kq + u;
+        const float x = sdpa_masked(a, mask, mo, i, j, s[vv * 4 + u]);
+        const float p = x == -INFINITY ? 0.0f : exp(x - lr[vv]);
+        const float keep = i < L && j < S ? sdpa_keep(a, b, i, j) : 0.0f;
+        ds[u] = p == 0.0f ? 0.0f : p * (dp[vv * 4 + u] * keep - dl[vv]);
+      }
+      Gt[(4 * rq + vv) * KQ + (kq ^ (rq % 8))] = float4(ds[0], ds[1], ds[2], ds[3]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dQ += dS K, keys in order.
+    for (int j4 = 0; j4 < KQ; ++j4) {
+      float4 ss[4];
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) ss[vv] = Gt[(4 * rq + vv) * KQ + (j4 ^ (rq % 8))];
+      FM_UNROLL
+      for (int c = 0; c < 4; ++c) {
+        const float4 kk = X[(4 * kq + c) * KQ + (j4 ^ (kq % 8))];  // column 4 kq + c: sw = kq % 8
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          float x = acc[vv * 4 + c];
+          x = fma(ss[vv].x, kk.x, x);
+          x = fma(ss[vv].y, kk.y, x);
+          x = fma(ss[vv].z, kk.z, x);
+          acc[vv * 4 + c] = fma(ss[vv].w, kk.w, x);
+        }
+      }
+    }
+  }
+  const uint64_t dqo = sdpa_offset(a, b, FM_SDPA_DQ);
+  FM_UNROLL
+  for (int vv = 0; vv < 4; ++vv) {
+    const int32_t i = q0 + 4 * rq + vv;
+    if (i < L) {
+      const uint64_t row = sdpa_row(a, dqo, FM_SDPA_DQ, i);
+      FM_UNROLL
+      for (int c = 0; c < 4; ++c) {
+        const int32_t col = 4 * kq + c;
+        if (col < D) dq[row + uint64_t(col)] = T(acc[vv * 4 + c] * a.scale);
+      }
+    }
+  }
+}
+
+FM_INSTANTIATE("sdpa_backward_dq_tiled_d64_float32", sdpa_backward_dq_tiled, float);
+FM_INSTANTIATE("sdpa_backward_dq_tiled_d64_float16", sdpa_backward_dq_tiled, half);

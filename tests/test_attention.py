@@ -270,6 +270,68 @@ def check_forward_variants(rng):
             os.environ["FASTMETAL_SDPA_FORWARD"] = saved
 
 
+def backward_cases(r):
+    """Problems for both backwards (head dims <= 64): L = S = 1, odd L != S both ways, tiles of
+    32 rows and 64 keys with tails, causal (diagonal and skipped tiles), masks of both kinds
+    with a fully masked row, dropout, E != Ev, E % 4 != 0, broadcast batch dims."""
+    fmask = (r.standard_normal((33, 70)) * 2).astype(np.float32)
+    fmask[7] = -np.inf
+    return [  # q, k, v, mask, causal, dropout p
+        (rand(r, 2, 1, 16), rand(r, 2, 1, 16), rand(r, 2, 1, 8), None, False, 0.0),
+        (rand(r, 2, 33, 64), rand(r, 2, 70, 64), rand(r, 2, 70, 64), fmask, False, 0.0),
+        (rand(r, 1, 140, 64), rand(r, 1, 140, 64), rand(r, 1, 140, 64), None, True, 0.25),
+        (rand(r, 2, 5, 20), rand(r, 2, 130, 20), rand(r, 2, 130, 9), None, True, 0.0),
+        (rand(r, 1, 100, 33), rand(r, 1, 20, 33), rand(r, 1, 20, 64), r.random((100, 20)) < 0.6,
+         True, 0.3),
+        (rand(r, 3, 1, 33, 8), rand(r, 1, 2, 65, 8), rand(r, 3, 2, 65, 4), None, False, 0.0),
+    ]
+
+
+def check_backward_variants(rng, exact):
+    """Both backwards (FASTMETAL_SDPA_BACKWARD) against float64 and each other. They form the
+    same scores, P, dP and dS and sum every gradient element over the same rows or keys in
+    the same order, so under the CPU emulator (exact) they agree bit for bit; a GPU compiler
+    may contract the dS expression differently in each (tolerance)."""
+    saved = os.environ.get("FASTMETAL_SDPA_BACKWARD")
+    try:
+        for q, k, v, mask, causal, p in backward_cases(rng):
+            out, lse = sdpa(q, k, v, mask, causal, p=p, seed=5)
+            g = rand(rng, *host(out).shape)
+            ref = reference(q, k, v, mask, causal, p=p, seed=5, g=g)
+            got = {}
+            for variant in ("tiled", "classic"):
+                os.environ["FASTMETAL_SDPA_BACKWARD"] = variant
+                got[variant] = [host(x) for x in sdpa_grads(g, q, k, v, out, lse, mask, causal,
+                                                            p=p, seed=5)]
+                for name, x in zip(("dq", "dk", "dv"), got[variant]):
+                    close(x, ref[name], ref[name + "_scale"],
+                          f"{variant} {name} q {q.shape} k {k.shape} causal={causal} p={p}")
+            for name, a, b in zip(("dq", "dk", "dv"), got["tiled"], got["classic"]):
+                if exact:
+                    np.testing.assert_array_equal(a, b, err_msg=name)
+                else:
+                    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+        q, k, v, g = (rand(rng, 2, 45, 48).astype(np.float16) for _ in range(4))
+        out, lse = sdpa(q, k, v, causal=True, p=0.2, seed=3)
+        ref = reference(q, k, v, causal=True, p=0.2, seed=3, g=g)
+        for variant in ("tiled", "classic"):
+            os.environ["FASTMETAL_SDPA_BACKWARD"] = variant
+            grads = sdpa_grads(g, q, k, v, out, lse, causal=True, p=0.2, seed=3)
+            for name, x in zip(("dq", "dk", "dv"), grads):
+                assert host(x).dtype == np.float16
+                close(x, ref[name], ref[name + "_scale"], f"{variant} float16 {name}",
+                      rel=4 * float(np.finfo(np.float16).eps))
+    finally:
+        if saved is None:
+            os.environ.pop("FASTMETAL_SDPA_BACKWARD", None)
+        else:
+            os.environ["FASTMETAL_SDPA_BACKWARD"] = saved
+
+
+def test_backward_variants(device, rng):
+    check_backward_variants(rng, exact=False)
+
+
 def test_scale_and_fastmetal_arrays(device, rng):
     q, k, v = rand(rng, 2, 30, 24), rand(rng, 2, 41, 24), rand(rng, 2, 41, 24)
     out = check(rng, fm.asarray(q), fm.asarray(k), fm.asarray(v), scale=0.37)
@@ -501,6 +563,13 @@ def test_msl_kernels_under_the_emulator(kernels, seed):
 def test_forward_variants_under_the_emulator(kernels, seed):
     os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
     check_forward_variants(np.random.default_rng(seed))
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("seed", [5, 6])
+def test_backward_variants_under_the_emulator(kernels, seed):
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    check_backward_variants(np.random.default_rng(seed), exact=True)
 
 
 @pytest.mark.cpu_only

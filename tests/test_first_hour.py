@@ -200,6 +200,7 @@ BAD_CONFIG = [
     ("FASTMETAL_DEVICE", "gpu", "accepted values: metal, cuda, cpu"),
     ("FASTMETAL_CPU_ISA", "avx9", "accepted values: base"),
     ("FASTMETAL_SDPA_FORWARD", "fast", "accepted values: tiled, classic"),
+    ("FASTMETAL_SDPA_BACKWARD", "fast", "accepted values: tiled, classic"),
 ]
 
 

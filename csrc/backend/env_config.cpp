@@ -90,4 +90,15 @@ int sdpa_forward() {
   return -1;
 }
 
+int sdpa_backward() {
+  const char* value = value_of("FASTMETAL_SDPA_BACKWARD");
+  if (value == nullptr) return -1;
+  if (std::strcmp(value, "tiled") == 0) return 1;
+  if (std::strcmp(value, "classic") == 0) return 0;
+  report(std::string("[fastmetal] FASTMETAL_SDPA_BACKWARD='") + value +
+         "' is not understood; accepted values: tiled, classic; using "
+         "the op's choice instead");
+  return -1;
+}
+
 }  // namespace fm::env

@@ -52,5 +52,9 @@ std::int64_t elementwise_grid();
 // both with one build: 1 for tiled, 0 for classic, -1 (the op chooses) where unset; anything
 // else is report()ed and gives -1.
 int sdpa_forward();
+// FASTMETAL_SDPA_BACKWARD: the same for the backward: "tiled" (sdpa_backward_dkdv_tiled and
+// sdpa_backward_dq_tiled, the default) or "classic" (sdpa_backward_dkdv / _dq); 1, 0, -1 as
+// above.
+int sdpa_backward();
 
 }  // namespace fm::env

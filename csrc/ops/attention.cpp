@@ -316,8 +316,12 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
     return {dq, dk, dv};
   }
   const bool wide = wide_heads(a);
+  // Head dims <= 64: the register-blocked kernels unless FASTMETAL_SDPA_BACKWARD=classic.
+  const bool tiled = !wide && env::sdpa_backward() != 0;
   const std::string suffix = std::string(wide ? "_d128" : "_d64") + dtype_suffix(q.dtype);
-  const std::uint32_t bq = wide ? 8 : 16, bk = wide ? 16 : 32;
+  const std::string variant = tiled ? "_tiled" : "";
+  // Keys per dK/dV group, query rows per dQ group (attention.metal).
+  const std::uint32_t bq = tiled ? 32 : wide ? 8 : 16, bk = tiled ? 64 : wide ? 16 : 32;
   const KernelArg args = KernelArg::inline_bytes(&a, sizeof(a));
   const KernelArg m = buf(mask ? *mask : q);
   StoragePtr delta = be.allocate(std::size_t(std::max<i64>(1, i64(a.nbatch) * a.L)) * sizeof(float));
@@ -335,8 +339,8 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
     d.group[0] = 128;
     d.grid[0] = ceil_div(a.S, bk) * 128;
     d.grid[1] = std::uint32_t(a.nbatch);
-    d.cost = std::uint64_t(a.L) * std::uint64_t(a.E + a.Ev) / 8 + 1;
-    be.launch("sdpa_backward_dkdv" + suffix, d,
+    d.cost = std::uint64_t(a.L) * std::uint64_t(a.E + a.Ev) / (tiled ? 2 : 8) + 1;
+    be.launch("sdpa_backward_dkdv" + variant + suffix, d,
               {buf(q), buf(k), buf(v), m, buf(grad_out), buf(lse), KernelArg::buffer(delta),
                buf(dk), buf(dv), args});
   }
@@ -345,8 +349,8 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
     d.group[0] = 128;
     d.grid[0] = ceil_div(a.L, bq) * 128;
     d.grid[1] = std::uint32_t(a.nbatch);
-    d.cost = std::uint64_t(a.S) * std::uint64_t(a.E + a.Ev) / 8 + 1;
-    be.launch("sdpa_backward_dq" + suffix, d,
+    d.cost = std::uint64_t(a.S) * std::uint64_t(a.E + a.Ev) / (tiled ? 2 : 8) + 1;
+    be.launch("sdpa_backward_dq" + variant + suffix, d,
               {buf(q), buf(k), buf(v), m, buf(grad_out), buf(lse), KernelArg::buffer(delta),
                buf(dq), args});
   }
