@@ -43,8 +43,12 @@ function(fm_add_cuda_backend target)
   # The conv2d GEMM kernels: at most 128 registers a thread gives two 256-thread groups (four
   # 128-thread ones) per multiprocessor instead of one; their double-buffered paths fit
   # without spilling (ptxas -v; only the any-group-size fallback spills a little).
-  # The matmul GEMM tiles likewise (metal/matmul.metal: 64 accumulators a thread at 8x8).
+  # The matmul GEMM tiles likewise (metal/matmul.metal: 64 accumulators a thread at 8x8),
+  # and attention's: uncapped, ptxas gives sdpa_backward_dkdv_tiled 175 registers (2 groups
+  # of 128 threads per multiprocessor); at 128 it spills ~1 load per 64 FMAs in its inner
+  # loops (CUDA 13, sm_90) and runs 4 groups. The other attention kernels use <= 128 anyway.
   set_source_files_properties(${FM_GEN_DIR}/cuda_entries_conv2d.cu ${FM_GEN_DIR}/cuda_entries_matmul.cu
+    ${FM_GEN_DIR}/cuda_entries_attention.cu
     PROPERTIES COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")
   add_library(fm_cuda_kernels OBJECT ${FM_CUDA_ENTRIES})
   add_dependencies(fm_cuda_kernels fm_generated)

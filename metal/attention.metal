@@ -379,8 +379,10 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
   threadgroup float4 Pt[kSdpaTiledKeys * kSdpaTiledRows / 4]; // Pt[j][row quad ^ (j / 4)]
 
   const int32_t b = int32_t(tg_pos.y);
-  const int32_t q0 = int32_t(tg_pos.x) * BQ;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
+  // Tiles in reverse order: causal, the last tiles see the most keys; started first, they
+  // leave the short ones to fill the tail of the grid.
+  const int32_t q0 = ((L + BQ - 1) / BQ - 1 - int32_t(tg_pos.x)) * BQ;
   const int32_t D4 = (D + 3) / 4;
   const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
   const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), oo = sdpa_offset(a, b, FM_SDPA_O);
@@ -1137,8 +1139,9 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
   threadgroup float4 X[kSdpaBwdDim * kSdpaBwdKeys / 4];   // Vt, then Kt [d][kq ^ (d / 4 % 8)]
 
   const int32_t b = int32_t(tg_pos.y);
-  const int32_t q0 = int32_t(tg_pos.x) * BQ;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
+  // Tiles in reverse order (causal: the longest first), as in sdpa_forward_tiled.
+  const int32_t q0 = ((L + BQ - 1) / BQ - 1 - int32_t(tg_pos.x)) * BQ;
   const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
   const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
   const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
