@@ -144,6 +144,24 @@ FM_FUNC float4 sdpa_load4(device const T* p, uint64_t base, int32_t c, int32_t n
                 c + 3 < n ? float(p[base + uint64_t(c + 3)]) * scale : 0.0f);
 }
 
+// p[i .. i + 3] as one 16-byte load (float32: i and p 16-byte aligned, SdpaArgs::quads);
+// float16 never takes this road (the host leaves quads 0), it reads the 4 elements.
+FM_FUNC float4 sdpa_quad(device const float* p, uint64_t i) {
+  return *((device const float4*)(p + i));
+}
+FM_FUNC float4 sdpa_quad(device const half* p, uint64_t i) {
+  return float4(float(p[i]), float(p[i + 1]), float(p[i + 2]), float(p[i + 3]));
+}
+
+// sdpa_load4, with one 16-byte load where the host found every row aligned (quads: n % 4 == 0,
+// so a quad that starts before n ends there). The same values either way.
+template <typename T>
+FM_FUNC float4 sdpa_load4q(device const T* p, uint64_t base, int32_t c, int32_t n, float scale,
+                           bool quads) {
+  if (quads) return sdpa_quad(p, base + uint64_t(c)) * scale;
+  return sdpa_load4(p, base, c, n, scale);
+}
+
 // ------------------------------------------------------------------------------- forward
 enum : int32_t {
   kSdpaKeys = 32,  // keys per forward tile: one per lane of a 32-wide simdgroup
@@ -379,6 +397,7 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
   threadgroup float4 Pt[kSdpaTiledKeys * kSdpaTiledRows / 4]; // Pt[j][row quad ^ (j / 4)]
 
   const int32_t b = int32_t(tg_pos.y);
+  const bool quads = a.quads != 0;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
   // Tiles in reverse order: causal, the last tiles see the most keys; started first, they
   // leave the short ones to fill the tail of the grid.
@@ -396,7 +415,7 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
     FM_UNROLL
     for (int vv = 0; vv < 4; ++vv) {
       const int32_t i = q0 + 4 * r4 + vv;
-      x[vv] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale) : float4(0.0f);
+      x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale, quads) : float4(0.0f);
     }
     Qt[(c + 0) * RQ + r4] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
     Qt[(c + 1) * RQ + r4] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
@@ -424,7 +443,7 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int u = 0; u < 4; ++u) {
         const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, j), c, D, 1.0f) : float4(0.0f);
+        x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), c, D, 1.0f, quads) : float4(0.0f);
       }
       KV[(c + 0) * KQ + j4] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
       KV[(c + 1) * KQ + j4] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
@@ -482,7 +501,7 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
     for (int32_t e = int32_t(tid); e < BK * VQ; e += NT) {
       const int32_t jj = e / VQ, c = (e % VQ) * 4, j = k0 + jj;
-      KV[e] = j < S ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f) : float4(0.0f);
+      KV[e] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f, quads) : float4(0.0f);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // O[r][c] += sum_j P[r][j] V[j][c], keys in order.
@@ -907,6 +926,7 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
   threadgroup float4 X[kSdpaBwdDim * kSdpaBwdKeys / 4];   // Kt, Vt [d][kq ^ (d / 4 % 8)]; P, dS
 
   const int32_t b = int32_t(tg_pos.y);
+  const bool quads = a.quads != 0;
   const int32_t k0 = int32_t(tg_pos.x) * BK;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
   const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
@@ -935,7 +955,7 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int vv = 0; vv < 4; ++vv) {
         const int32_t i = q0 + 4 * r4 + vv;
-        x[vv] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale) : float4(0.0f);
+        x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale, quads) : float4(0.0f);
       }
       const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
       Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
@@ -949,7 +969,7 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int vv = 0; vv < 4; ++vv) {
         const int32_t i = q0 + 4 * r4 + vv;
-        x[vv] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f) : float4(0.0f);
+        x[vv] = i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
       }
       const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
       Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
@@ -963,7 +983,7 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int u = 0; u < 4; ++u) {
         const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f) : float4(0.0f);
+        x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f, quads) : float4(0.0f);
       }
       const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
       X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
@@ -1011,7 +1031,7 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int u = 0; u < 4; ++u) {
         const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f) : float4(0.0f);
+        x[u] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
       }
       const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
       X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
@@ -1139,6 +1159,7 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
   threadgroup float4 X[kSdpaBwdDim * kSdpaBwdKeys / 4];   // Vt, then Kt [d][kq ^ (d / 4 % 8)]
 
   const int32_t b = int32_t(tg_pos.y);
+  const bool quads = a.quads != 0;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
   // Tiles in reverse order (causal: the longest first), as in sdpa_forward_tiled.
   const int32_t q0 = ((L + BQ - 1) / BQ - 1 - int32_t(tg_pos.x)) * BQ;
@@ -1157,7 +1178,7 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
     FM_UNROLL
     for (int vv = 0; vv < 4; ++vv) {
       const int32_t i = q0 + 4 * r4 + vv;
-      x[vv] = i < L ? sdpa_load4(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale) : float4(0.0f);
+      x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale, quads) : float4(0.0f);
     }
     const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
     Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
@@ -1184,7 +1205,7 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int vv = 0; vv < 4; ++vv) {
         const int32_t i = q0 + 4 * r4 + vv;
-        x[vv] = i < L ? sdpa_load4(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f) : float4(0.0f);
+        x[vv] = i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
       }
       const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
       Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
@@ -1198,7 +1219,7 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int u = 0; u < 4; ++u) {
         const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f) : float4(0.0f);
+        x[u] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
       }
       const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
       X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
@@ -1232,7 +1253,7 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int u = 0; u < 4; ++u) {
         const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f) : float4(0.0f);
+        x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f, quads) : float4(0.0f);
       }
       const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
       X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);

@@ -51,5 +51,7 @@ struct SdpaArgs {
   uint32_t threshold;                       // dropout: ceil(p * 2^24); 0 = no dropout
   float drop_scale;                         // 1 / (1 - p) in float32, as fastmetal.dropout
   uint32_t key0, key1;
-  int32_t pad_;
+  // 1 where Q, K, V and (backward) dO are float32 with E and Ev multiples of 4 and every row
+  // and batch stride and start 16-byte aligned: the tiled kernels stage rows as float4 loads.
+  int32_t quads;
 };

@@ -242,6 +242,19 @@ const char* dtype_suffix(DType t) { return t == DType::float16 ? "_float16" : "_
 // Which MSL instance family serves these head dims (attention.metal's header).
 bool wide_heads(const SdpaArgs& a) { return std::max(a.E, a.Ev) > 64; }
 
+// Whether operand `which` (x, rows of `cols` elements) can be read in 16-byte quads: float32,
+// cols % 4 == 0, every row and batch stride a multiple of 4 elements, the start 16-byte aligned.
+bool quad_rows(const Array& x, const SdpaArgs& a, int which, i64 cols) {
+  if (x.size() == 0 || x.dtype != DType::float32 || cols % 4 != 0 || a.rs[which] % 4 != 0)
+    return false;
+  for (int d = 0; d < a.batch_dims; ++d)
+    if (a.bs[which][d] % 4 != 0) return false;
+  const std::uintptr_t at = x.storage->host != nullptr
+                                ? reinterpret_cast<std::uintptr_t>(x.host_data())
+                                : std::uintptr_t(x.byte_offset());
+  return at % 16 == 0;
+}
+
 }  // namespace
 
 bool sdpa_layout_ok(const Array& x) {
@@ -259,7 +272,7 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
   Array lse = Array::empty(be, with_tail(p.batch, {p.a.L}), DType::float32, kOp);
   const Array* ops[FM_SDPA_OPERANDS] = {&q, &k, &v, &out, nullptr, nullptr, nullptr, nullptr};
   set_strides(p, ops, mask);
-  const SdpaArgs& a = p.a;
+  SdpaArgs& a = p.a;
   if (lse.size() == 0) return {out, lse};
   using NativeForward = void(const SdpaArgs&, const Array&, const Array&, const Array&,
                              const Array*, const Array&, const Array&);
@@ -270,6 +283,8 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
   const bool wide = wide_heads(a);
   // Head dims <= 64: the register-blocked kernel unless FASTMETAL_SDPA_FORWARD=classic.
   const bool tiled = !wide && env::sdpa_forward() != 0;
+  a.quads = quad_rows(q, a, FM_SDPA_Q, a.E) && quad_rows(k, a, FM_SDPA_K, a.E) &&
+            quad_rows(v, a, FM_SDPA_V, a.Ev);
   const std::string name =
       std::string(tiled ? "sdpa_forward_tiled_d64" : wide ? "sdpa_forward_d128" : "sdpa_forward_d64") +
       dtype_suffix(q.dtype);
@@ -306,7 +321,7 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
   Array dv = empty_like_layout(be, p.batch, p.a.S, p.a.Ev, v, q.dtype);
   const Array* ops[FM_SDPA_OPERANDS] = {&q, &k, &v, &out, &grad_out, &dq, &dk, &dv};
   set_strides(p, ops, mask);
-  const SdpaArgs& a = p.a;
+  SdpaArgs& a = p.a;
   if (a.nbatch == 0) return {dq, dk, dv};
   using NativeBackward = void(const SdpaArgs&, const Array&, const Array&, const Array&,
                               const Array&, const Array*, const Array&, const Array&,
@@ -318,6 +333,8 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
   const bool wide = wide_heads(a);
   // Head dims <= 64: the register-blocked kernels unless FASTMETAL_SDPA_BACKWARD=classic.
   const bool tiled = !wide && env::sdpa_backward() != 0;
+  a.quads = quad_rows(q, a, FM_SDPA_Q, a.E) && quad_rows(k, a, FM_SDPA_K, a.E) &&
+            quad_rows(v, a, FM_SDPA_V, a.Ev) && quad_rows(grad_out, a, FM_SDPA_G, a.Ev);
   const std::string suffix = std::string(wide ? "_d128" : "_d64") + dtype_suffix(q.dtype);
   const std::string variant = tiled ? "_tiled" : "";
   // Keys per dK/dV group, query rows per dQ group (attention.metal).
