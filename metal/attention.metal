@@ -341,6 +341,16 @@ FM_INSTANTIATE("sdpa_forward_d128_float16", sdpa_forward, half, 128, 2, true);
 // 32,768 bytes, the Apple limit exactly. Pt's row quads are XOR-swizzled by the key's quad so
 // the 8 lanes writing one key quad's 4 rows hit 8 distinct 16-byte columns. Registers per
 // thread: 16 scores, 32 accumulators, 4 + 4 row stats, ~70 in all.
+// Causal load balance of the tiled kernels: tile t of nt sees about t + 1 tiles of the other
+// side (or nt - t), so with causal the grid has ceil(nt / 2) groups and group t takes tile t
+// and tile nt - 1 - t in turn (one pass where they coincide); otherwise one tile each.
+FM_FUNC int32_t sdpa_tile_passes(constant SdpaArgs& a, int32_t nt, int32_t t) {
+  return a.causal != 0 && nt - 1 - t != t ? 2 : 1;
+}
+FM_FUNC int32_t sdpa_tile_pass(int32_t nt, int32_t t, int32_t pass) {
+  return pass == 0 ? t : nt - 1 - t;
+}
+
 enum : int32_t {
   kSdpaTiledRows = 64,     // query rows per threadgroup
   kSdpaTiledKeys = 32,     // keys per tile
@@ -399,143 +409,148 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
   const int32_t b = int32_t(tg_pos.y);
   const bool quads = a.quads != 0;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
-  // Tiles in reverse order: causal, the last tiles see the most keys; started first, they
-  // leave the short ones to fill the tail of the grid.
-  const int32_t q0 = ((L + BQ - 1) / BQ - 1 - int32_t(tg_pos.x)) * BQ;
   const int32_t D4 = (D + 3) / 4;
   const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
   const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), oo = sdpa_offset(a, b, FM_SDPA_O);
   const uint64_t mo = sdpa_mask_offset(a, b);
   const int32_t rq = int32_t(sg) * 4 + int32_t(lane) / 8, kg = int32_t(lane) % 8;
+  // Causal: tile t's work grows with t, so group t takes tiles t and nt - 1 - t (the same
+  // work in every group; sdpa_tile_passes).
+  const int32_t nt = (L + BQ - 1) / BQ, t = int32_t(tg_pos.x);
+  const int32_t npass = sdpa_tile_passes(a, nt, t);
+  for (int32_t pass = 0; pass < npass; ++pass) {
+    const int32_t q0 = sdpa_tile_pass(nt, t, pass) * BQ;
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last pass's readers of Qt are done
 
-  // Qt, scaled, zero past D and L: thread (row quad, column quad) transposes a 4 x 4 block.
-  for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
-    const int32_t r4 = e % RQ, c = (e / RQ) * 4;
-    float4 x[4];
-    FM_UNROLL
-    for (int vv = 0; vv < 4; ++vv) {
-      const int32_t i = q0 + 4 * r4 + vv;
-      x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale, quads) : float4(0.0f);
-    }
-    Qt[(c + 0) * RQ + r4] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-    Qt[(c + 1) * RQ + r4] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-    Qt[(c + 2) * RQ + r4] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-    Qt[(c + 3) * RQ + r4] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-  }
-
-  float o[32];            // o[vv * 8 + c]: row 4 rq + vv, columns 4 kg + c (c < 4), 28 + 4 kg + c
-  float m[4], l[4];
-  FM_UNROLL
-  for (int vv = 0; vv < 4; ++vv) {
-    m[vv] = -INFINITY;
-    l[vv] = 0.0f;
-    FM_UNROLL
-    for (int c = 0; c < 8; ++c) o[vv * 8 + c] = 0.0f;
-  }
-  const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
-  for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's P V is done
-    // Kt: thread (key quad, column quad) transposes a 4 x 4 block (8 adjacent lanes write one
-    // row of Kt: 128 contiguous bytes).
-    for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
-      const int32_t j4 = e % KQ, c = (e / KQ) * 4;
+    // Qt, scaled, zero past D and L: thread (row quad, column quad) transposes a 4 x 4 block.
+    for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
+      const int32_t r4 = e % RQ, c = (e / RQ) * 4;
       float4 x[4];
       FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), c, D, 1.0f, quads) : float4(0.0f);
-      }
-      KV[(c + 0) * KQ + j4] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-      KV[(c + 1) * KQ + j4] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-      KV[(c + 2) * KQ + j4] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-      KV[(c + 3) * KQ + j4] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-
-    // s[vv * 4 + u] = score of row 4 rq + vv and key 4 kg + u, fma over d in order.
-    float s[16];
-    FM_UNROLL
-    for (int e = 0; e < 16; ++e) s[e] = 0.0f;
-    for (int32_t d = 0; d < 4 * D4; ++d) {
-      const float4 qq = Qt[d * RQ + rq], kk = KV[d * KQ + kg];
-      FM_UNROLL
       for (int vv = 0; vv < 4; ++vv) {
-        const float qv = sdpa_comp(qq, vv);
-        s[vv * 4 + 0] = fma(qv, kk.x, s[vv * 4 + 0]);
-        s[vv * 4 + 1] = fma(qv, kk.y, s[vv * 4 + 1]);
-        s[vv * 4 + 2] = fma(qv, kk.z, s[vv * 4 + 2]);
-        s[vv * 4 + 3] = fma(qv, kk.w, s[vv * 4 + 3]);
+        const int32_t i = q0 + 4 * r4 + vv;
+        x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), c, D, a.scale, quads) : float4(0.0f);
       }
+      Qt[(c + 0) * RQ + r4] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      Qt[(c + 1) * RQ + r4] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      Qt[(c + 2) * RQ + r4] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      Qt[(c + 3) * RQ + r4] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
     }
-    // Online softmax; p (dropout applied) goes to Pt for the P V step.
-    float pk[16];
+
+    float o[32];            // o[vv * 8 + c]: row 4 rq + vv, columns 4 kg + c (c < 4), 28 + 4 kg + c
+    float m[4], l[4];
     FM_UNROLL
     for (int vv = 0; vv < 4; ++vv) {
-      const int32_t i = q0 + 4 * rq + vv;
-      float x[4];
-      float mx = -INFINITY;
+      m[vv] = -INFINITY;
+      l[vv] = 0.0f;
       FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        x[u] = sdpa_masked(a, mask, mo, i, k0 + 4 * kg + u, s[vv * 4 + u]);
-        mx = fmax(mx, x[u]);
-      }
-      const float m_new = fmax(m[vv], sdpa_group8_max(mx, lane));
-      // A row with no key yet keeps p = 0 and its (zero) sums instead of exp(-inf + inf).
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp(m[vv] - m_use);
-      float ps = 0.0f;
-      FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const float p = exp(x[u] - m_use);
-        ps += p;
-        pk[u * 4 + vv] = p * sdpa_keep(a, b, i, k0 + 4 * kg + u);
-      }
-      l[vv] = l[vv] * alpha + ps;
-      m[vv] = m_new;
-      FM_UNROLL
-      for (int c = 0; c < 8; ++c) o[vv * 8 + c] *= alpha;
+      for (int c = 0; c < 8; ++c) o[vv * 8 + c] = 0.0f;
     }
-    FM_UNROLL
-    for (int u = 0; u < 4; ++u)
-      Pt[(4 * kg + u) * RQ + (rq ^ kg)] = float4(pk[u * 4], pk[u * 4 + 1], pk[u * 4 + 2], pk[u * 4 + 3]);
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
-    for (int32_t e = int32_t(tid); e < BK * VQ; e += NT) {
-      const int32_t jj = e / VQ, c = (e % VQ) * 4, j = k0 + jj;
-      KV[e] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f, quads) : float4(0.0f);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // O[r][c] += sum_j P[r][j] V[j][c], keys in order.
-    for (int jj = 0; jj < BK; ++jj) {
-      const float4 pp = Pt[jj * RQ + (rq ^ (jj / 4))];
-      const float4 va = KV[jj * VQ + kg], vb = KV[jj * VQ + KQ + kg];
+    const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
+    for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's P V is done
+      // Kt: thread (key quad, column quad) transposes a 4 x 4 block (8 adjacent lanes write one
+      // row of Kt: 128 contiguous bytes).
+      for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
+        const int32_t j4 = e % KQ, c = (e / KQ) * 4;
+        float4 x[4];
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          const int32_t j = k0 + 4 * j4 + u;
+          x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), c, D, 1.0f, quads) : float4(0.0f);
+        }
+        KV[(c + 0) * KQ + j4] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+        KV[(c + 1) * KQ + j4] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+        KV[(c + 2) * KQ + j4] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+        KV[(c + 3) * KQ + j4] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+
+      // s[vv * 4 + u] = score of row 4 rq + vv and key 4 kg + u, fma over d in order.
+      float s[16];
+      FM_UNROLL
+      for (int e = 0; e < 16; ++e) s[e] = 0.0f;
+      for (int32_t d = 0; d < 4 * D4; ++d) {
+        const float4 qq = Qt[d * RQ + rq], kk = KV[d * KQ + kg];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          const float qv = sdpa_comp(qq, vv);
+          s[vv * 4 + 0] = fma(qv, kk.x, s[vv * 4 + 0]);
+          s[vv * 4 + 1] = fma(qv, kk.y, s[vv * 4 + 1]);
+          s[vv * 4 + 2] = fma(qv, kk.z, s[vv * 4 + 2]);
+          s[vv * 4 + 3] = fma(qv, kk.w, s[vv * 4 + 3]);
+        }
+      }
+      // Online softmax; p (dropout applied) goes to Pt for the P V step.
+      float pk[16];
       FM_UNROLL
       for (int vv = 0; vv < 4; ++vv) {
-        const float p = sdpa_comp(pp, vv);
-        o[vv * 8 + 0] = fma(p, va.x, o[vv * 8 + 0]);
-        o[vv * 8 + 1] = fma(p, va.y, o[vv * 8 + 1]);
-        o[vv * 8 + 2] = fma(p, va.z, o[vv * 8 + 2]);
-        o[vv * 8 + 3] = fma(p, va.w, o[vv * 8 + 3]);
-        o[vv * 8 + 4] = fma(p, vb.x, o[vv * 8 + 4]);
-        o[vv * 8 + 5] = fma(p, vb.y, o[vv * 8 + 5]);
-        o[vv * 8 + 6] = fma(p, vb.z, o[vv * 8 + 6]);
-        o[vv * 8 + 7] = fma(p, vb.w, o[vv * 8 + 7]);
+        const int32_t i = q0 + 4 * rq + vv;
+        float x[4];
+        float mx = -INFINITY;
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          x[u] = sdpa_masked(a, mask, mo, i, k0 + 4 * kg + u, s[vv * 4 + u]);
+          mx = fmax(mx, x[u]);
+        }
+        const float m_new = fmax(m[vv], sdpa_group8_max(mx, lane));
+        // A row with no key yet keeps p = 0 and its (zero) sums instead of exp(-inf + inf).
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = exp(m[vv] - m_use);
+        float ps = 0.0f;
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          const float p = exp(x[u] - m_use);
+          ps += p;
+          pk[u * 4 + vv] = p * sdpa_keep(a, b, i, k0 + 4 * kg + u);
+        }
+        l[vv] = l[vv] * alpha + ps;
+        m[vv] = m_new;
+        FM_UNROLL
+        for (int c = 0; c < 8; ++c) o[vv * 8 + c] *= alpha;
+      }
+      FM_UNROLL
+      for (int u = 0; u < 4; ++u)
+        Pt[(4 * kg + u) * RQ + (rq ^ kg)] = float4(pk[u * 4], pk[u * 4 + 1], pk[u * 4 + 2], pk[u * 4 + 3]);
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
+      for (int32_t e = int32_t(tid); e < BK * VQ; e += NT) {
+        const int32_t jj = e / VQ, c = (e % VQ) * 4, j = k0 + jj;
+        KV[e] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f, quads) : float4(0.0f);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      // O[r][c] += sum_j P[r][j] V[j][c], keys in order.
+      for (int jj = 0; jj < BK; ++jj) {
+        const float4 pp = Pt[jj * RQ + (rq ^ (jj / 4))];
+        const float4 va = KV[jj * VQ + kg], vb = KV[jj * VQ + KQ + kg];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          const float p = sdpa_comp(pp, vv);
+          o[vv * 8 + 0] = fma(p, va.x, o[vv * 8 + 0]);
+          o[vv * 8 + 1] = fma(p, va.y, o[vv * 8 + 1]);
+          o[vv * 8 + 2] = fma(p, va.z, o[vv * 8 + 2]);
+          o[vv * 8 + 3] = fma(p, va.w, o[vv * 8 + 3]);
+          o[vv * 8 + 4] = fma(p, vb.x, o[vv * 8 + 4]);
+          o[vv * 8 + 5] = fma(p, vb.y, o[vv * 8 + 5]);
+          o[vv * 8 + 6] = fma(p, vb.z, o[vv * 8 + 6]);
+          o[vv * 8 + 7] = fma(p, vb.w, o[vv * 8 + 7]);
+        }
       }
     }
-  }
 
-  FM_UNROLL
-  for (int vv = 0; vv < 4; ++vv) {
-    const float lt = sdpa_group8_sum(l[vv], lane);  // every lane, before any leaves
-    const int32_t i = q0 + 4 * rq + vv;
-    if (i < L) {
-      const float inv = lt == 0.0f ? 0.0f : 1.0f / lt;  // no key takes part: 0, as PyTorch
-      const uint64_t row = sdpa_row(a, oo, FM_SDPA_O, i);
-      FM_UNROLL
-      for (int c = 0; c < 8; ++c) {
-        const int32_t col = c < 4 ? 4 * kg + c : 4 * KQ + 4 * kg + c - 4;
-        if (col < Dv) out[row + uint64_t(col)] = T(o[vv * 8 + c] * inv);
+    FM_UNROLL
+    for (int vv = 0; vv < 4; ++vv) {
+      const float lt = sdpa_group8_sum(l[vv], lane);  // every lane, before any leaves
+      const int32_t i = q0 + 4 * rq + vv;
+      if (i < L) {
+        const float inv = lt == 0.0f ? 0.0f : 1.0f / lt;  // no key takes part: 0, as PyTorch
+        const uint64_t row = sdpa_row(a, oo, FM_SDPA_O, i);
+        FM_UNROLL
+        for (int c = 0; c < 8; ++c) {
+          const int32_t col = c < 4 ? 4 * kg + c : 4 * KQ + 4 * kg + c - 4;
+          if (col < Dv) out[row + uint64_t(col)] = T(o[vv * 8 + c] * inv);
+        }
+        if (kg == 0) lse[uint64_t(b) * uint64_t(L) + uint64_t(i)] = m[vv] + log(lt);
       }
-      if (kg == 0) lse[uint64_t(b) * uint64_t(L) + uint64_t(i)] = m[vv] + log(lt);
     }
   }
 }
@@ -927,7 +942,6 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
 
   const int32_t b = int32_t(tg_pos.y);
   const bool quads = a.quads != 0;
-  const int32_t k0 = int32_t(tg_pos.x) * BK;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
   const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
   const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
@@ -938,194 +952,201 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
   const int32_t rq = 4 * (w % 2) + lane / 8, kq = 8 * (w / 2) + lane % 8;  // scores
   const int32_t jq = 4 * w + lane / 8, cg = lane % 8;                      // dK, dV
 
-  float dka[32], dva[32];  // [u * 8 + c]: key 4 jq + u, column 4 cg + c (c < 4), 28 + 4 cg + c
-  FM_UNROLL
-  for (int e = 0; e < 32; ++e) {
-    dka[e] = 0.0f;
-    dva[e] = 0.0f;
-  }
-  // Causal: rows before the tile's first key see none of its keys (k0 is a multiple of BQ).
-  const int32_t q_begin = a.causal != 0 ? k0 : 0;
-  for (int32_t q0 = q_begin; q0 < L; q0 += BQ) {
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
-    // Qt (scaled) and Gt: thread (row quad, column quad) transposes a 4 x 4 block.
-    for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
-      const int32_t r4 = e % RQ, c4 = e / RQ;
-      float4 x[4];
-      FM_UNROLL
-      for (int vv = 0; vv < 4; ++vv) {
-        const int32_t i = q0 + 4 * r4 + vv;
-        x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale, quads) : float4(0.0f);
-      }
-      const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
-      Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-      Qt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-      Qt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-      Qt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-    }
-    for (int32_t e = int32_t(tid); e < RQ * V4; e += NT) {
-      const int32_t r4 = e % RQ, c4 = e / RQ;
-      float4 x[4];
-      FM_UNROLL
-      for (int vv = 0; vv < 4; ++vv) {
-        const int32_t i = q0 + 4 * r4 + vv;
-        x[vv] = i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
-      }
-      const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
-      Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-      Gt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-      Gt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-      Gt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-    }
-    for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
-      const int32_t j4 = e % KQ, c4 = e / KQ;
-      float4 x[4];
-      FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f, quads) : float4(0.0f);
-      }
-      const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
-      X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-      X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-      X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-      X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-    }
-    float lr[4];
+  // Causal: key tile t meets the query tiles from its own on, so group t takes key tiles t
+  // and nt - 1 - t (about the same work in every group where L = S).
+  const int32_t nt = (S + BK - 1) / BK, t = int32_t(tg_pos.x);
+  const int32_t npass = sdpa_tile_passes(a, nt, t);
+  for (int32_t pass = 0; pass < npass; ++pass) {
+    const int32_t k0 = sdpa_tile_pass(nt, t, pass) * BK;
+    float dka[32], dva[32];  // [u * 8 + c]: key 4 jq + u, column 4 cg + c (c < 4), 28 + 4 cg + c
     FM_UNROLL
-    for (int vv = 0; vv < 4; ++vv) {
-      const int32_t i = q0 + 4 * rq + vv;
-      lr[vv] = i < L ? lse[row0 + uint64_t(i)] : 0.0f;
+    for (int e = 0; e < 32; ++e) {
+      dka[e] = 0.0f;
+      dva[e] = 0.0f;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // Causal: rows before the tile's first key see none of its keys (k0 is a multiple of BQ).
+    const int32_t q_begin = a.causal != 0 ? k0 : 0;
+    for (int32_t q0 = q_begin; q0 < L; q0 += BQ) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
+      // Qt (scaled) and Gt: thread (row quad, column quad) transposes a 4 x 4 block.
+      for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
+        const int32_t r4 = e % RQ, c4 = e / RQ;
+        float4 x[4];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          const int32_t i = q0 + 4 * r4 + vv;
+          x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale, quads) : float4(0.0f);
+        }
+        const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+        Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+        Qt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+        Qt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+        Qt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      for (int32_t e = int32_t(tid); e < RQ * V4; e += NT) {
+        const int32_t r4 = e % RQ, c4 = e / RQ;
+        float4 x[4];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) {
+          const int32_t i = q0 + 4 * r4 + vv;
+          x[vv] = i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+        }
+        const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+        Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+        Gt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+        Gt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+        Gt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
+        const int32_t j4 = e % KQ, c4 = e / KQ;
+        float4 x[4];
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          const int32_t j = k0 + 4 * j4 + u;
+          x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f, quads) : float4(0.0f);
+        }
+        const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+        X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+        X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+        X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+        X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      float lr[4];
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) {
+        const int32_t i = q0 + 4 * rq + vv;
+        lr[vv] = i < L ? lse[row0 + uint64_t(i)] : 0.0f;
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
 
-    // s[vv * 4 + u] = score of row 4 rq + vv and key 4 kq + u, fma over d in order; then P.
-    float pv[16];
-    FM_UNROLL
-    for (int e = 0; e < 16; ++e) pv[e] = 0.0f;
-    for (int32_t c4 = 0; c4 < D4; ++c4) {
+      // s[vv * 4 + u] = score of row 4 rq + vv and key 4 kq + u, fma over d in order; then P.
+      float pv[16];
       FM_UNROLL
-      for (int t = 0; t < 4; ++t) {
-        const float4 qq = Qt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
-        const float4 kk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+      for (int e = 0; e < 16; ++e) pv[e] = 0.0f;
+      for (int32_t c4 = 0; c4 < D4; ++c4) {
         FM_UNROLL
-        for (int vv = 0; vv < 4; ++vv) {
-          const float qv = sdpa_comp(qq, vv);
-          pv[vv * 4 + 0] = fma(qv, kk.x, pv[vv * 4 + 0]);
-          pv[vv * 4 + 1] = fma(qv, kk.y, pv[vv * 4 + 1]);
-          pv[vv * 4 + 2] = fma(qv, kk.z, pv[vv * 4 + 2]);
-          pv[vv * 4 + 3] = fma(qv, kk.w, pv[vv * 4 + 3]);
+        for (int t = 0; t < 4; ++t) {
+          const float4 qq = Qt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
+          const float4 kk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+          FM_UNROLL
+          for (int vv = 0; vv < 4; ++vv) {
+            const float qv = sdpa_comp(qq, vv);
+            pv[vv * 4 + 0] = fma(qv, kk.x, pv[vv * 4 + 0]);
+            pv[vv * 4 + 1] = fma(qv, kk.y, pv[vv * 4 + 1]);
+            pv[vv * 4 + 2] = fma(qv, kk.z, pv[vv * 4 + 2]);
+            pv[vv * 4 + 3] = fma(qv, kk.w, pv[vv * 4 + 3]);
+          }
         }
       }
-    }
-    FM_UNROLL
-    for (int e = 0; e < 16; ++e) {
-      const int32_t i = q0 + 4 * rq + e / 4, j = k0 + 4 * kq + e % 4;
-      const float x = sdpa_masked(a, mask, mo, i, j, pv[e]);
-      pv[e] = x == -INFINITY ? 0.0f : exp(x - lr[e / 4]);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
-    for (int32_t e = int32_t(tid); e < KQ * V4; e += NT) {
-      const int32_t j4 = e % KQ, c4 = e / KQ;
-      float4 x[4];
       FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+      for (int e = 0; e < 16; ++e) {
+        const int32_t i = q0 + 4 * rq + e / 4, j = k0 + 4 * kq + e % 4;
+        const float x = sdpa_masked(a, mask, mo, i, j, pv[e]);
+        pv[e] = x == -INFINITY ? 0.0f : exp(x - lr[e / 4]);
       }
-      const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
-      X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-      X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-      X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-      X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dP = dO V^T, the same micro-tile.
-    float dp[16];
-    FM_UNROLL
-    for (int e = 0; e < 16; ++e) dp[e] = 0.0f;
-    for (int32_t c4 = 0; c4 < V4; ++c4) {
-      FM_UNROLL
-      for (int t = 0; t < 4; ++t) {
-        const float4 gg = Gt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
-        const float4 vk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
-        FM_UNROLL
-        for (int vv = 0; vv < 4; ++vv) {
-          const float gv = sdpa_comp(gg, vv);
-          dp[vv * 4 + 0] = fma(gv, vk.x, dp[vv * 4 + 0]);
-          dp[vv * 4 + 1] = fma(gv, vk.y, dp[vv * 4 + 1]);
-          dp[vv * 4 + 2] = fma(gv, vk.z, dp[vv * 4 + 2]);
-          dp[vv * 4 + 3] = fma(gv, vk.w, dp[vv * 4 + 3]);
-        }
-      }
-    }
-    // dS = P (dP_dropped - delta) into dp, P_dropped into pv.
-    FM_UNROLL
-    for (int vv = 0; vv < 4; ++vv) {
-      const int32_t i = q0 + 4 * rq + vv;
-      const float dl = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
-      FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const int32_t j = k0 + 4 * kq + u;
-        const float p = pv[vv * 4 + u];
-        const float keep = i < L && j < S ? sdpa_keep(a, b, i, j) : 0.0f;
-        pv[vv * 4 + u] = p * keep;
-        dp[vv * 4 + u] = p == 0.0f ? 0.0f : p * (dp[vv * 4 + u] * keep - dl);
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Vt
-    FM_UNROLL
-    for (int vv = 0; vv < 4; ++vv) {
-      X[(4 * rq + vv) * KQ + kq] = float4(pv[vv * 4], pv[vv * 4 + 1], pv[vv * 4 + 2], pv[vv * 4 + 3]);
-      X[PS + (4 * rq + vv) * KQ + kq] = float4(dp[vv * 4], dp[vv * 4 + 1], dp[vv * 4 + 2], dp[vv * 4 + 3]);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dV += P^T dO, dK += dS^T (scale Q): rows in order, 4 at a time.
-    for (int r4 = 0; r4 < RQ; ++r4) {
-      float4 pp[4];
-      FM_UNROLL
-      for (int vv = 0; vv < 4; ++vv) pp[vv] = X[(4 * r4 + vv) * KQ + jq];
-      FM_UNROLL
-      for (int c = 0; c < 8; ++c) {
-        const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;  // sw = cg
-        const float4 g = Gt[col * RQ + (r4 ^ cg)];
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
+      for (int32_t e = int32_t(tid); e < KQ * V4; e += NT) {
+        const int32_t j4 = e % KQ, c4 = e / KQ;
+        float4 x[4];
         FM_UNROLL
         for (int u = 0; u < 4; ++u) {
-          float acc = dva[u * 8 + c];
-          acc = fma(sdpa_comp(pp[0], u), g.x, acc);
-          acc = fma(sdpa_comp(pp[1], u), g.y, acc);
-          acc = fma(sdpa_comp(pp[2], u), g.z, acc);
-          dva[u * 8 + c] = fma(sdpa_comp(pp[3], u), g.w, acc);
+          const int32_t j = k0 + 4 * j4 + u;
+          x[u] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+        }
+        const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+        X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+        X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+        X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+        X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      // dP = dO V^T, the same micro-tile.
+      float dp[16];
+      FM_UNROLL
+      for (int e = 0; e < 16; ++e) dp[e] = 0.0f;
+      for (int32_t c4 = 0; c4 < V4; ++c4) {
+        FM_UNROLL
+        for (int t = 0; t < 4; ++t) {
+          const float4 gg = Gt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
+          const float4 vk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+          FM_UNROLL
+          for (int vv = 0; vv < 4; ++vv) {
+            const float gv = sdpa_comp(gg, vv);
+            dp[vv * 4 + 0] = fma(gv, vk.x, dp[vv * 4 + 0]);
+            dp[vv * 4 + 1] = fma(gv, vk.y, dp[vv * 4 + 1]);
+            dp[vv * 4 + 2] = fma(gv, vk.z, dp[vv * 4 + 2]);
+            dp[vv * 4 + 3] = fma(gv, vk.w, dp[vv * 4 + 3]);
+          }
         }
       }
+      // dS = P (dP_dropped - delta) into dp, P_dropped into pv.
       FM_UNROLL
-      for (int vv = 0; vv < 4; ++vv) pp[vv] = X[PS + (4 * r4 + vv) * KQ + jq];
-      FM_UNROLL
-      for (int c = 0; c < 8; ++c) {
-        const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;
-        const float4 qq = Qt[col * RQ + (r4 ^ cg)];
+      for (int vv = 0; vv < 4; ++vv) {
+        const int32_t i = q0 + 4 * rq + vv;
+        const float dl = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
         FM_UNROLL
         for (int u = 0; u < 4; ++u) {
-          float acc = dka[u * 8 + c];
-          acc = fma(sdpa_comp(pp[0], u), qq.x, acc);
-          acc = fma(sdpa_comp(pp[1], u), qq.y, acc);
-          acc = fma(sdpa_comp(pp[2], u), qq.z, acc);
-          dka[u * 8 + c] = fma(sdpa_comp(pp[3], u), qq.w, acc);
+          const int32_t j = k0 + 4 * kq + u;
+          const float p = pv[vv * 4 + u];
+          const float keep = i < L && j < S ? sdpa_keep(a, b, i, j) : 0.0f;
+          pv[vv * 4 + u] = p * keep;
+          dp[vv * 4 + u] = p == 0.0f ? 0.0f : p * (dp[vv * 4 + u] * keep - dl);
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Vt
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) {
+        X[(4 * rq + vv) * KQ + kq] = float4(pv[vv * 4], pv[vv * 4 + 1], pv[vv * 4 + 2], pv[vv * 4 + 3]);
+        X[PS + (4 * rq + vv) * KQ + kq] = float4(dp[vv * 4], dp[vv * 4 + 1], dp[vv * 4 + 2], dp[vv * 4 + 3]);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      // dV += P^T dO, dK += dS^T (scale Q): rows in order, 4 at a time.
+      for (int r4 = 0; r4 < RQ; ++r4) {
+        float4 pp[4];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) pp[vv] = X[(4 * r4 + vv) * KQ + jq];
+        FM_UNROLL
+        for (int c = 0; c < 8; ++c) {
+          const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;  // sw = cg
+          const float4 g = Gt[col * RQ + (r4 ^ cg)];
+          FM_UNROLL
+          for (int u = 0; u < 4; ++u) {
+            float acc = dva[u * 8 + c];
+            acc = fma(sdpa_comp(pp[0], u), g.x, acc);
+            acc = fma(sdpa_comp(pp[1], u), g.y, acc);
+            acc = fma(sdpa_comp(pp[2], u), g.z, acc);
+            dva[u * 8 + c] = fma(sdpa_comp(pp[3], u), g.w, acc);
+          }
+        }
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) pp[vv] = X[PS + (4 * r4 + vv) * KQ + jq];
+        FM_UNROLL
+        for (int c = 0; c < 8; ++c) {
+          const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;
+          const float4 qq = Qt[col * RQ + (r4 ^ cg)];
+          FM_UNROLL
+          for (int u = 0; u < 4; ++u) {
+            float acc = dka[u * 8 + c];
+            acc = fma(sdpa_comp(pp[0], u), qq.x, acc);
+            acc = fma(sdpa_comp(pp[1], u), qq.y, acc);
+            acc = fma(sdpa_comp(pp[2], u), qq.z, acc);
+            dka[u * 8 + c] = fma(sdpa_comp(pp[3], u), qq.w, acc);
+          }
         }
       }
     }
-  }
-  const uint64_t dko = sdpa_offset(a, b, FM_SDPA_DK), dvo = sdpa_offset(a, b, FM_SDPA_DV);
-  FM_UNROLL
-  for (int u = 0; u < 4; ++u) {
-    const int32_t j = k0 + 4 * jq + u;
-    if (j < S) {
-      const uint64_t krow = sdpa_row(a, dko, FM_SDPA_DK, j), vrow = sdpa_row(a, dvo, FM_SDPA_DV, j);
-      FM_UNROLL
-      for (int c = 0; c < 8; ++c) {
-        const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;
-        if (col < D) dk[krow + uint64_t(col)] = T(dka[u * 8 + c]);
-        if (col < Dv) dv[vrow + uint64_t(col)] = T(dva[u * 8 + c]);
+    const uint64_t dko = sdpa_offset(a, b, FM_SDPA_DK), dvo = sdpa_offset(a, b, FM_SDPA_DV);
+    FM_UNROLL
+    for (int u = 0; u < 4; ++u) {
+      const int32_t j = k0 + 4 * jq + u;
+      if (j < S) {
+        const uint64_t krow = sdpa_row(a, dko, FM_SDPA_DK, j), vrow = sdpa_row(a, dvo, FM_SDPA_DV, j);
+        FM_UNROLL
+        for (int c = 0; c < 8; ++c) {
+          const int32_t col = c < 4 ? 4 * cg + c : kSdpaBwdDim / 2 + 4 * cg + c - 4;
+          if (col < D) dk[krow + uint64_t(col)] = T(dka[u * 8 + c]);
+          if (col < Dv) dv[vrow + uint64_t(col)] = T(dva[u * 8 + c]);
+        }
       }
     }
   }
@@ -1161,8 +1182,6 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
   const int32_t b = int32_t(tg_pos.y);
   const bool quads = a.quads != 0;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
-  // Tiles in reverse order (causal: the longest first), as in sdpa_forward_tiled.
-  const int32_t q0 = ((L + BQ - 1) / BQ - 1 - int32_t(tg_pos.x)) * BQ;
   const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
   const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
   const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
@@ -1172,159 +1191,166 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
   // Scores: rows 4 rq .. + 3, keys 4 kq .. + 3; dQ: the same rows, columns 4 kq .. + 3.
   const int32_t rq = 4 * (w % 2) + lane / 8, kq = 8 * (w / 2) + lane % 8;
 
-  for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
-    const int32_t r4 = e % RQ, c4 = e / RQ;
-    float4 x[4];
-    FM_UNROLL
-    for (int vv = 0; vv < 4; ++vv) {
-      const int32_t i = q0 + 4 * r4 + vv;
-      x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale, quads) : float4(0.0f);
-    }
-    const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
-    Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-    Qt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-    Qt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-    Qt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-  }
-  float lr[4], dl[4];
-  FM_UNROLL
-  for (int vv = 0; vv < 4; ++vv) {
-    const int32_t i = q0 + 4 * rq + vv;
-    lr[vv] = i < L ? lse[row0 + uint64_t(i)] : 0.0f;
-    dl[vv] = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
-  }
-  float acc[16];  // [vv * 4 + c]: row 4 rq + vv, column 4 kq + c
-  FM_UNROLL
-  for (int e = 0; e < 16; ++e) acc[e] = 0.0f;
-  const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
-  for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
-    for (int32_t e = int32_t(tid); e < RQ * V4; e += NT) {
+  // Causal: group t takes query tiles t and nt - 1 - t (as sdpa_forward_tiled).
+  const int32_t nt = (L + BQ - 1) / BQ, t = int32_t(tg_pos.x);
+  const int32_t npass = sdpa_tile_passes(a, nt, t);
+  for (int32_t pass = 0; pass < npass; ++pass) {
+    const int32_t q0 = sdpa_tile_pass(nt, t, pass) * BQ;
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the last pass's readers of Qt are done
+    for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
       const int32_t r4 = e % RQ, c4 = e / RQ;
       float4 x[4];
       FM_UNROLL
       for (int vv = 0; vv < 4; ++vv) {
         const int32_t i = q0 + 4 * r4 + vv;
-        x[vv] = i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+        x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale, quads) : float4(0.0f);
       }
       const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
-      Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-      Gt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-      Gt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-      Gt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+      Qt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+      Qt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+      Qt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
     }
-    for (int32_t e = int32_t(tid); e < KQ * V4; e += NT) {
-      const int32_t j4 = e % KQ, c4 = e / KQ;
-      float4 x[4];
-      FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
-      }
-      const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
-      X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-      X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-      X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-      X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float dp[16];
-    FM_UNROLL
-    for (int e = 0; e < 16; ++e) dp[e] = 0.0f;
-    for (int32_t c4 = 0; c4 < V4; ++c4) {
-      FM_UNROLL
-      for (int t = 0; t < 4; ++t) {
-        const float4 gg = Gt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
-        const float4 vk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
-        FM_UNROLL
-        for (int vv = 0; vv < 4; ++vv) {
-          const float gv = sdpa_comp(gg, vv);
-          dp[vv * 4 + 0] = fma(gv, vk.x, dp[vv * 4 + 0]);
-          dp[vv * 4 + 1] = fma(gv, vk.y, dp[vv * 4 + 1]);
-          dp[vv * 4 + 2] = fma(gv, vk.z, dp[vv * 4 + 2]);
-          dp[vv * 4 + 3] = fma(gv, vk.w, dp[vv * 4 + 3]);
-        }
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Vt and Gt
-    for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
-      const int32_t j4 = e % KQ, c4 = e / KQ;
-      float4 x[4];
-      FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const int32_t j = k0 + 4 * j4 + u;
-        x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f, quads) : float4(0.0f);
-      }
-      const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
-      X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-      X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-      X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-      X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float s[16];
-    FM_UNROLL
-    for (int e = 0; e < 16; ++e) s[e] = 0.0f;
-    for (int32_t c4 = 0; c4 < D4; ++c4) {
-      FM_UNROLL
-      for (int t = 0; t < 4; ++t) {
-        const float4 qq = Qt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
-        const float4 kk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
-        FM_UNROLL
-        for (int vv = 0; vv < 4; ++vv) {
-          const float qv = sdpa_comp(qq, vv);
-          s[vv * 4 + 0] = fma(qv, kk.x, s[vv * 4 + 0]);
-          s[vv * 4 + 1] = fma(qv, kk.y, s[vv * 4 + 1]);
-          s[vv * 4 + 2] = fma(qv, kk.z, s[vv * 4 + 2]);
-          s[vv * 4 + 3] = fma(qv, kk.w, s[vv * 4 + 3]);
-        }
-      }
-    }
-    // dS = P (dP_dropped - delta), to Gt's place (its readers passed the barrier above).
+    float lr[4], dl[4];
     FM_UNROLL
     for (int vv = 0; vv < 4; ++vv) {
       const int32_t i = q0 + 4 * rq + vv;
-      float ds[4];
-      FM_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const int32_t j = k0 + 4 * kq + u;
-        const float x = sdpa_masked(a, mask, mo, i, j, s[vv * 4 + u]);
-        const float p = x == -INFINITY ? 0.0f : exp(x - lr[vv]);
-        const float keep = i < L && j < S ? sdpa_keep(a, b, i, j) : 0.0f;
-        ds[u] = p == 0.0f ? 0.0f : p * (dp[vv * 4 + u] * keep - dl[vv]);
-      }
-      Gt[(4 * rq + vv) * KQ + (kq ^ (rq % 8))] = float4(ds[0], ds[1], ds[2], ds[3]);
+      lr[vv] = i < L ? lse[row0 + uint64_t(i)] : 0.0f;
+      dl[vv] = i < L ? delta[row0 + uint64_t(i)] : 0.0f;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dQ += dS K, keys in order.
-    for (int j4 = 0; j4 < KQ; ++j4) {
-      float4 ss[4];
-      FM_UNROLL
-      for (int vv = 0; vv < 4; ++vv) ss[vv] = Gt[(4 * rq + vv) * KQ + (j4 ^ (rq % 8))];
-      FM_UNROLL
-      for (int c = 0; c < 4; ++c) {
-        const float4 kk = X[(4 * kq + c) * KQ + (j4 ^ (kq % 8))];  // column 4 kq + c: sw = kq % 8
+    float acc[16];  // [vv * 4 + c]: row 4 rq + vv, column 4 kq + c
+    FM_UNROLL
+    for (int e = 0; e < 16; ++e) acc[e] = 0.0f;
+    const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
+    for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
+      for (int32_t e = int32_t(tid); e < RQ * V4; e += NT) {
+        const int32_t r4 = e % RQ, c4 = e / RQ;
+        float4 x[4];
         FM_UNROLL
         for (int vv = 0; vv < 4; ++vv) {
-          float x = acc[vv * 4 + c];
-          x = fma(ss[vv].x, kk.x, x);
-          x = fma(ss[vv].y, kk.y, x);
-          x = fma(ss[vv].z, kk.z, x);
-          acc[vv * 4 + c] = fma(ss[vv].w, kk.w, x);
+          const int32_t i = q0 + 4 * r4 + vv;
+          x[vv] = i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+        }
+        const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+        Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+        Gt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+        Gt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+        Gt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      for (int32_t e = int32_t(tid); e < KQ * V4; e += NT) {
+        const int32_t j4 = e % KQ, c4 = e / KQ;
+        float4 x[4];
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          const int32_t j = k0 + 4 * j4 + u;
+          x[u] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+        }
+        const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+        X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+        X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+        X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+        X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      float dp[16];
+      FM_UNROLL
+      for (int e = 0; e < 16; ++e) dp[e] = 0.0f;
+      for (int32_t c4 = 0; c4 < V4; ++c4) {
+        FM_UNROLL
+        for (int t = 0; t < 4; ++t) {
+          const float4 gg = Gt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
+          const float4 vk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+          FM_UNROLL
+          for (int vv = 0; vv < 4; ++vv) {
+            const float gv = sdpa_comp(gg, vv);
+            dp[vv * 4 + 0] = fma(gv, vk.x, dp[vv * 4 + 0]);
+            dp[vv * 4 + 1] = fma(gv, vk.y, dp[vv * 4 + 1]);
+            dp[vv * 4 + 2] = fma(gv, vk.z, dp[vv * 4 + 2]);
+            dp[vv * 4 + 3] = fma(gv, vk.w, dp[vv * 4 + 3]);
+          }
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Vt and Gt
+      for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
+        const int32_t j4 = e % KQ, c4 = e / KQ;
+        float4 x[4];
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          const int32_t j = k0 + 4 * j4 + u;
+          x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f, quads) : float4(0.0f);
+        }
+        const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+        X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
+        X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
+        X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
+        X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      float s[16];
+      FM_UNROLL
+      for (int e = 0; e < 16; ++e) s[e] = 0.0f;
+      for (int32_t c4 = 0; c4 < D4; ++c4) {
+        FM_UNROLL
+        for (int t = 0; t < 4; ++t) {
+          const float4 qq = Qt[(4 * c4 + t) * RQ + (rq ^ (c4 % 8))];
+          const float4 kk = X[(4 * c4 + t) * KQ + (kq ^ (c4 % 8))];
+          FM_UNROLL
+          for (int vv = 0; vv < 4; ++vv) {
+            const float qv = sdpa_comp(qq, vv);
+            s[vv * 4 + 0] = fma(qv, kk.x, s[vv * 4 + 0]);
+            s[vv * 4 + 1] = fma(qv, kk.y, s[vv * 4 + 1]);
+            s[vv * 4 + 2] = fma(qv, kk.z, s[vv * 4 + 2]);
+            s[vv * 4 + 3] = fma(qv, kk.w, s[vv * 4 + 3]);
+          }
+        }
+      }
+      // dS = P (dP_dropped - delta), to Gt's place (its readers passed the barrier above).
+      FM_UNROLL
+      for (int vv = 0; vv < 4; ++vv) {
+        const int32_t i = q0 + 4 * rq + vv;
+        float ds[4];
+        FM_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          const int32_t j = k0 + 4 * kq + u;
+          const float x = sdpa_masked(a, mask, mo, i, j, s[vv * 4 + u]);
+          const float p = x == -INFINITY ? 0.0f : exp(x - lr[vv]);
+          const float keep = i < L && j < S ? sdpa_keep(a, b, i, j) : 0.0f;
+          ds[u] = p == 0.0f ? 0.0f : p * (dp[vv * 4 + u] * keep - dl[vv]);
+        }
+        Gt[(4 * rq + vv) * KQ + (kq ^ (rq % 8))] = float4(ds[0], ds[1], ds[2], ds[3]);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      // dQ += dS K, keys in order.
+      for (int j4 = 0; j4 < KQ; ++j4) {
+        float4 ss[4];
+        FM_UNROLL
+        for (int vv = 0; vv < 4; ++vv) ss[vv] = Gt[(4 * rq + vv) * KQ + (j4 ^ (rq % 8))];
+        FM_UNROLL
+        for (int c = 0; c < 4; ++c) {
+          const float4 kk = X[(4 * kq + c) * KQ + (j4 ^ (kq % 8))];  // column 4 kq + c: sw = kq % 8
+          FM_UNROLL
+          for (int vv = 0; vv < 4; ++vv) {
+            float x = acc[vv * 4 + c];
+            x = fma(ss[vv].x, kk.x, x);
+            x = fma(ss[vv].y, kk.y, x);
+            x = fma(ss[vv].z, kk.z, x);
+            acc[vv * 4 + c] = fma(ss[vv].w, kk.w, x);
+          }
         }
       }
     }
-  }
-  const uint64_t dqo = sdpa_offset(a, b, FM_SDPA_DQ);
-  FM_UNROLL
-  for (int vv = 0; vv < 4; ++vv) {
-    const int32_t i = q0 + 4 * rq + vv;
-    if (i < L) {
-      const uint64_t row = sdpa_row(a, dqo, FM_SDPA_DQ, i);
-      FM_UNROLL
-      for (int c = 0; c < 4; ++c) {
-        const int32_t col = 4 * kq + c;
-        if (col < D) dq[row + uint64_t(col)] = T(acc[vv * 4 + c] * a.scale);
+    const uint64_t dqo = sdpa_offset(a, b, FM_SDPA_DQ);
+    FM_UNROLL
+    for (int vv = 0; vv < 4; ++vv) {
+      const int32_t i = q0 + 4 * rq + vv;
+      if (i < L) {
+        const uint64_t row = sdpa_row(a, dqo, FM_SDPA_DQ, i);
+        FM_UNROLL
+        for (int c = 0; c < 4; ++c) {
+          const int32_t col = 4 * kq + c;
+          if (col < D) dq[row + uint64_t(col)] = T(acc[vv * 4 + c] * a.scale);
+        }
       }
     }
   }

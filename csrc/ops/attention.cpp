@@ -237,6 +237,13 @@ Array empty_like_layout(Backend& be, const Shape& batch, i64 rows, i64 cols, con
 
 std::uint32_t ceil_div(i64 a, i64 b) { return std::uint32_t((a + b - 1) / b); }
 
+// Groups along x of a tiled kernel over n rows or keys in tiles of b: causal, each group takes
+// two tiles, t and the mirror one (attention.metal's sdpa_tile_passes).
+std::uint32_t tiled_groups(const SdpaArgs& a, i64 n, i64 b) {
+  const std::uint32_t tiles = ceil_div(n, b);
+  return a.causal != 0 ? (tiles + 1) / 2 : tiles;
+}
+
 const char* dtype_suffix(DType t) { return t == DType::float16 ? "_float16" : "_float32"; }
 
 // Which MSL instance family serves these head dims (attention.metal's header).
@@ -291,7 +298,7 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
   const std::uint32_t nt = wide ? 64 : 128, bq = tiled ? 64 : wide ? 16 : 32;
   Dispatch d;
   d.group[0] = nt;
-  d.grid[0] = ceil_div(a.L, bq) * nt;
+  d.grid[0] = (tiled ? tiled_groups(a, a.L, bq) : ceil_div(a.L, bq)) * nt;
   d.grid[1] = std::uint32_t(a.nbatch);
   d.cost = std::uint64_t(a.S) * std::uint64_t(a.E + a.Ev) / 4 + 1;
   be.launch(name, d, {buf(q), buf(k), buf(v), buf(mask ? *mask : q), buf(out), buf(lse),
@@ -354,7 +361,7 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
   if (a.S > 0) {
     Dispatch d;
     d.group[0] = 128;
-    d.grid[0] = ceil_div(a.S, bk) * 128;
+    d.grid[0] = (tiled ? tiled_groups(a, a.S, bk) : ceil_div(a.S, bk)) * 128;
     d.grid[1] = std::uint32_t(a.nbatch);
     d.cost = std::uint64_t(a.L) * std::uint64_t(a.E + a.Ev) / (tiled ? 2 : 8) + 1;
     be.launch("sdpa_backward_dkdv" + variant + suffix, d,
@@ -364,7 +371,7 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
   if (a.L > 0) {
     Dispatch d;
     d.group[0] = 128;
-    d.grid[0] = ceil_div(a.L, bq) * 128;
+    d.grid[0] = (tiled ? tiled_groups(a, a.L, bq) : ceil_div(a.L, bq)) * 128;
     d.grid[1] = std::uint32_t(a.nbatch);
     d.cost = std::uint64_t(a.S) * std::uint64_t(a.E + a.Ev) / (tiled ? 2 : 8) + 1;
     be.launch("sdpa_backward_dq" + variant + suffix, d,
