@@ -20,6 +20,8 @@
 // float4.
 //
 // Forward for head dims <= 64: sdpa_forward_tiled (register-blocked; its own comment below).
+// Causal, the tiled kernels give each group two tiles, t and the mirror one (equal work:
+// sdpa_tile_passes).
 // Forward (sdpa_forward): one threadgroup per (tile of BQ query rows, batch index), NSG
 // simdgroups of 32 lanes, each simdgroup owning R = 8 query rows. Per key tile of BK = 32 keys
 // (one key per lane):
@@ -39,7 +41,10 @@
 //   = 27,136 bytes. Registers per lane: 8 scores, 8 x DMAX / 32 accumulators, 16 row stats.
 //   A causal group stops at its last row's key (the tiles above the diagonal are skipped).
 //
-// Backward (deterministic: every output element is summed by one thread, no atomics):
+// Backward (deterministic: every output element is summed by one thread, no atomics). Head
+// dims <= 64: sdpa_backward_dkdv_tiled and sdpa_backward_dq_tiled (register-blocked; their own
+// comment below; FASTMETAL_SDPA_BACKWARD=classic picks the kernels described here, which
+// serve head dims 65..128):
 //   sdpa_backward_prep: delta[i] = rowsum(dO[i] * O[i]), one thread per row.
 //   sdpa_backward_dkdv: one threadgroup of 128 threads per (tile of BK keys, batch index) keeps
 //     dK, dV of its keys in registers (thread: key tid % BK, column quads tid / BK + k * 128/BK)
