@@ -256,10 +256,7 @@ bool quad_rows(const Array& x, const SdpaArgs& a, int which, i64 cols) {
     return false;
   for (int d = 0; d < a.batch_dims; ++d)
     if (a.bs[which][d] % 4 != 0) return false;
-  const std::uintptr_t at = x.storage->host != nullptr
-                                ? reinterpret_cast<std::uintptr_t>(x.host_data())
-                                : std::uintptr_t(x.byte_offset());
-  return at % 16 == 0;
+  return starts_aligned16(x);
 }
 
 }  // namespace
