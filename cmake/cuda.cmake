@@ -44,9 +44,10 @@ function(fm_add_cuda_backend target)
   # 128-thread ones) per multiprocessor instead of one; their double-buffered paths fit
   # without spilling (ptxas -v; only the any-group-size fallback spills a little).
   # The matmul GEMM tiles likewise (metal/matmul.metal: 64 accumulators a thread at 8x8),
-  # and attention's: uncapped, ptxas gives sdpa_backward_dkdv_tiled 175 registers (2 groups
-  # of 128 threads per multiprocessor); at 128 it spills ~1 load per 64 FMAs in its inner
-  # loops (CUDA 13, sm_90) and runs 4 groups. The other attention kernels use <= 128 anyway.
+  # and attention's: uncapped, ptxas (CUDA 13, sm_90) gives the tiled attention kernels
+  # 150-180 registers (2-3 groups of 128 threads per multiprocessor); at 128 they run 4
+  # groups, sdpa_backward_dkdv_tiled spilling 16 accumulators around its dK/dV loop (16 local
+  # loads and stores per 256 FMAs), the others next to nothing.
   set_source_files_properties(${FM_GEN_DIR}/cuda_entries_conv2d.cu ${FM_GEN_DIR}/cuda_entries_matmul.cu
     ${FM_GEN_DIR}/cuda_entries_attention.cu
     PROPERTIES COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")

@@ -910,7 +910,9 @@ FM_INSTANTIATE("sdpa_backward_dq_d128_float16", sdpa_backward_dq, half, 128, 8, 
 // % 8)] (XOR-swizzled so the 8 column quads a warp reads in the gradient steps hit 8 distinct
 // 16-byte columns), dS of the dQ kernel [r][key quad ^ (r / 4 % 8)]. lse and delta of a
 // thread's 4 rows are read into registers (no threadgroup copy). Registers per thread: dK/dV
-// 64 accumulators + 16 P + 16 dP + 4 delta, ~120 (the CUDA build caps at 128); dQ ~70.
+// 64 accumulators + 16 P + 16 dP + 4 delta + loads in flight: ptxas (sm_90) wants ~170; the
+// CUDA build caps attention at 128 (4 groups per SM), which spills 16 of them around the
+// dK/dV loop; dQ 16 accumulators, ~130 uncapped (the scheduler's loads in flight).
 enum : int32_t {
   kSdpaBwdRows = 32,     // query rows per step
   kSdpaBwdKeys = 64,     // keys per step
@@ -949,10 +951,6 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
   const bool quads = a.quads != 0;
   const int32_t L = a.L, S = a.S, D = a.E, Dv = a.Ev;
   const int32_t D4 = (D + 3) / 4, V4 = (Dv + 3) / 4;
-  const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
-  const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
-  const uint64_t mo = sdpa_mask_offset(a, b);
-  const uint64_t row0 = uint64_t(b) * uint64_t(L);
   const int32_t w = int32_t(tid) / 32, lane = int32_t(tid) % 32;
   const int32_t rq = 4 * (w % 2) + lane / 8, kq = 8 * (w / 2) + lane % 8;  // scores
   const int32_t jq = 4 * w + lane / 8, cg = lane % 8;                      // dK, dV
@@ -960,9 +958,8 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
   // Causal: key tile t meets the query tiles from its own on, so group t takes key tiles t
   // and nt - 1 - t (about the same work in every group where L = S).
   const int32_t nt = (S + BK - 1) / BK, t = int32_t(tg_pos.x);
-  const int32_t npass = sdpa_tile_passes(a, nt, t);
-  for (int32_t pass = 0; pass < npass; ++pass) {
-    const int32_t k0 = sdpa_tile_pass(nt, t, pass) * BK;
+  const int32_t k_last = (sdpa_tile_passes(a, nt, t) == 2 ? nt - 1 - t : t) * BK;
+  for (int32_t k0 = t * BK;; k0 = k_last) {
     float dka[32], dva[32];  // [u * 8 + c]: key 4 jq + u, column 4 cg + c (c < 4), 28 + 4 cg + c
     FM_UNROLL
     for (int e = 0; e < 32; ++e) {
@@ -972,6 +969,11 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
     // Causal: rows before the tile's first key see none of its keys (k0 is a multiple of BQ).
     const int32_t q_begin = a.causal != 0 ? k0 : 0;
     for (int32_t q0 = q_begin; q0 < L; q0 += BQ) {
+      // Recomputed per tile: cheaper than the registers they would hold across phase 2.
+      const uint64_t qo = sdpa_offset(a, b, FM_SDPA_Q), ko = sdpa_offset(a, b, FM_SDPA_K);
+      const uint64_t vo = sdpa_offset(a, b, FM_SDPA_V), go = sdpa_offset(a, b, FM_SDPA_G);
+      const uint64_t mo = sdpa_mask_offset(a, b);
+      const uint64_t row0 = uint64_t(b) * uint64_t(L);
       threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
       // Qt (scaled) and Gt: thread (row quad, column quad) transposes a 4 x 4 block.
       for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
@@ -1154,6 +1156,7 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
         }
       }
     }
+    if (k0 == k_last) break;
   }
 }
 
