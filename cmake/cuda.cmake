@@ -43,14 +43,20 @@ function(fm_add_cuda_backend target)
   # The conv2d GEMM kernels: at most 128 registers a thread gives two 256-thread groups (four
   # 128-thread ones) per multiprocessor instead of one; their double-buffered paths fit
   # without spilling (ptxas -v; only the any-group-size fallback spills a little).
-  # The matmul GEMM tiles likewise (metal/matmul.metal: 64 accumulators a thread at 8x8),
-  # and attention's: uncapped, ptxas (CUDA 13, sm_90) gives the tiled attention kernels
-  # 150-180 registers (2-3 groups of 128 threads per multiprocessor); at 128 they run 4
-  # groups, sdpa_backward_dkdv_tiled spilling 16 accumulators around its dK/dV loop (16 local
-  # loads and stores per 256 FMAs), the others next to nothing.
+  # The matmul GEMM tiles likewise (metal/matmul.metal: 64 accumulators a thread at 8x8).
   set_source_files_properties(${FM_GEN_DIR}/cuda_entries_conv2d.cu ${FM_GEN_DIR}/cuda_entries_matmul.cu
-    ${FM_GEN_DIR}/cuda_entries_attention.cu
     PROPERTIES COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")
+  # Attention's: uncapped, ptxas (CUDA 13, sm_90) gives sdpa_backward_dkdv_tiled 167
+  # registers and sdpa_backward_dq_tiled 129 (3 groups of 128 threads per multiprocessor);
+  # at 128 they run 4 groups, dkdv_tiled spilling 16 accumulators around its dK/dV loop (16
+  # local loads and stores per 256 FMAs), dq_tiled 8 bytes. Which is faster is for a GPU to
+  # say: FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
+  set(FASTMETAL_ATTENTION_MAXRREG 128 CACHE STRING
+      "nvcc -maxrregcount for the attention kernels (0: none)")
+  if(FASTMETAL_ATTENTION_MAXRREG GREATER 0)
+    set_source_files_properties(${FM_GEN_DIR}/cuda_entries_attention.cu PROPERTIES COMPILE_OPTIONS
+      "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=${FASTMETAL_ATTENTION_MAXRREG}>")
+  endif()
   add_library(fm_cuda_kernels OBJECT ${FM_CUDA_ENTRIES})
   add_dependencies(fm_cuda_kernels fm_generated)
   set_target_properties(fm_cuda_kernels PROPERTIES CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
