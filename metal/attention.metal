@@ -911,8 +911,9 @@ FM_INSTANTIATE("sdpa_backward_dq_d128_float16", sdpa_backward_dq, half, 128, 8, 
 // 16-byte columns), dS of the dQ kernel [r][key quad ^ (r / 4 % 8)]. lse and delta of a
 // thread's 4 rows are read into registers (no threadgroup copy). Registers per thread: dK/dV
 // 64 accumulators + 16 P + 16 dP + 4 delta + loads in flight: ptxas (sm_90) wants ~170; the
-// CUDA build caps attention at 128 (4 groups per SM), which spills 16 of them around the
-// dK/dV loop; dQ 16 accumulators, ~130 uncapped (the scheduler's loads in flight).
+// CUDA build caps attention at 128 (4 groups per SM: ~1 spill load per 64 FMAs; 16 spilled
+// accumulators around the dK/dV loop in the causal instance); dQ 16 accumulators, ~130
+// uncapped (the scheduler's loads in flight).
 enum : int32_t {
   kSdpaBwdRows = 32,     // query rows per step
   kSdpaBwdKeys = 64,     // keys per step
@@ -920,9 +921,11 @@ enum : int32_t {
   kSdpaBwdThreads = 128,
 };
 
-// dK and dV of 64 keys. Grid (threadgroups): x = ceil(S / 64) key tiles, y = nbatch; 128
-// threads each.
-template <typename T>
+// dK and dV of 64 keys. Grid (threadgroups): x = ceil(S / 64) key tiles (PAIRED, the causal
+// instances: ceil(ceil(S / 64) / 2) pairs), y = nbatch; 128 threads each. Two instances
+// because the pass loop alone makes ptxas (sm_90, 128 registers) spill 16 accumulators
+// around the dK/dV loop: the non-causal ones go without it.
+template <typename T, bool PAIRED>
 kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
                                      device const T* k [[buffer(1)]],
                                      device const T* v [[buffer(2)]],
@@ -958,7 +961,7 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
   // Causal: key tile t meets the query tiles from its own on, so group t takes key tiles t
   // and nt - 1 - t (about the same work in every group where L = S).
   const int32_t nt = (S + BK - 1) / BK, t = int32_t(tg_pos.x);
-  const int32_t k_last = (sdpa_tile_passes(a, nt, t) == 2 ? nt - 1 - t : t) * BK;
+  const int32_t k_last = (PAIRED && sdpa_tile_passes(a, nt, t) == 2 ? nt - 1 - t : t) * BK;
   for (int32_t k0 = t * BK;; k0 = k_last) {
     float dka[32], dva[32];  // [u * 8 + c]: key 4 jq + u, column 4 cg + c (c < 4), 28 + 4 cg + c
     FM_UNROLL
@@ -1160,8 +1163,10 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
   }
 }
 
-FM_INSTANTIATE("sdpa_backward_dkdv_tiled_d64_float32", sdpa_backward_dkdv_tiled, float);
-FM_INSTANTIATE("sdpa_backward_dkdv_tiled_d64_float16", sdpa_backward_dkdv_tiled, half);
+FM_INSTANTIATE("sdpa_backward_dkdv_tiled_d64_float32", sdpa_backward_dkdv_tiled, float, false);
+FM_INSTANTIATE("sdpa_backward_dkdv_tiled_d64_float16", sdpa_backward_dkdv_tiled, half, false);
+FM_INSTANTIATE("sdpa_backward_dkdv_tiled_causal_d64_float32", sdpa_backward_dkdv_tiled, float, true);
+FM_INSTANTIATE("sdpa_backward_dkdv_tiled_causal_d64_float16", sdpa_backward_dkdv_tiled, half, true);
 
 // dQ of 32 query rows. Grid (threadgroups): x = ceil(L / 32) query tiles, y = nbatch; 128
 // threads each.

@@ -361,7 +361,9 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
     d.grid[0] = (tiled ? tiled_groups(a, a.S, bk) : ceil_div(a.S, bk)) * 128;
     d.grid[1] = std::uint32_t(a.nbatch);
     d.cost = std::uint64_t(a.L) * std::uint64_t(a.E + a.Ev) / (tiled ? 2 : 8) + 1;
-    be.launch("sdpa_backward_dkdv" + variant + suffix, d,
+    // The causal tiled instance pairs its key tiles (tiled_groups); the other has no pass loop.
+    const std::string pairs = tiled && a.causal != 0 ? "_causal" : "";
+    be.launch("sdpa_backward_dkdv" + variant + pairs + suffix, d,
               {buf(q), buf(k), buf(v), m, buf(grad_out), buf(lse), KernelArg::buffer(delta),
                buf(dk), buf(dv), args});
   }
