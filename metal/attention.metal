@@ -901,14 +901,18 @@ FM_INSTANTIATE("sdpa_backward_dq_d128_float16", sdpa_backward_dq, half, 128, 8, 
 //     tile: 3,072 FMAs, 384 loads (0.125 per FMA).
 //   Every gradient element is summed by one thread, rows (dK, dV) or keys (dQ) in ascending
 //   order: deterministic, whatever the grid.
+//   Causal: a key tile starts at the query tile of its first key, a query tile stops at the
+//   key tile of its last row (the diagonal tiles masked per element), and each group takes
+//   tile t and tile nt - 1 - t (sdpa_tile_passes: the same work in every group).
 // Threadgroup memory: the transposed tiles Qt, Gt (64 x 32 floats, 8 KiB each) and X (64 x 64,
 // 16 KiB) that holds Kt, then Vt, then (dK/dV) P and dS, or (dQ) Vt then Kt while dS takes
 // Gt's place: 32,768 bytes, the Apple limit, in both kernels. So the dK/dV kernel stages K and
 // V again for each query tile (from L2: 32 KiB of K and V with 16 KiB of Q and dO per 2^19
 // FMAs of the group) and the dQ kernel dO for each key tile; 6 and 5 barriers per tile.
-// Stores are bank-conflict free: Qt[d][row quad ^ (d / 4 % 8)] and Kt[d][key quad ^ (d / 4
-// % 8)] (XOR-swizzled so the 8 column quads a warp reads in the gradient steps hit 8 distinct
-// 16-byte columns), dS of the dQ kernel [r][key quad ^ (r / 4 % 8)]. lse and delta of a
+// Loads and stores are bank-conflict free: Qt[d][row quad ^ (d / 4 % 8)] and Kt[d][key quad
+// ^ (d / 4 % 8)] (XOR-swizzled so the 8 column quads a warp reads in the gradient steps hit 8
+// distinct 16-byte columns), dS of the dQ kernel [r][key quad ^ (r / 4 % 8)]; aligned float32
+// rows are staged with 16-byte device loads (SdpaArgs::quads). lse and delta of a
 // thread's 4 rows are read into registers (no threadgroup copy). Registers per thread: dK/dV
 // 64 accumulators + 16 P + 16 dP + 4 delta + loads in flight: ptxas (sm_90) wants ~170; the
 // CUDA build caps attention at 128 (4 groups per SM: ~1 spill load per 64 FMAs; 16 spilled
