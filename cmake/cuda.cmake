@@ -48,10 +48,8 @@ function(fm_add_cuda_backend target)
     PROPERTIES COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")
   # Attention's: uncapped, ptxas (CUDA 13, sm_90) gives sdpa_backward_dkdv_tiled 167
   # registers and sdpa_backward_dq_tiled 129 (3 groups of 128 threads per multiprocessor);
-  # at 128 they run 4 groups, with ~1 spill load per 64 FMAs in their loops, except the
-  # causal dkdv_tiled instance (its pass loop), which spills 16 accumulators around its dK/dV
-  # loop (16 local loads and stores per 256 FMAs). Which is faster is for a GPU to say:
-  # FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
+  # at 128 they run 4 groups, with ~1 spill load per 64 FMAs in their loops. Which is faster
+  # is for a GPU to say: FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
   set(FASTMETAL_ATTENTION_MAXRREG 128 CACHE STRING
       "nvcc -maxrregcount for the attention kernels (0: none)")
   if(FASTMETAL_ATTENTION_MAXRREG GREATER 0)

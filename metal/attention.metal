@@ -915,9 +915,8 @@ FM_INSTANTIATE("sdpa_backward_dq_d128_float16", sdpa_backward_dq, half, 128, 8, 
 // rows are staged with 16-byte device loads (SdpaArgs::quads). lse and delta of a
 // thread's 4 rows are read into registers (no threadgroup copy). Registers per thread: dK/dV
 // 64 accumulators + 16 P + 16 dP + 4 delta + loads in flight: ptxas (sm_90) wants ~170; the
-// CUDA build caps attention at 128 (4 groups per SM: ~1 spill load per 64 FMAs; 16 spilled
-// accumulators around the dK/dV loop in the causal instance); dQ 16 accumulators, ~130
-// uncapped (the scheduler's loads in flight).
+// CUDA build caps attention at 128 (4 groups per SM; ~1 spill load per 64 FMAs in the
+// loops); dQ 16 accumulators, ~130 uncapped (the scheduler's loads in flight).
 enum : int32_t {
   kSdpaBwdRows = 32,     // query rows per step
   kSdpaBwdKeys = 64,     // keys per step
@@ -926,9 +925,9 @@ enum : int32_t {
 };
 
 // dK and dV of 64 keys. Grid (threadgroups): x = ceil(S / 64) key tiles (PAIRED, the causal
-// instances: ceil(ceil(S / 64) / 2) pairs), y = nbatch; 128 threads each. Two instances
-// because the pass loop alone makes ptxas (sm_90, 128 registers) spill 16 accumulators
-// around the dK/dV loop: the non-causal ones go without it.
+// instances: ceil(ceil(S / 64) / 2) pairs), y = nbatch; 128 threads each. The two passes
+// are unrolled (code twice): as a loop, ptxas (sm_90, 128 registers) spilled 16 accumulators
+// around the dK/dV loop; the non-causal instances have one pass.
 template <typename T, bool PAIRED>
 kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
                                      device const T* k [[buffer(1)]],
@@ -966,7 +965,10 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
   // and nt - 1 - t (about the same work in every group where L = S).
   const int32_t nt = (S + BK - 1) / BK, t = int32_t(tg_pos.x);
   const int32_t k_last = (PAIRED && sdpa_tile_passes(a, nt, t) == 2 ? nt - 1 - t : t) * BK;
-  for (int32_t k0 = t * BK;; k0 = k_last) {
+  FM_UNROLL
+  for (int pass = 0; pass < (PAIRED ? 2 : 1); ++pass) {
+    const int32_t k0 = pass == 0 ? t * BK : k_last;
+    if (pass == 1 && k_last == t * BK) break;
     float dka[32], dva[32];  // [u * 8 + c]: key 4 jq + u, column 4 cg + c (c < 4), 28 + 4 cg + c
     FM_UNROLL
     for (int e = 0; e < 32; ++e) {
@@ -1163,7 +1165,6 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
         }
       }
     }
-    if (k0 == k_last) break;
   }
 }
 
