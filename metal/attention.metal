@@ -159,11 +159,12 @@ FM_FUNC float4 sdpa_quad(device const half* p, uint64_t i) {
 }
 
 // sdpa_load4, with one 16-byte load where the host found every row aligned (quads: n % 4 == 0,
-// so a quad that starts before n ends there). The same values either way.
+// so a quad that starts before n ends there; one from n on is zeros, as sdpa_load4 gives).
+// The same values either way.
 template <typename T>
 FM_FUNC float4 sdpa_load4q(device const T* p, uint64_t base, int32_t c, int32_t n, float scale,
                            bool quads) {
-  if (quads) return sdpa_quad(p, base + uint64_t(c)) * scale;
+  if (quads && c < n) return sdpa_quad(p, base + uint64_t(c)) * scale;
   return sdpa_load4(p, base, c, n, scale);
 }
 
