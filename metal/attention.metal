@@ -407,7 +407,8 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
   constexpr int RQ = BQ / 4;   // float4 per Qt / Pt row (row quads)
   constexpr int KQ = BK / 4;   // float4 per Kt row (key quads)
   constexpr int VQ = kSdpaTiledDim / 4;  // float4 per V row
-  static_assert(NT == 32 * 4 && RQ == 16 && KQ == 8 && VQ == 2 * KQ, "tile shape");
+  static_assert(NT == 32 * 4 && RQ == 16 && KQ == 8 && VQ == 2 * KQ && BK * VQ % NT == 0,
+                "tile shape");
   threadgroup float4 Qt[kSdpaTiledDim * kSdpaTiledRows / 4];  // Qt[d][row quad]
   threadgroup float4 KV[kSdpaTiledDim * kSdpaTiledKeys / 4];  // Kt[d][key quad], then V[j][c quad]
   threadgroup float4 Pt[kSdpaTiledKeys * kSdpaTiledRows / 4]; // Pt[j][row quad ^ (j / 4)]
@@ -519,10 +520,16 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
       for (int u = 0; u < 4; ++u)
         Pt[(4 * kg + u) * RQ + (rq ^ kg)] = float4(pk[u * 4], pk[u * 4 + 1], pk[u * 4 + 2], pk[u * 4 + 3]);
       threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
-      for (int32_t e = int32_t(tid); e < BK * VQ; e += NT) {
+      // V: the thread's 4 loads first, then the stores (one wait, not four).
+      float4 xv[kSdpaTiledKeys * kSdpaTiledDim / 4 / kSdpaTiledThreads];
+      FM_UNROLL
+      for (int it = 0; it < BK * VQ / NT; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
         const int32_t jj = e / VQ, c = (e % VQ) * 4, j = k0 + jj;
-        KV[e] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f, quads) : float4(0.0f);
+        xv[it] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f, quads) : float4(0.0f);
       }
+      FM_UNROLL
+      for (int it = 0; it < BK * VQ / NT; ++it) KV[int32_t(tid) + it * NT] = xv[it];
       threadgroup_barrier(mem_flags::mem_threadgroup);
       // O[r][c] += sum_j P[r][j] V[j][c], keys in order.
       for (int jj = 0; jj < BK; ++jj) {
@@ -986,33 +993,51 @@ kernel void sdpa_backward_dkdv_tiled(device const T* q [[buffer(0)]],
       const uint64_t row0 = uint64_t(b) * uint64_t(L);
       threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
       // Qt (scaled) and Gt: thread (row quad, column quad) transposes a 4 x 4 block.
-      for (int32_t e = int32_t(tid); e < RQ * D4; e += NT) {
+      // every load of the step first, then the transposing stores (one wait, not one per block)
+      float4 xq[4], xg[4];
+      FM_UNROLL
+      for (int it = 0; it < 1; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
         const int32_t r4 = e % RQ, c4 = e / RQ;
-        float4 x[4];
         FM_UNROLL
         for (int vv = 0; vv < 4; ++vv) {
           const int32_t i = q0 + 4 * r4 + vv;
-          x[vv] = i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale, quads) : float4(0.0f);
+          xq[it * 4 + vv] = e < RQ * D4 && i < L ? sdpa_load4q(q, sdpa_row(a, qo, FM_SDPA_Q, i), 4 * c4, D, a.scale, quads) : float4(0.0f);
         }
-        const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
-        Qt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-        Qt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-        Qt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-        Qt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
       }
-      for (int32_t e = int32_t(tid); e < RQ * V4; e += NT) {
+      FM_UNROLL
+      for (int it = 0; it < 1; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
         const int32_t r4 = e % RQ, c4 = e / RQ;
-        float4 x[4];
         FM_UNROLL
         for (int vv = 0; vv < 4; ++vv) {
           const int32_t i = q0 + 4 * r4 + vv;
-          x[vv] = i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+          xg[it * 4 + vv] = e < RQ * V4 && i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
         }
-        const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
-        Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-        Gt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-        Gt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-        Gt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      FM_UNROLL
+      for (int it = 0; it < 1; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
+        if (e < RQ * D4) {
+          const int32_t r4 = e % RQ, c4 = e / RQ;
+          const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+          Qt[at] = float4(xq[it * 4 + 0].x, xq[it * 4 + 1].x, xq[it * 4 + 2].x, xq[it * 4 + 3].x);
+          Qt[at + RQ] = float4(xq[it * 4 + 0].y, xq[it * 4 + 1].y, xq[it * 4 + 2].y, xq[it * 4 + 3].y);
+          Qt[at + 2 * RQ] = float4(xq[it * 4 + 0].z, xq[it * 4 + 1].z, xq[it * 4 + 2].z, xq[it * 4 + 3].z);
+          Qt[at + 3 * RQ] = float4(xq[it * 4 + 0].w, xq[it * 4 + 1].w, xq[it * 4 + 2].w, xq[it * 4 + 3].w);
+        }
+      }
+      FM_UNROLL
+      for (int it = 0; it < 1; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
+        if (e < RQ * V4) {
+          const int32_t r4 = e % RQ, c4 = e / RQ;
+          const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+          Gt[at] = float4(xg[it * 4 + 0].x, xg[it * 4 + 1].x, xg[it * 4 + 2].x, xg[it * 4 + 3].x);
+          Gt[at + RQ] = float4(xg[it * 4 + 0].y, xg[it * 4 + 1].y, xg[it * 4 + 2].y, xg[it * 4 + 3].y);
+          Gt[at + 2 * RQ] = float4(xg[it * 4 + 0].z, xg[it * 4 + 1].z, xg[it * 4 + 2].z, xg[it * 4 + 3].z);
+          Gt[at + 3 * RQ] = float4(xg[it * 4 + 0].w, xg[it * 4 + 1].w, xg[it * 4 + 2].w, xg[it * 4 + 3].w);
+        }
       }
       for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
         const int32_t j4 = e % KQ, c4 = e / KQ;
@@ -1243,33 +1268,51 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
     const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
     for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
       threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's readers are done
-      for (int32_t e = int32_t(tid); e < RQ * V4; e += NT) {
+      // every load of the step first, then the transposing stores (one wait, not one per block)
+      float4 xg[4], xv[8];
+      FM_UNROLL
+      for (int it = 0; it < 1; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
         const int32_t r4 = e % RQ, c4 = e / RQ;
-        float4 x[4];
         FM_UNROLL
         for (int vv = 0; vv < 4; ++vv) {
           const int32_t i = q0 + 4 * r4 + vv;
-          x[vv] = i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+          xg[it * 4 + vv] = e < RQ * V4 && i < L ? sdpa_load4q(dout, sdpa_row(a, go, FM_SDPA_G, i), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
         }
-        const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
-        Gt[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-        Gt[at + RQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-        Gt[at + 2 * RQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-        Gt[at + 3 * RQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
       }
-      for (int32_t e = int32_t(tid); e < KQ * V4; e += NT) {
+      FM_UNROLL
+      for (int it = 0; it < 2; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
         const int32_t j4 = e % KQ, c4 = e / KQ;
-        float4 x[4];
         FM_UNROLL
         for (int u = 0; u < 4; ++u) {
           const int32_t j = k0 + 4 * j4 + u;
-          x[u] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
+          xv[it * 4 + u] = e < KQ * V4 && j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), 4 * c4, Dv, 1.0f, quads) : float4(0.0f);
         }
-        const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
-        X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-        X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-        X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-        X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      FM_UNROLL
+      for (int it = 0; it < 1; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
+        if (e < RQ * V4) {
+          const int32_t r4 = e % RQ, c4 = e / RQ;
+          const int32_t at = 4 * c4 * RQ + (r4 ^ (c4 % 8));
+          Gt[at] = float4(xg[it * 4 + 0].x, xg[it * 4 + 1].x, xg[it * 4 + 2].x, xg[it * 4 + 3].x);
+          Gt[at + RQ] = float4(xg[it * 4 + 0].y, xg[it * 4 + 1].y, xg[it * 4 + 2].y, xg[it * 4 + 3].y);
+          Gt[at + 2 * RQ] = float4(xg[it * 4 + 0].z, xg[it * 4 + 1].z, xg[it * 4 + 2].z, xg[it * 4 + 3].z);
+          Gt[at + 3 * RQ] = float4(xg[it * 4 + 0].w, xg[it * 4 + 1].w, xg[it * 4 + 2].w, xg[it * 4 + 3].w);
+        }
+      }
+      FM_UNROLL
+      for (int it = 0; it < 2; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
+        if (e < KQ * V4) {
+          const int32_t j4 = e % KQ, c4 = e / KQ;
+          const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+          X[at] = float4(xv[it * 4 + 0].x, xv[it * 4 + 1].x, xv[it * 4 + 2].x, xv[it * 4 + 3].x);
+          X[at + KQ] = float4(xv[it * 4 + 0].y, xv[it * 4 + 1].y, xv[it * 4 + 2].y, xv[it * 4 + 3].y);
+          X[at + 2 * KQ] = float4(xv[it * 4 + 0].z, xv[it * 4 + 1].z, xv[it * 4 + 2].z, xv[it * 4 + 3].z);
+          X[at + 3 * KQ] = float4(xv[it * 4 + 0].w, xv[it * 4 + 1].w, xv[it * 4 + 2].w, xv[it * 4 + 3].w);
+        }
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
       float dp[16];
@@ -1291,19 +1334,29 @@ kernel void sdpa_backward_dq_tiled(device const T* q [[buffer(0)]],
         }
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Vt and Gt
-      for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
+      // every load of the step first, then the transposing stores (one wait, not one per block)
+      float4 xk[8];
+      FM_UNROLL
+      for (int it = 0; it < 2; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
         const int32_t j4 = e % KQ, c4 = e / KQ;
-        float4 x[4];
         FM_UNROLL
         for (int u = 0; u < 4; ++u) {
           const int32_t j = k0 + 4 * j4 + u;
-          x[u] = j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f, quads) : float4(0.0f);
+          xk[it * 4 + u] = e < KQ * D4 && j < S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), 4 * c4, D, 1.0f, quads) : float4(0.0f);
         }
-        const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
-        X[at] = float4(x[0].x, x[1].x, x[2].x, x[3].x);
-        X[at + KQ] = float4(x[0].y, x[1].y, x[2].y, x[3].y);
-        X[at + 2 * KQ] = float4(x[0].z, x[1].z, x[2].z, x[3].z);
-        X[at + 3 * KQ] = float4(x[0].w, x[1].w, x[2].w, x[3].w);
+      }
+      FM_UNROLL
+      for (int it = 0; it < 2; ++it) {
+        const int32_t e = int32_t(tid) + it * NT;
+        if (e < KQ * D4) {
+          const int32_t j4 = e % KQ, c4 = e / KQ;
+          const int32_t at = 4 * c4 * KQ + (j4 ^ (c4 % 8));
+          X[at] = float4(xk[it * 4 + 0].x, xk[it * 4 + 1].x, xk[it * 4 + 2].x, xk[it * 4 + 3].x);
+          X[at + KQ] = float4(xk[it * 4 + 0].y, xk[it * 4 + 1].y, xk[it * 4 + 2].y, xk[it * 4 + 3].y);
+          X[at + 2 * KQ] = float4(xk[it * 4 + 0].z, xk[it * 4 + 1].z, xk[it * 4 + 2].z, xk[it * 4 + 3].z);
+          X[at + 3 * KQ] = float4(xk[it * 4 + 0].w, xk[it * 4 + 1].w, xk[it * 4 + 2].w, xk[it * 4 + 3].w);
+        }
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
       float s[16];
