@@ -46,10 +46,10 @@ function(fm_add_cuda_backend target)
   # The matmul GEMM tiles likewise (metal/matmul.metal: 64 accumulators a thread at 8x8).
   set_source_files_properties(${FM_GEN_DIR}/cuda_entries_conv2d.cu ${FM_GEN_DIR}/cuda_entries_matmul.cu
     PROPERTIES COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")
-  # Attention's: uncapped, ptxas (CUDA 13, sm_90) gives sdpa_backward_dkdv_tiled 167
-  # registers and sdpa_backward_dq_tiled 129 (3 groups of 128 threads per multiprocessor);
-  # at 128 they run 4 groups, with ~1 spill load per 64 FMAs in their loops. Which is faster
-  # is for a GPU to say: FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
+  # Attention's: uncapped, ptxas (CUDA 13, sm_90) gives the tiled kernels 138 (dQ) to 175
+  # (dK/dV) registers (2-3 groups of 128 threads per multiprocessor); at 128 they run 4
+  # groups, with at most ~1 spill load per 64 FMAs in their loops. Which is faster is for a
+  # GPU to say: FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
   set(FASTMETAL_ATTENTION_MAXRREG 128 CACHE STRING
       "nvcc -maxrregcount for the attention kernels (0: none)")
   if(FASTMETAL_ATTENTION_MAXRREG GREATER 0)

@@ -922,9 +922,9 @@ FM_INSTANTIATE("sdpa_backward_dq_d128_float16", sdpa_backward_dq, half, 128, 8, 
 // distinct 16-byte columns), dS of the dQ kernel [r][key quad ^ (r / 4 % 8)]; aligned float32
 // rows are staged with 16-byte device loads (SdpaArgs::quads). lse and delta of a
 // thread's 4 rows are read into registers (no threadgroup copy). Registers per thread: dK/dV
-// 64 accumulators + 16 P + 16 dP + 4 delta + loads in flight: ptxas (sm_90) wants ~170; the
+// 64 accumulators + 16 P + 16 dP + 4 delta + loads in flight: ptxas (sm_90) wants ~175; the
 // CUDA build caps attention at 128 (4 groups per SM; ~1 spill load per 64 FMAs in the
-// loops); dQ 16 accumulators, ~130 uncapped (the scheduler's loads in flight).
+// loops); dQ 16 accumulators, ~140 uncapped (the scheduler's loads in flight).
 enum : int32_t {
   kSdpaBwdRows = 32,     // query rows per step
   kSdpaBwdKeys = 64,     // keys per step
