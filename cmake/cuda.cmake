@@ -48,8 +48,10 @@ function(fm_add_cuda_backend target)
     PROPERTIES COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")
   # Attention's: uncapped, ptxas (CUDA 13, sm_90) gives the tiled kernels 138 (dQ) to 175
   # (dK/dV) registers (2-3 groups of 128 threads per multiprocessor); at 128 they run 4
-  # groups, with at most ~1 spill load per 64 FMAs in their loops. Which is faster is for a
-  # GPU to say: FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
+  # groups, with at most ~1 spill load per 64 FMAs in their loops. The cap is per file, and
+  # with it ptxas gives the classic kernels more registers than uncapped (dq_d128 57 -> 80,
+  # dkdv_d128 97 -> 123: 8 -> 6 and 5 -> 4 groups; spills none). Which is faster is for a GPU
+  # to say: FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
   set(FASTMETAL_ATTENTION_MAXRREG 128 CACHE STRING
       "nvcc -maxrregcount for the attention kernels (0: none)")
   if(FASTMETAL_ATTENTION_MAXRREG GREATER 0)
