@@ -159,8 +159,9 @@ def main(argv=None) -> int:
     if ns.child:
         print(json.dumps((_fastmetal if ns.child == "fastmetal" else _torch)(ns)))
         return 0
+    # The CPU step, also on a machine whose default fastmetal device is a GPU.
     env = dict(os.environ, FASTMETAL_NUM_THREADS=str(ns.threads),
-               OMP_NUM_THREADS=str(ns.threads))
+               OMP_NUM_THREADS=str(ns.threads), FASTMETAL_DEVICE="cpu")
     res = {}
     for lib in ("fastmetal", "torch"):
         r = subprocess.run([sys.executable, __file__, "--child", lib, *argv],
