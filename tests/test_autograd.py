@@ -558,3 +558,36 @@ def test_recording_sees_every_argument_position(device):
     b = fm.asarray(np.array([0.5, -1.0, 2.0], np.float32), device=device).requires_grad_()
     fm.multiply(x, b).sum().backward()
     np.testing.assert_array_equal(b.grad.numpy(), x)
+
+
+def test_slice_reads_of_one_array_add_into_one_gradient(device):
+    """Several basic reads of one non-leaf (GPT's qkv[:, :, i], overlapping ranges, a step,
+    an int, an empty slice) after a non-slice use of it: the tape adds each read's gradient
+    into the pending one in place (tape._add_in_place) instead of zeros + copy + add; the
+    result is still the sum of every use's gradient."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 6, 3)).astype(np.float32)
+    keys = [(slice(None), slice(None), 0), (slice(None), slice(None), 1),
+            (slice(None), slice(None), 2), (slice(1, 3),), (slice(None), slice(None, None, 2)),
+            (3,), (slice(4, None),), (slice(0, 2), 5)]
+    ws = [rng.standard_normal(x[k].shape).astype(np.float32) for k in keys]
+    xa = fm.asarray(x, device=device).requires_grad_()
+    y = xa * 2.0  # a non-leaf: its gradient waits in the tape while the reads add into it
+    loss = (y * y).sum()
+    for k, w in zip(keys, ws):
+        loss = loss + (y[k] * fm.asarray(w, device=device)).sum()
+    loss.backward()
+    want = 2.0 * x.astype(np.float64) * 2.0
+    for k, w in zip(keys, ws):
+        want[k] += w
+    want *= 2.0
+    np.testing.assert_allclose(xa.grad.numpy(), want, rtol=2e-6, atol=2e-6)
+    # The same reads first (the first read's zeros become the gradient the others add into).
+    xb = fm.asarray(x, device=device).requires_grad_()
+    yb = xb * 2.0
+    total = sum((yb[k] * fm.asarray(w, device=device)).sum() for k, w in zip(keys, ws))
+    total.backward()
+    want2 = np.zeros(x.shape)
+    for k, w in zip(keys, ws):
+        want2[k] += w
+    np.testing.assert_allclose(xb.grad.numpy(), 2.0 * want2, rtol=2e-6, atol=2e-6)

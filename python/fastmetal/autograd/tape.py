@@ -458,12 +458,17 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
     started = time.perf_counter() if profile is not None else 0.0
     order = _topological(root)
     pending: dict = {root: gradient}
+    # Nodes whose pending gradient this backward made itself (a vjp's fresh zeros-and-slice,
+    # or a sum), so nothing else holds it: a slice read's gradient may be added into it in
+    # place (see _add_in_place).
+    owned: set = set()
     # Leaves with hooks: edges still to come (a hook runs after the last), and which got any.
     hooked = _hooked_leaves(order, only) if _post_hooks else None
     with (enable_grad() if create_graph else no_grad()):
         try:
             for node in order:
                 g = pending.pop(node, None)
+                owned.discard(node)
                 if g is None:
                     if hooked:
                         _count_down(node, (None,) * len(node.edges), hooked)
@@ -472,6 +477,8 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
                     kept = node.retained()
                     if kept is not None:
                         kept.grad = g
+                if not create_graph and _add_in_place(node, g, pending, owned):
+                    continue
                 if create_graph and not node.higher_order:
                     grads = _dead_ends(node, g)
                 elif profile is None:
@@ -494,6 +501,13 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
                     if type(edge) is Node:
                         prev = pending.get(edge)
                         pending[edge] = fresh if prev is None else _add(prev, fresh)
+                        # A sum is new; so is an in-place adder's own result (zeros and a
+                        # slice: its vjp makes it and passes nothing on).
+                        if prev is not None or (not create_graph and fresh is gi and
+                                                getattr(node.vjp, "add_into", None)):
+                            owned.add(edge)
+                        else:
+                            owned.discard(edge)
                     elif only is None or id(edge) in only:
                         _accumulate(edge, fresh, borrowed_i)
                 if hooked:
@@ -506,6 +520,26 @@ def backward(tensor: Array, gradient: Any = None, retain_graph: bool = False,
                 profile["backward"] = profile.get("backward", 0.0) + \
                     time.perf_counter() - started
 
+
+
+def _add_in_place(node: Node, g: Array, pending: dict, owned: set) -> bool:
+    """A slice read's backward without its zeros: where `node`'s vjp can add its gradient
+    into an existing one (``vjp.add_into(target, ctx, g)``, views.py's basic getitem) and its
+    input's pending gradient is this backward's own (`owned`), g goes into that gradient's
+    slice in place. GPT's ``qkv[:, :, i]`` for i = 0, 1, 2 then costs one zero fill and three
+    slice writes instead of three fills, three writes and two full adds. The values are the
+    same (x + 0 and 0 + x are x; only a -0.0 gradient entry may stay -0.0 where the sum would
+    make it +0.0). False where it does not apply: the caller runs the vjp as usual."""
+    add_into = getattr(node.vjp, "add_into", None)
+    if add_into is None or len(node.edges) != 1:
+        return False
+    edge = node.edges[0]
+    if type(edge) is not Node or edge not in owned or node.freed:
+        return False
+    target = pending[edge]
+    if target.dtype != g.dtype or target._requires_grad or g._requires_grad:
+        return False
+    return bool(add_into(target, node.ctx, g))
 
 
 def _count_down(node: Node, grads: tuple, hooked: dict) -> None:

@@ -68,6 +68,20 @@ def _getitem_vjp(ctx: Any, g: Array) -> Array:
     return z
 
 
+def _getitem_add_into(target: Array, ctx: Any, g: Array) -> bool:
+    """The tape's in-place form of _getitem_vjp (autograd/tape.py's _add_in_place): g added
+    into target's elements that the basic key read. False for advanced keys."""
+    if indexing.has_advanced(ctx.key) or tuple(target.shape) != tuple(ctx.shapes["self"]):
+        return False
+    part = _view(target, layouts.index(_layout(target), ctx.key, _where("__getitem__")))
+    if part.size:
+        _core.binary("add", part, g, part)
+    return True
+
+
+_getitem_vjp.add_into = _getitem_add_into
+
+
 @op(grads=("self",), passes=True, name="reshape", public=False, higher_order=True)
 def reshape(self: Array, *shape: Any, order: str = "C") -> Array:
     """The same elements in `shape` (one dimension may be -1), in C order: a view when the
