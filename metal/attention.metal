@@ -347,6 +347,19 @@ FM_INSTANTIATE("sdpa_forward_d128_float16", sdpa_forward, half, 128, 2, true);
 // 32,768 bytes, the Apple limit exactly. Pt's row quads are XOR-swizzled by the key's quad so
 // the 8 lanes writing one key quad's 4 rows hit 8 distinct 16-byte columns. Registers per
 // thread: 16 scores, 32 accumulators, 4 + 4 row stats, ~70 in all.
+// Discrete GPUs (FM_INSTANTIATE_DISCRETE; ops/attention.cpp): with V in its own 8 KiB after
+// Kt (SPLIT, 40,960 bytes) a tile needs 2 barriers, not 4: K and V are stored together, and
+// between the P writes and the P V reads a simdgroup barrier is enough (a row quad's 8 lanes
+// are one simdgroup's: Pt's rows are its own). "split" loads K and V after the first barrier
+// (one wait on device memory per tile, not two); "prefetch" (PREFETCH, the CUDA default)
+// loads tile k0 + 32 into registers (8 float4s) after the P writes, so the loads fly during
+// the P V FMAs, and stores them after the next tile's first barrier: no wait on device memory
+// between barriers. Same scores, p, sums and order as the 32 KiB instance: bit for bit.
+// ptxas (CUDA 13.0, sm_90, float32): at the attention files' -maxrregcount=128 the 32 KiB
+// instance uses 128 registers (8 bytes spilled), split 128 (120 B), prefetch 128 (332 B
+// stored, 468 B loaded); uncapped 157, 167, 167 and no spills. The spills sit in the per-tile
+// softmax and staging code, none in the score or P V FMA loops, and the prefetched float4s
+// stay in registers across P V (SASS, nvdisasm).
 // Causal load balance of the tiled kernels: tile t of nt sees about t + 1 tiles of the other
 // side (or nt - t), so with causal the grid has ceil(nt / 2) groups and group t takes tile t
 // and tile nt - 1 - t in turn (one pass where they coincide); otherwise one tile each.
@@ -388,8 +401,35 @@ FM_FUNC float sdpa_group8_sum(float v, uint32_t lane) {
   return g == 0u ? g0 : g == 1u ? g1 : g == 2u ? g2 : g3;
 }
 
-// Grid (threadgroups): x = ceil(L / 64) query tiles, y = nbatch; 128 threads each.
+// SPLIT: key tile k0's K block (at most one 4 x 4 block a thread: KQ * 16 = 128 threads) into
+// xk and its V quads (4 a thread) into xv, zero past S, D and Dv: the loads of the 32 KiB
+// instance's staging, into registers that the kernel then stores.
 template <typename T>
+FM_FUNC void sdpa_tiled_fetch_k(device const T* k, constant SdpaArgs& a, uint64_t ko, int32_t k0,
+                                int32_t tid, int32_t D4, bool quads, thread float4* xk) {
+  constexpr int KQ = kSdpaTiledKeys / 4;
+  if (tid < KQ * D4) {
+    const int32_t j4 = tid % KQ, c = (tid / KQ) * 4;
+    FM_UNROLL
+    for (int u = 0; u < 4; ++u) {
+      const int32_t j = k0 + 4 * j4 + u;
+      xk[u] = j < a.S ? sdpa_load4q(k, sdpa_row(a, ko, FM_SDPA_K, j), c, a.E, 1.0f, quads) : float4(0.0f);
+    }
+  }
+}
+template <typename T>
+FM_FUNC void sdpa_tiled_fetch_v(device const T* v, constant SdpaArgs& a, uint64_t vo, int32_t k0,
+                                int32_t tid, bool quads, thread float4* xv) {
+  constexpr int VQ = kSdpaTiledDim / 4;
+  FM_UNROLL
+  for (int it = 0; it < kSdpaTiledKeys * VQ / kSdpaTiledThreads; ++it) {
+    const int32_t e = tid + it * kSdpaTiledThreads;
+    const int32_t jj = e / VQ, c = (e % VQ) * 4, j = k0 + jj;
+    xv[it] = j < a.S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), c, a.Ev, 1.0f, quads) : float4(0.0f);
+  }
+}
+// Grid (threadgroups): x = ceil(L / 64) query tiles, y = nbatch; 128 threads each.
+template <typename T, bool SPLIT, bool PREFETCH>
 kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
                                device const T* k [[buffer(1)]],
                                device const T* v [[buffer(2)]],
@@ -407,10 +447,12 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
   constexpr int RQ = BQ / 4;   // float4 per Qt / Pt row (row quads)
   constexpr int KQ = BK / 4;   // float4 per Kt row (key quads)
   constexpr int VQ = kSdpaTiledDim / 4;  // float4 per V row
-  static_assert(NT == 32 * 4 && RQ == 16 && KQ == 8 && VQ == 2 * KQ && BK * VQ % NT == 0,
-                "tile shape");
+  constexpr int VOFF = SPLIT ? BK * VQ : 0;  // V's first float4 in KV
+  static_assert(NT == 32 * 4 && RQ == 16 && KQ == 8 && VQ == 2 * KQ && BK * VQ % NT == 0 &&
+                KQ * VQ == NT, "tile shape");
   threadgroup float4 Qt[kSdpaTiledDim * kSdpaTiledRows / 4];  // Qt[d][row quad]
-  threadgroup float4 KV[kSdpaTiledDim * kSdpaTiledKeys / 4];  // Kt[d][key quad], then V[j][c quad]
+  // Kt[d][key quad], then V[j][c quad] in the same place, or after it (SPLIT).
+  threadgroup float4 KV[kSdpaTiledDim * kSdpaTiledKeys / 4 + SPLIT * kSdpaTiledKeys * kSdpaTiledDim / 4];
   threadgroup float4 Pt[kSdpaTiledKeys * kSdpaTiledRows / 4]; // Pt[j][row quad ^ (j / 4)]
 
   const int32_t b = int32_t(tg_pos.y);
@@ -454,11 +496,33 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
       for (int c = 0; c < 8; ++c) o[vv * 8 + c] = 0.0f;
     }
     const int32_t k_end = a.causal != 0 ? min(S, q0 + BQ) : S;
+    float4 xk[4], xv[BK * VQ / NT];  // SPLIT: the next tile, fetched during this one's P V
+    if (PREFETCH) {
+      sdpa_tiled_fetch_k(k, a, ko, 0, int32_t(tid), D4, quads, xk);
+      sdpa_tiled_fetch_v(v, a, vo, 0, int32_t(tid), quads, xv);
+    }
     for (int32_t k0 = 0; k0 < k_end; k0 += BK) {
       threadgroup_barrier(mem_flags::mem_threadgroup);  // the last tile's P V is done
+      if (SPLIT) {
+        // K and V in place before one barrier (prefetched, or loaded here: K's loads, then
+        // V's, then the stores).
+        if (!PREFETCH) {
+          sdpa_tiled_fetch_k(k, a, ko, k0, int32_t(tid), D4, quads, xk);
+          sdpa_tiled_fetch_v(v, a, vo, k0, int32_t(tid), quads, xv);
+        }
+        if (int32_t(tid) < KQ * D4) {  // Kt from xk, transposed as below
+          const int32_t j4 = int32_t(tid) % KQ, c = (int32_t(tid) / KQ) * 4;
+          KV[(c + 0) * KQ + j4] = float4(xk[0].x, xk[1].x, xk[2].x, xk[3].x);
+          KV[(c + 1) * KQ + j4] = float4(xk[0].y, xk[1].y, xk[2].y, xk[3].y);
+          KV[(c + 2) * KQ + j4] = float4(xk[0].z, xk[1].z, xk[2].z, xk[3].z);
+          KV[(c + 3) * KQ + j4] = float4(xk[0].w, xk[1].w, xk[2].w, xk[3].w);
+        }
+        FM_UNROLL
+        for (int it = 0; it < BK * VQ / NT; ++it) KV[VOFF + int32_t(tid) + it * NT] = xv[it];
+      }
       // Kt: thread (key quad, column quad) transposes a 4 x 4 block (8 adjacent lanes write one
       // row of Kt: 128 contiguous bytes).
-      for (int32_t e = int32_t(tid); e < KQ * D4; e += NT) {
+      for (int32_t e = int32_t(tid); !SPLIT && e < KQ * D4; e += NT) {
         const int32_t j4 = e % KQ, c = (e / KQ) * 4;
         float4 x[4];
         FM_UNROLL
@@ -519,22 +583,30 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
       FM_UNROLL
       for (int u = 0; u < 4; ++u)
         Pt[(4 * kg + u) * RQ + (rq ^ kg)] = float4(pk[u * 4], pk[u * 4 + 1], pk[u * 4 + 2], pk[u * 4 + 3]);
-      threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
-      // V: the thread's 4 loads first, then the stores (one wait, not four).
-      float4 xv[kSdpaTiledKeys * kSdpaTiledDim / 4 / kSdpaTiledThreads];
-      FM_UNROLL
-      for (int it = 0; it < BK * VQ / NT; ++it) {
-        const int32_t e = int32_t(tid) + it * NT;
-        const int32_t jj = e / VQ, c = (e % VQ) * 4, j = k0 + jj;
-        xv[it] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f, quads) : float4(0.0f);
+      if (SPLIT) {
+        // The next tile's loads fly during this tile's P V (the last tile has none).
+        if (PREFETCH && k0 + BK < k_end) {
+          sdpa_tiled_fetch_k(k, a, ko, k0 + BK, int32_t(tid), D4, quads, xk);
+          sdpa_tiled_fetch_v(v, a, vo, k0 + BK, int32_t(tid), quads, xv);
+        }
+        simdgroup_barrier(mem_flags::mem_threadgroup);  // a row quad's Pt is its simdgroup's own
+      } else {
+        threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread is done with Kt
+        // V: the thread's 4 loads first, then the stores (one wait, not four).
+        FM_UNROLL
+        for (int it = 0; it < BK * VQ / NT; ++it) {
+          const int32_t e = int32_t(tid) + it * NT;
+          const int32_t jj = e / VQ, c = (e % VQ) * 4, j = k0 + jj;
+          xv[it] = j < S ? sdpa_load4q(v, sdpa_row(a, vo, FM_SDPA_V, j), c, Dv, 1.0f, quads) : float4(0.0f);
+        }
+        FM_UNROLL
+        for (int it = 0; it < BK * VQ / NT; ++it) KV[int32_t(tid) + it * NT] = xv[it];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
       }
-      FM_UNROLL
-      for (int it = 0; it < BK * VQ / NT; ++it) KV[int32_t(tid) + it * NT] = xv[it];
-      threadgroup_barrier(mem_flags::mem_threadgroup);
       // O[r][c] += sum_j P[r][j] V[j][c], keys in order.
       for (int jj = 0; jj < BK; ++jj) {
         const float4 pp = Pt[jj * RQ + (rq ^ (jj / 4))];
-        const float4 va = KV[jj * VQ + kg], vb = KV[jj * VQ + KQ + kg];
+        const float4 va = KV[VOFF + jj * VQ + kg], vb = KV[VOFF + jj * VQ + KQ + kg];
         FM_UNROLL
         for (int vv = 0; vv < 4; ++vv) {
           const float p = sdpa_comp(pp, vv);
@@ -568,8 +640,12 @@ kernel void sdpa_forward_tiled(device const T* q [[buffer(0)]],
   }
 }
 
-FM_INSTANTIATE("sdpa_forward_tiled_d64_float32", sdpa_forward_tiled, float);
-FM_INSTANTIATE("sdpa_forward_tiled_d64_float16", sdpa_forward_tiled, half);
+FM_INSTANTIATE("sdpa_forward_tiled_d64_float32", sdpa_forward_tiled, float, false, false);
+FM_INSTANTIATE("sdpa_forward_tiled_d64_float16", sdpa_forward_tiled, half, false, false);
+FM_INSTANTIATE_DISCRETE("sdpa_forward_split_d64_float32", sdpa_forward_tiled, float, true, false);
+FM_INSTANTIATE_DISCRETE("sdpa_forward_split_d64_float16", sdpa_forward_tiled, half, true, false);
+FM_INSTANTIATE_DISCRETE("sdpa_forward_prefetch_d64_float32", sdpa_forward_tiled, float, true, true);
+FM_INSTANTIATE_DISCRETE("sdpa_forward_prefetch_d64_float16", sdpa_forward_tiled, half, true, true);
 
 // ------------------------------------------------------------------------------- backward
 // delta[b, i] = sum_c dO[b, i, c] * O[b, i, c]. Grid: (L, nbatch).

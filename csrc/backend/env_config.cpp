@@ -84,8 +84,10 @@ int sdpa_forward() {
   if (value == nullptr) return -1;
   if (std::strcmp(value, "tiled") == 0) return 1;
   if (std::strcmp(value, "classic") == 0) return 0;
+  if (std::strcmp(value, "split") == 0) return 2;
+  if (std::strcmp(value, "prefetch") == 0) return 3;
   report(std::string("[fastmetal] FASTMETAL_SDPA_FORWARD='") + value +
-         "' is not understood; accepted values: tiled, classic; using "
+         "' is not understood; accepted values: tiled, classic, split, prefetch; using "
          "the op's choice instead");
   return -1;
 }
