@@ -30,7 +30,7 @@ kernels = pytest.fixture(msl_kernels_on_cpu)
 @pytest.fixture(params=["tiled", "classic", "prefetch"])
 def forward_variant(request, monkeypatch):
     """FASTMETAL_SDPA_FORWARD for the test: the register-blocked forward for head dims <= 64
-    (sdpa_forward_tiled; its 40 KiB "prefetch" instance, the default on discrete GPUs; tiled
+    (sdpa_forward_tiled, the default; its 40 KiB "prefetch" instance on discrete GPUs, tiled
     where a device lacks it) or sdpa_forward. Read on every call; the CPU's own path ignores
     it (the emulator tests run the MSL kernels)."""
     monkeypatch.setenv("FASTMETAL_SDPA_FORWARD", request.param)

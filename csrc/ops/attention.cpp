@@ -288,7 +288,9 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
   // Head dims <= 64: the register-blocked kernel unless FASTMETAL_SDPA_FORWARD=classic. Its
   // 40 KiB variants (metal/attention.metal: K and V staged together, 2 barriers a key tile;
   // "prefetch" also loads the next tile during this one's P V) exist where the device has more
-  // than Apple's 32 KiB (FM_INSTANTIATE_DISCRETE); discrete GPUs take "prefetch".
+  // than Apple's 32 KiB (FM_INSTANTIATE_DISCRETE), only on request: on an H100 (2026-11-28
+  // 00:40) the 32 KiB kernel was as fast or faster (4x8x1024 causal: 346 us; split 404,
+  // prefetch 443; non-causal 502 / 502 / 511 us).
   const int variant = env::sdpa_forward();
   const bool tiled = !wide && variant != 0;
   a.quads = quad_rows(q, a, FM_SDPA_Q, a.E) && quad_rows(k, a, FM_SDPA_K, a.E) &&
@@ -297,10 +299,9 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
       std::string(tiled ? "sdpa_forward_tiled_d64" : wide ? "sdpa_forward_d128" : "sdpa_forward_d64") +
       dtype_suffix(q.dtype);
   if (tiled) {
-    const bool discrete = be.preferred_tiles() == Backend::TileFamily::discrete_gpu;
     const char* big = variant == 2                   ? "sdpa_forward_split_d64"
-                      : variant == 3 || (variant < 0 && discrete) ? "sdpa_forward_prefetch_d64"
-                                                                  : nullptr;
+                      : variant == 3 ? "sdpa_forward_prefetch_d64"
+                                     : nullptr;
     if (big != nullptr && be.has_kernel(std::string(big) + dtype_suffix(q.dtype)))
       name = std::string(big) + dtype_suffix(q.dtype);
   }
