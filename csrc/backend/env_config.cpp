@@ -79,28 +79,39 @@ std::int64_t elementwise_grid() {
   return j > 0 ? j : 0;
 }
 
-int sdpa_forward() {
-  const char* value = value_of("FASTMETAL_SDPA_FORWARD");
+namespace {
+
+struct Choice {
+  const char* name;
+  int value;
+};
+
+// The value of the variable `var` among `choices` (names to numbers); -1 where it is unset,
+// and -1 with one reported problem naming the accepted values where it is none of them.
+template <std::size_t N>
+int named_choice(const char* var, const Choice (&choices)[N]) {
+  const char* value = value_of(var);
   if (value == nullptr) return -1;
-  if (std::strcmp(value, "tiled") == 0) return 1;
-  if (std::strcmp(value, "classic") == 0) return 0;
-  if (std::strcmp(value, "split") == 0) return 2;
-  if (std::strcmp(value, "prefetch") == 0) return 3;
-  report(std::string("[fastmetal] FASTMETAL_SDPA_FORWARD='") + value +
-         "' is not understood; accepted values: tiled, classic, split, prefetch; using "
-         "the op's choice instead");
+  std::string accepted;
+  for (const Choice& c : choices) {
+    if (std::strcmp(value, c.name) == 0) return c.value;
+    accepted += std::string(accepted.empty() ? "" : ", ") + c.name;
+  }
+  report(std::string("[fastmetal] ") + var + "='" + value +
+         "' is not understood; accepted values: " + accepted + "; using the op's choice instead");
   return -1;
 }
 
+}  // namespace
+
+int sdpa_forward() {
+  static const Choice kForward[] = {{"tiled", 1}, {"classic", 0}, {"split", 2}, {"prefetch", 3}};
+  return named_choice("FASTMETAL_SDPA_FORWARD", kForward);
+}
+
 int sdpa_backward() {
-  const char* value = value_of("FASTMETAL_SDPA_BACKWARD");
-  if (value == nullptr) return -1;
-  if (std::strcmp(value, "tiled") == 0) return 1;
-  if (std::strcmp(value, "classic") == 0) return 0;
-  report(std::string("[fastmetal] FASTMETAL_SDPA_BACKWARD='") + value +
-         "' is not understood; accepted values: tiled, classic; using "
-         "the op's choice instead");
-  return -1;
+  static const Choice kBackward[] = {{"tiled", 1}, {"classic", 0}};
+  return named_choice("FASTMETAL_SDPA_BACKWARD", kBackward);
 }
 
 }  // namespace fm::env
