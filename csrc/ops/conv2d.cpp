@@ -624,10 +624,10 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
     return;
   }
-  const std::int64_t cols = cin_g * a.kH * a.kW;
-  const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
   if (const int m = winograd_choice(b, a, ConvPass::weight_grad))
     return winograd_backward_weight(b, m, a, gy, x, gw);
+  const std::int64_t cols = cin_g * a.kH * a.kW;
+  const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
   // Split-K fills the GPU whatever the tile count, so discrete GPUs take the 128x128 tile
   // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
   // 256 -> 1024 at 14x14: 25.1 TFLOP/s against 17.0 on 64x128, 17 splits), and split
