@@ -48,14 +48,22 @@ function(fm_add_cuda_backend target)
     PROPERTIES COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=128>")
   # Attention's: uncapped, ptxas (CUDA 13, sm_90) gives the tiled kernels 138 (dQ) to 175
   # (dK/dV) registers (2-3 groups of 128 threads per multiprocessor); at 128 they run 4
-  # groups, with at most ~1 spill load per 64 FMAs in their loops. The cap is per file, and
-  # with it ptxas gives the classic kernels more registers than uncapped (dq_d128 57 -> 80,
-  # dkdv_d128 97 -> 123: 8 -> 6 and 5 -> 4 groups; spills none). Which is faster is for a GPU
-  # to say: FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
+  # groups, with at most ~1 spill load per 64 FMAs in their loops. The cap is per file, set
+  # on both attention files (forwards and backwards), and with it ptxas gives the classic
+  # kernels more registers than uncapped (dq_d128 57 -> 80, dkdv_d128 97 -> 123: 8 -> 6 and
+  # 5 -> 4 groups; spills none). Which is faster is for a GPU to say:
+  # FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
   set(FASTMETAL_ATTENTION_MAXRREG 128 CACHE STRING
       "nvcc -maxrregcount for the attention kernels (0: none)")
+  set(attention_entries ${FM_GEN_DIR}/cuda_entries_attention_forward.cu
+      ${FM_GEN_DIR}/cuda_entries_attention_backward.cu)
+  foreach(f ${attention_entries})  # a renamed metal/attention_*.metal must not lose the cap
+    if(NOT f IN_LIST FM_CUDA_ENTRIES)
+      message(FATAL_ERROR "cmake/cuda.cmake: ${f} is not generated; update its name here")
+    endif()
+  endforeach()
   if(FASTMETAL_ATTENTION_MAXRREG GREATER 0)
-    set_source_files_properties(${FM_GEN_DIR}/cuda_entries_attention.cu PROPERTIES COMPILE_OPTIONS
+    set_source_files_properties(${attention_entries} PROPERTIES COMPILE_OPTIONS
       "$<$<COMPILE_LANGUAGE:CUDA>:-maxrregcount=${FASTMETAL_ATTENTION_MAXRREG}>")
   endif()
   add_library(fm_cuda_kernels OBJECT ${FM_CUDA_ENTRIES})
