@@ -1,5 +1,6 @@
-// Argument block of the fused attention kernels (metal/attention.metal), shared with the host
-// (csrc/ops/attention.cpp) and the CPU fast path (csrc/backend/cpu/isa/attention.cpp).
+// Argument block of the fused attention kernels (metal/attention_forward.metal and
+// attention_backward.metal), shared with the host (csrc/ops/attention.cpp) and the CPU fast
+// path (csrc/backend/cpu/isa/attention.cpp).
 //
 // softmax(Q K^T * scale + mask) V per batch index b of the broadcast batch shape: Q (L, E),
 // K (S, E), V (S, Ev). Every operand X (the inputs, the output O, the backward's dO, dQ, dK,

@@ -1,8 +1,8 @@
-"""Fused scaled-dot-product attention (metal/attention.metal, the CPU's tiled path in
-csrc/backend/cpu/isa/attention.cpp) through the private _core._sdpa_forward / _sdpa_backward,
-against float64 NumPy (softmax(Q K^T * scale + mask) V and its analytic gradients) on every
-device, the MSL kernels under the CPU's emulator, PyTorch where installed, and the O(T) memory
-claim at T = 16384."""
+"""Fused scaled-dot-product attention (metal/attention_forward.metal and
+attention_backward.metal, the CPU's tiled path in csrc/backend/cpu/isa/attention.cpp) through
+the private _core._sdpa_forward / _sdpa_backward, against float64 NumPy (softmax(Q K^T * scale
++ mask) V and its analytic gradients) on every device, the MSL kernels under the CPU's
+emulator, PyTorch where installed, and the O(T) memory claim at T = 16384."""
 from __future__ import annotations
 
 import math

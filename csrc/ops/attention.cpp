@@ -238,7 +238,7 @@ Array empty_like_layout(Backend& be, const Shape& batch, i64 rows, i64 cols, con
 std::uint32_t ceil_div(i64 a, i64 b) { return std::uint32_t((a + b - 1) / b); }
 
 // Groups along x of a tiled kernel over n rows or keys in tiles of b: causal, each group takes
-// two tiles, t and the mirror one (attention.metal's sdpa_tile_passes).
+// two tiles, t and the mirror one (metal/attention_common.h's sdpa_tile_passes).
 std::uint32_t tiled_groups(const SdpaArgs& a, i64 n, i64 b) {
   const std::uint32_t tiles = ceil_div(n, b);
   return a.causal != 0 ? (tiles + 1) / 2 : tiles;
@@ -246,7 +246,7 @@ std::uint32_t tiled_groups(const SdpaArgs& a, i64 n, i64 b) {
 
 const char* dtype_suffix(DType t) { return t == DType::float16 ? "_float16" : "_float32"; }
 
-// Which MSL instance family serves these head dims (attention.metal's header).
+// Which MSL instance family serves these head dims (metal/attention_common.h's top comment).
 bool wide_heads(const SdpaArgs& a) { return std::max(a.E, a.Ev) > 64; }
 
 // Whether operand `which` (x, rows of `cols` elements) can be read in 16-byte quads: float32,
@@ -286,7 +286,7 @@ std::vector<Array> sdpa_forward(const Array& q, const Array& k, const Array& v,
   }
   const bool wide = wide_heads(a);
   // Head dims <= 64: the register-blocked kernel unless FASTMETAL_SDPA_FORWARD=classic. Its
-  // 40 KiB variants (metal/attention.metal: K and V staged together, 2 barriers a key tile;
+  // 40 KiB variants (metal/attention_forward.metal: K and V staged together, 2 barriers a key tile;
   // "prefetch" also loads the next tile during this one's P V) exist where the device has more
   // than Apple's 32 KiB (FM_INSTANTIATE_DISCRETE), only on request: on an H100 (2026-11-28
   // 00:40) the 32 KiB kernel was as fast or faster (4x8x1024 causal: 346 us; split 404,
@@ -354,7 +354,7 @@ std::vector<Array> sdpa_backward(const Array& grad_out, const Array& q, const Ar
             quad_rows(v, a, FM_SDPA_V, a.Ev) && quad_rows(grad_out, a, FM_SDPA_G, a.Ev);
   const std::string suffix = std::string(wide ? "_d128" : "_d64") + dtype_suffix(q.dtype);
   const std::string variant = tiled ? "_tiled" : "";
-  // Keys per dK/dV group, query rows per dQ group (attention.metal).
+  // Keys per dK/dV group, query rows per dQ group (metal/attention_backward.metal).
   const std::uint32_t bq = tiled ? 32 : wide ? 8 : 16, bk = tiled ? 64 : wide ? 16 : 32;
   const KernelArg args = KernelArg::inline_bytes(&a, sizeof(a));
   const KernelArg m = buf(mask ? *mask : q);

@@ -1,7 +1,8 @@
-// Fused scaled-dot-product attention (metal/attention.metal; attention_args.h): the forward
-// saves the per-row logsumexp, the backward recomputes the scores tile by tile. No L x S
-// matrix is ever allocated. A backend may serve both through its native ops "sdpa_forward"
-// and "sdpa_backward" (same arguments, same results).
+// Fused scaled-dot-product attention (metal/attention_forward.metal, attention_backward.metal,
+// attention_common.h; attention_args.h): the forward saves the per-row logsumexp, the backward
+// recomputes the scores tile by tile. No L x S matrix is ever allocated. A backend may serve
+// both through its native ops "sdpa_forward" and "sdpa_backward" (same arguments, same
+// results).
 #pragma once
 #include <cstdint>
 #include <vector>

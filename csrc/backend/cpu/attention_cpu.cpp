@@ -1,6 +1,7 @@
 // The cpu backend's fused attention (native ops "sdpa_forward" / "sdpa_backward", asked for by
-// ops/attention.cpp): the tiled plain-C++ form of metal/attention.metal in isa/attention.cpp,
-// dispatched per ISA. Behind _set_native_cpu (false: the MSL kernels under the emulator).
+// ops/attention.cpp): the tiled plain-C++ form of metal/attention_forward.metal and
+// attention_backward.metal in isa/attention.cpp, dispatched per ISA. Behind _set_native_cpu
+// (false: the MSL kernels under the emulator).
 #include <cstdint>
 
 #include "attention_args.h"

@@ -1,9 +1,10 @@
 """Fused attention: ``scaled_dot_product_attention`` as ``torch.nn.functional``'s.
 
-One kernel pass per direction (``metal/attention.metal``; the CPU runs its own tiled form):
-the forward keeps score tiles in fast memory with an online softmax and saves the per-row
-logsumexp, the backward recomputes the scores tile by tile (FlashAttention-2). Memory is
-O(L + S) per batch entry beyond the inputs and outputs: no ``L x S`` matrix is ever built.
+One kernel pass per direction (``metal/attention_forward.metal``,
+``metal/attention_backward.metal``; the CPU runs its own tiled form): the forward keeps score
+tiles in fast memory with an online softmax and saves the per-row logsumexp, the backward
+recomputes the scores tile by tile (FlashAttention-2). Memory is O(L + S) per batch entry
+beyond the inputs and outputs: no ``L x S`` matrix is ever built.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 // Fused attention on the CPU (native ops "sdpa_forward" / "sdpa_backward", see
-// ../attention_cpu.cpp), compiled once per ISA. The same algorithm as metal/attention.metal,
-// cut for a CPU core's caches instead of threadgroup memory:
+// ../attention_cpu.cpp), compiled once per ISA. The same algorithm as the MSL kernels
+// (metal/attention_forward.metal, attention_backward.metal), cut for a CPU core's caches
+// instead of threadgroup memory:
 //
 // Forward: K is transposed once into D x KB tiles per key block (as large as K). A task is
 // (batch index, block of QB = 32 query rows). It walks key blocks of KB = 64: S = (scale Q)
