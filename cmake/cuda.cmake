@@ -51,8 +51,10 @@ function(fm_add_cuda_backend target)
   # groups, with at most ~1 spill load per 64 FMAs in their loops. The cap is per file, set
   # on both attention files (forwards and backwards), and with it ptxas gives the classic
   # kernels more registers than uncapped (dq_d128 57 -> 80, dkdv_d128 97 -> 123: 8 -> 6 and
-  # 5 -> 4 groups; spills none). Which is faster is for a GPU to say:
-  # FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try.
+  # 5 -> 4 groups; spills none). Measured on an H100 (2026-11-28, bench attention --shapes
+  # long): capped at 128, forward 333-481 us at 4 x 8 x 1024; uncapped 362-767 us (the
+  # non-causal forward 1.6x slower) and forward+backward 1.1-1.3x slower. So 128 stays;
+  # FASTMETAL_ATTENTION_MAXRREG (0: uncapped) lets one build try another cap.
   set(FASTMETAL_ATTENTION_MAXRREG 128 CACHE STRING
       "nvcc -maxrregcount for the attention kernels (0: none)")
   set(attention_entries ${FM_GEN_DIR}/cuda_entries_attention_forward.cu
