@@ -480,6 +480,80 @@ kernel void conv2d_reduce(device const float* gy [[buffer(0)]],
 
 FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
 
+// ------------------------------------------------------------ narrow weight gradient
+// conv2d_backward_weight_narrow: the weight gradient of a layer with few weights per output
+// channel (cols = C_in/groups * kH * kW <= FM_CONV_NARROW_COLS), such as MNIST's conv1: 9
+// weights per channel against K = N * H_out * W_out = 43,264 positions. As a GEMM it fills
+// 9 of a tile's 64 columns and needs a long split-K (on an H100: 21 us, then 6 us of split
+// sums). Here a threadgroup takes FM_CONV_NARROW_CHANNELS output channels and one chunk of
+// LANES * STEPS positions; virtual thread (channel c, lane l) walks positions l, l + LANES,
+// .. of the chunk: one gy load (the LANES lanes of a channel read adjacent positions) and
+// cols x loads (the same for every channel of the group: cache hits) feed cols FMAs into
+// registers. The lanes' sums meet in threadgroup memory and are added in lane order into
+// ws[co * cols + col][chunk]; reduce.metal's row sum then adds each weight's chunks
+// (csrc/ops/conv2d.cpp). Fixed orders throughout; any group size (virtual threads).
+// Grid: x = chunks * group size threads, y = ceil(C_out / FM_CONV_NARROW_CHANNELS).
+kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
+                                          device const float* x [[buffer(1)]],
+                                          device float* ws [[buffer(2)]],
+                                          constant Conv2dArgs& a [[buffer(3)]],
+                                          uint3 tg_pos [[threadgroup_position_in_grid]],
+                                          uint32_t tid [[thread_index_in_threadgroup]],
+                                          uint3 tg_size [[threads_per_threadgroup]]) {
+  constexpr int32_t CH = FM_CONV_NARROW_CHANNELS, LANES = FM_CONV_NARROW_LANES;
+  constexpr int32_t COLS = FM_CONV_NARROW_COLS, PER = LANES * FM_CONV_NARROW_STEPS;
+  // [c][lane][col], rows of COLS + 1 (padded by one column)
+  threadgroup float partial[FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES * FM_CONV_NARROW_COLS +
+                            FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES];
+  const int32_t T = int32_t(tg_size.x * tg_size.y * tg_size.z);
+  const int32_t chunk = int32_t(tg_pos.x), co0 = int32_t(tg_pos.y) * CH;
+  const int32_t khw = a.kH * a.kW, cin_g = a.C_in / a.groups, cols = cin_g * khw;
+  const int32_t hw = a.H_out * a.W_out, depth = a.N * hw, plane = a.H * a.W;
+  const int32_t begin = chunk * PER, end = min(depth, begin + PER);
+  // Column j's tap: its offset in x from (the group's first channel, ih0, iw0) and its shifts.
+  int32_t off[COLS], dh[COLS], dw[COLS];
+  FM_UNROLL
+  for (int32_t j = 0; j < COLS; ++j) {
+    const int32_t ci = j / khw, t = j - ci * khw, kh = t / a.kW, kw = t - kh * a.kW;
+    dh[j] = kh * a.dil_h;
+    dw[j] = kw * a.dil_w;
+    off[j] = ci * plane + dh[j] * a.W + dw[j];
+  }
+  for (int32_t v = int32_t(tid); v < CH * LANES; v += T) {
+    const int32_t c = v / LANES, lane = v - c * LANES, co = co0 + c;
+    float acc[COLS];
+    FM_UNROLL
+    for (int32_t j = 0; j < COLS; ++j) acc[j] = 0.0f;
+    const int32_t g = min(co, a.C_out - 1) / (a.C_out / a.groups);
+    for (int32_t i = begin + lane; co < a.C_out && i < end; i += LANES) {
+      const int32_t n = i / hw, p = i - n * hw;
+      const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
+      const int32_t ih0 = oh * a.stride_h - a.pad_h, iw0 = ow * a.stride_w - a.pad_w;
+      const float gv = gy[(n * a.C_out + co) * hw + p];
+      const int32_t xb = (n * a.C_in + g * cin_g) * plane + ih0 * a.W + iw0;  // may be < 0
+      FM_UNROLL
+      for (int32_t j = 0; j < COLS; ++j) {
+        const int32_t ih = ih0 + dh[j], iw = iw0 + dw[j];
+        float xv = 0.0f;  // a predicated load (load_or_zero in metal/conv_gemm.h says why)
+        if (j < cols && ih >= 0 && ih < a.H && iw >= 0 && iw < a.W) xv = x[xb + off[j]];
+        acc[j] = fma(gv, xv, acc[j]);
+      }
+    }
+    FM_UNROLL
+    for (int32_t j = 0; j < COLS; ++j) partial[(c * LANES + lane) * (COLS + 1) + j] = acc[j];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const int32_t chunks = (depth + PER - 1) / PER;
+  for (int32_t o = int32_t(tid); o < CH * COLS; o += T) {
+    const int32_t c = o / COLS, j = o - c * COLS, co = co0 + c;
+    if (co < a.C_out && j < cols) {
+      float s = 0.0f;
+      for (int32_t lane = 0; lane < LANES; ++lane) s += partial[(c * LANES + lane) * (COLS + 1) + j];
+      ws[(co * cols + j) * chunks + chunk] = s;
+    }
+  }
+}
+
 // ------------------------------------------------------------------- bias gradient
 // conv2d_bias_grad_chunks: ws[co][chunk] = the sum of gy[n][co][p] over the chunk's `per`
 // positions (i = n * H_out * W_out + p). Each thread sums positions tid, tid + T, .. of the

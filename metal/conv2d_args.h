@@ -13,6 +13,14 @@
 // conv2d_winograd{,4}_output.
 #define FM_WINOGRAD_OUT_TILES 32
 
+// Weight gradients of layers with few weights per output channel (C_in/groups * kH * kW at
+// most FM_CONV_NARROW_COLS: first layers), conv2d_backward_weight_narrow: output channels
+// per threadgroup, position lanes per channel, and positions per lane in one chunk of K.
+#define FM_CONV_NARROW_COLS 16
+#define FM_CONV_NARROW_CHANNELS 8
+#define FM_CONV_NARROW_LANES 32
+#define FM_CONV_NARROW_STEPS 8
+
 struct Conv2dArgs {
   int32_t N, C_in, H, W;
   int32_t C_out, kH, kW, groups;

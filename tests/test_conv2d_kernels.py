@@ -29,7 +29,8 @@ def test_conv_kernels_are_built(device):
     gemms = [f"conv2d_{p}_{t}" for p in ("forward", "backward_input", "backward_weight")
              for t in GEMM_TILES]
     for name in (*gemms, "conv2d_forward_direct", "conv2d_backward_input_direct",
-                 "conv2d_backward_weight_reduce", "conv2d_sum_splits",
+                 "conv2d_backward_weight_reduce", "conv2d_backward_weight_narrow",
+                 "conv2d_sum_splits",
                  "conv2d_bias_grad_chunks", "reduce_sum"):  # reduce_sum: the bias's 2nd pass
         assert _core._has_kernel(device, name), name
 
@@ -41,13 +42,18 @@ KERNEL_CASES = [
     ((2, 6, 9, 9), (10, 6, 3, 3), dict(padding=1)),                       # 32-row GEMMs
     ((1, 36, 5, 6), (40, 36, 2, 3), dict(padding="same")),                # 64-row GEMMs
     ((3, 6, 12, 11), (8, 3, 3, 2), dict(stride=(2, 3), dilation=(2, 1), groups=2)),
-    ((2, 8, 14, 14), (6, 8, 1, 1), dict()),                               # split-K, 1x1
+    ((2, 20, 14, 14), (6, 20, 1, 1), dict()),                             # split-K, 1x1
     ((2, 5, 7, 8), (5, 1, 3, 3), dict(padding=(1, 2), groups=5)),         # depthwise
     ((1, 3, 6, 5), (9, 1, 2, 2), dict(padding="same", dilation=2, groups=3)),  # multiplier 3
     ((4, 7, 5, 5), (2, 7, 3, 3), dict(stride=2)),                         # C_out < 5: direct
     # first layers: few weights per output channel, many positions (long split-K)
     ((3, 1, 30, 29), (6, 1, 3, 3), dict(padding=1)),
     ((4, 3, 40, 33), (5, 3, 3, 3), dict(stride=(1, 2), padding=(2, 1), dilation=(2, 1))),
+    # at most 16 weights per output channel: conv2d_backward_weight_narrow (channels past a
+    # group's 8, groups, strides, dilation, padding; exactly 16 columns; a 1x1 layer)
+    ((3, 4, 11, 10), (12, 2, 2, 3), dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)),
+    ((2, 4, 9, 9), (10, 4, 2, 2), dict(padding=1)),
+    ((2, 8, 14, 14), (6, 8, 1, 1), dict()),
 ]
 
 
