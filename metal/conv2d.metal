@@ -491,12 +491,16 @@ FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
 // cols x loads (the same for every channel of the group: cache hits) feed cols FMAs into
 // registers. The lanes' sums meet in threadgroup memory and are added in lane order into
 // ws[co * cols + col][chunk]; reduce.metal's row sum then adds each weight's chunks
-// (csrc/ops/conv2d.cpp). Fixed orders throughout; any group size (virtual threads).
+// (csrc/ops/conv2d.cpp). With `flags` bit 0 the bias gradient comes along: the sums of gv
+// (one more add per position) into wsb[co][chunk], in place of conv2d_bias_grad_chunks'
+// second pass over gy. Fixed orders throughout; any group size (virtual threads).
 // Grid: x = chunks * group size threads, y = ceil(C_out / FM_CONV_NARROW_CHANNELS).
 kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
                                           device const float* x [[buffer(1)]],
                                           device float* ws [[buffer(2)]],
-                                          constant Conv2dArgs& a [[buffer(3)]],
+                                          device float* wsb [[buffer(3)]],
+                                          constant Conv2dArgs& a [[buffer(4)]],
+                                          constant uint32_t& flags [[buffer(5)]],
                                           uint3 tg_pos [[threadgroup_position_in_grid]],
                                           uint32_t tid [[thread_index_in_threadgroup]],
                                           uint3 tg_size [[threads_per_threadgroup]]) {
@@ -505,6 +509,7 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
   // [c][lane][col], rows of COLS + 1 (padded by one column)
   threadgroup float partial[FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES * FM_CONV_NARROW_COLS +
                             FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES];
+  threadgroup float partial_b[FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES];  // [c][lane]
   const int32_t T = int32_t(tg_size.x * tg_size.y * tg_size.z);
   const int32_t chunk = int32_t(tg_pos.x), co0 = int32_t(tg_pos.y) * CH;
   const int32_t khw = a.kH * a.kW, cin_g = a.C_in / a.groups, cols = cin_g * khw;
@@ -522,6 +527,7 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
   for (int32_t v = int32_t(tid); v < CH * LANES; v += T) {
     const int32_t c = v / LANES, lane = v - c * LANES, co = co0 + c;
     float acc[COLS];
+    float bsum = 0.0f;
     FM_UNROLL
     for (int32_t j = 0; j < COLS; ++j) acc[j] = 0.0f;
     const int32_t g = min(co, a.C_out - 1) / (a.C_out / a.groups);
@@ -530,6 +536,7 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
       const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
       const int32_t ih0 = oh * a.stride_h - a.pad_h, iw0 = ow * a.stride_w - a.pad_w;
       const float gv = gy[(n * a.C_out + co) * hw + p];
+      bsum += gv;
       const int32_t xb = (n * a.C_in + g * cin_g) * plane + ih0 * a.W + iw0;  // may be < 0
       FM_UNROLL
       for (int32_t j = 0; j < COLS; ++j) {
@@ -541,15 +548,24 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
     }
     FM_UNROLL
     for (int32_t j = 0; j < COLS; ++j) partial[(c * LANES + lane) * (COLS + 1) + j] = acc[j];
+    partial_b[c * LANES + lane] = bsum;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const int32_t chunks = (depth + PER - 1) / PER;
-  for (int32_t o = int32_t(tid); o < CH * COLS; o += T) {
-    const int32_t c = o / COLS, j = o - c * COLS, co = co0 + c;
-    if (co < a.C_out && j < cols) {
+  const bool with_bias = (flags & 1u) != 0u;
+  for (int32_t o = int32_t(tid); o < CH * COLS + CH; o += T) {
+    if (o < CH * COLS) {
+      const int32_t c = o / COLS, j = o - c * COLS, co = co0 + c;
+      if (co < a.C_out && j < cols) {
+        float s = 0.0f;
+        for (int32_t lane = 0; lane < LANES; ++lane) s += partial[(c * LANES + lane) * (COLS + 1) + j];
+        ws[(co * cols + j) * chunks + chunk] = s;
+      }
+    } else if (with_bias && co0 + o - CH * COLS < a.C_out) {
+      const int32_t c = o - CH * COLS;
       float s = 0.0f;
-      for (int32_t lane = 0; lane < LANES; ++lane) s += partial[(c * LANES + lane) * (COLS + 1) + j];
-      ws[(co * cols + j) * chunks + chunk] = s;
+      for (int32_t lane = 0; lane < LANES; ++lane) s += partial_b[c * LANES + lane];
+      wsb[(co0 + c) * chunks + chunk] = s;
     }
   }
 }

@@ -131,6 +131,25 @@ def test_forced_split_k_of_both_gradients(kernel_path, monkeypatch, splits, thre
         check_backward(x, w, kw, r, needs=("input", "weight"))
 
 
+@pytest.mark.parametrize("needs", [("weight", "bias"), ("weight",), ("bias",),
+                                   ("input", "weight", "bias")])
+@pytest.mark.parametrize("threads,seed", [(0, 1), (37, 2), (300, 3)])
+@pytest.mark.cpu_only
+def test_narrow_weight_gradient_with_and_without_its_bias(kernel_path, needs, threads, seed):
+    """A first layer's weight gradient (<= 16 weights per output channel) brings the bias
+    gradient along from the same pass over grad_output when both are asked for; either
+    alone, or with the input gradient, gives the same values (a K range that ends inside
+    a chunk, channels past a group's 8)."""
+    _core._set_conv_group_size(threads)
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    r = np.random.default_rng(900 + seed)
+    for xshape, wshape, kw in [((3, 1, 17, 19), (11, 1, 3, 3), dict(padding=1)),
+                               ((2, 6, 8, 9), (10, 3, 1, 2), dict(stride=(1, 2), groups=2))]:
+        x = r.standard_normal(xshape).astype(np.float32)
+        w = r.standard_normal(wshape).astype(np.float32)
+        check_backward(x, w, kw, r, needs=needs)
+
+
 @pytest.mark.cpu_only
 def test_msl_reductions_for_any_group_size(kernel_path):
     # threadgroup memory outlives a launch on the CPU: a large group first leaves every

@@ -415,10 +415,11 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
 
 // A weight gradient with at most FM_CONV_NARROW_COLS weights per output channel (a first
 // layer): per-chunk sums of every weight (conv2d_backward_weight_narrow), then each weight's
-// chunks as one row of reduce.metal's sum. MNIST conv1 on an H100: the GEMM took 21.3 us
-// plus 5.9 us of split-K sums.
+// chunks as one row of reduce.metal's sum; the bias gradient (gb not null) from the same
+// pass over gy. MNIST conv1 on an H100: the GEMM took 21.3 us plus 5.9 us of split-K sums,
+// and its bias 7.7 us of chunk sums.
 void narrow_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, const Array& x,
-                            const Array& gw) {
+                            const Array& gw, const Array* gb) {
   const std::string k = "conv2d_backward_weight_narrow";
   constexpr std::int64_t per = FM_CONV_NARROW_LANES * FM_CONV_NARROW_STEPS;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
@@ -426,12 +427,17 @@ void narrow_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, co
   const std::uint32_t t = group_threads(b, k, std::uint64_t(chunks),
                                         FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES);
   Array ws = Array::empty(b, {gw.size(), chunks}, DType::float32);
+  const std::optional<Array> wsb =
+      gb ? std::optional<Array>(Array::empty(b, {a.C_out, chunks}, DType::float32)) : std::nullopt;
+  const std::uint32_t flags = gb ? 1u : 0u;
   Dispatch d;
   d.group[0] = t;
   d.grid[0] = std::uint32_t(chunks * t);
   d.grid[1] = std::uint32_t((a.C_out + FM_CONV_NARROW_CHANNELS - 1) / FM_CONV_NARROW_CHANNELS);
-  b.launch(k, d, {buf(gy), buf(x), buf(ws), bytes(&a, sizeof a)});
+  b.launch(k, d, {buf(gy), buf(x), buf(ws), buf(wsb ? *wsb : ws), bytes(&a, sizeof a),
+                  bytes(&flags, sizeof flags)});
   sum_rows_into(ws, gw.size(), chunks, 1, gw);
+  if (gb) sum_rows_into(*wsb, a.C_out, chunks, 1, *gb);
 }
 
 }  // namespace
@@ -594,8 +600,11 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
   // Without a bias the kernel never reads buffer(2); bind any valid buffer there.
   const KernelArg bias_arg = bias ? buf(*bias) : buf(w);
   const std::int64_t cout_g = a.C_out / a.groups;
-  if (cout_g <= 4) {
-    // Few output channels per group (depthwise): a GEMM tile would be mostly idle rows.
+  const std::int64_t depth = std::int64_t(a.C_in / a.groups) * a.kH * a.kW;
+  if (cout_g <= 4 || (depth <= FM_CONV_NARROW_COLS && forced_tile() < 0)) {
+    // Few output channels per group (depthwise): a GEMM tile would be mostly idle rows. Or
+    // a short K (a first layer: MNIST conv1's 9 taps filled 9 of the tile's 16-deep slice,
+    // 11.1 us on an H100): each output is a handful of FMAs over cached inputs.
     const std::string k = "conv2d_forward_direct";
     b.launch(k, direct_dispatch(b, k, std::int64_t(a.H_out) * a.W_out, a.C_out, a.N),
              {buf(x), buf(w), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&flags, sizeof flags)});
@@ -633,24 +642,33 @@ void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
   launch_split_gemm(b, "conv2d_backward_input", tile, a, cin_g, cols, splits, w, gy, gx);
 }
 
-void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
-                            const Array& gw) {
-  if (a.N == 0) return fill_zero(gw);
+bool conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
+                            const Array& gw, const Array* gb) {
+  if (a.N == 0) {
+    fill_zero(gw);
+    return false;
+  }
   Backend& b = gw.backend();
-  if (auto fast = native<NativeBackwardWeight>(b, "conv2d_backward_weight"))
-    return fast(a, gy, x, gw);
+  if (auto fast = native<NativeBackwardWeight>(b, "conv2d_backward_weight")) {
+    fast(a, gy, x, gw);
+    return false;
+  }
   const std::int64_t cout_g = a.C_out / a.groups, cin_g = a.C_in / a.groups;
   if (cout_g * cin_g <= 4) {
     // Depthwise: a few weights per group, each a long dot product -> one group per weight.
     launch_reduce(b, "conv2d_backward_weight_reduce", a, gw.size(), gy, x, gw);
-    return;
+    return false;
   }
   const std::int64_t cols = cin_g * a.kH * a.kW;
   // (FASTMETAL_CONV_TILE, the tile tuning hook, forces the GEMM: an A/B switch.)
-  if (cols <= FM_CONV_NARROW_COLS && forced_tile() < 0)
-    return narrow_backward_weight(b, a, gy, x, gw);
-  if (const int m = winograd_choice(b, a, ConvPass::weight_grad))
-    return winograd_backward_weight(b, m, a, gy, x, gw);
+  if (cols <= FM_CONV_NARROW_COLS && forced_tile() < 0) {
+    narrow_backward_weight(b, a, gy, x, gw, gb);
+    return gb != nullptr;
+  }
+  if (const int m = winograd_choice(b, a, ConvPass::weight_grad)) {
+    winograd_backward_weight(b, m, a, gy, x, gw);
+    return false;
+  }
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
   // Split-K fills the GPU whatever the tile count, so discrete GPUs take the 128x128 tile
   // wherever the product has more than 64 rows (measured on an H100, ResNet-50's 1x1
@@ -665,6 +683,7 @@ void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
                                           gw.size(), discrete ? wave_groups(tile) : kFillGroups,
                                           Fill::at_least);
   launch_split_gemm(b, "conv2d_backward_weight", tile, a, cout_g, cols, splits, gy, x, gw);
+  return false;
 }
 
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb) {

@@ -49,8 +49,10 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
                     const Array& y);
 void conv2d_backward_input(const Conv2dArgs& a, const Array& gy, const Array& w,
                            const Array& gx);
-void conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
-                            const Array& gw);
+// With gb (the bias gradient, C_out floats) it may compute that too, from the same pass
+// over gy (a first layer's narrow kernel): returns whether it did.
+bool conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x,
+                            const Array& gw, const Array* gb = nullptr);
 void conv2d_backward_bias(const Conv2dArgs& a, const Array& gy, const Array& gb);
 
 // conv_transpose2d (torch.nn.functional.conv_transpose2d): input (N, C_in, H, W) or

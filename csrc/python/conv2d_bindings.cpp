@@ -196,8 +196,9 @@ py::tuple conv2d_backward_py(py::handle grad_output, py::handle input, py::handl
   {
     py::gil_scoped_release nogil;
     if (want_x) conv2d_backward_input(a, gy, *w, *gx);
-    if (want_w) conv2d_backward_weight(a, gy, *x, *gw);
-    if (want_b) conv2d_backward_bias(a, gy, *gb);
+    const bool bias_done =
+        want_w && conv2d_backward_weight(a, gy, *x, *gw, want_b ? &*gb : nullptr);
+    if (want_b && !bias_done) conv2d_backward_bias(a, gy, *gb);
     b.end_op();
   }
   auto result = [&](std::optional<Array>& r) -> py::object {
