@@ -505,7 +505,7 @@ def test_msl_kernels_under_the_emulator(kernels, threads, seed):
     os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
     rng = np.random.default_rng(seed)
     for dtype in (np.float32, np.float16):
-        for shape, nd in (((3, 70), 1), ((2, 3, 5), 2), ((0, 4), 1), ((2, 1), 1)):
+        for shape, nd in (((3, 70), 1), ((2, 3, 5), 2), ((0, 4), 1), ((2, 1), 1), ((150, 5), 1)):
             x = (rng.standard_normal(shape) * 2 + 1).astype(dtype)
             w = rng.standard_normal(shape[len(shape) - nd:]).astype(dtype)
             b = rng.standard_normal(shape[len(shape) - nd:]).astype(dtype)
