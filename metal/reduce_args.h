@@ -10,6 +10,12 @@
 // of the R, and writes a partial result at g; a second launch combines the `split`
 // partials of each output (flag bit 1), so the partition, and with it every bit of the
 // result, depends on the problem only. Unsplit: split = 1, seg_len = R.
+// reduce_sum_cols (columns: inner >= FM_REDUCE_COL_BLOCK): columns per threadgroup, row
+// lanes per column, and rows per chunk of a split.
+#define FM_REDUCE_COL_BLOCK 32
+#define FM_REDUCE_COL_LANES 8
+#define FM_REDUCE_COL_ROWS 256
+
 struct ReduceArgs {
   uint32_t outer, R, inner;
   // sum-like results are divided by this (1 for sum, R for mean, R - ddof for var/std).

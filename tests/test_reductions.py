@@ -256,7 +256,7 @@ def test_hypothesis_kernels(case, name, threads):
 # ----------------------------------------------------------------------------- MSL kernels
 def test_reduce_kernels_are_built():
     for name in ("reduce_sum", "reduce_sumsq_dev", "reduce_max", "reduce_min", "reduce_argmax",
-                 "reduce_argmin"):
+                 "reduce_argmin", "reduce_sum_cols", "reduce_sumsq_dev_cols"):
         assert _core._has_kernel("cpu", name), name
 
 
@@ -283,6 +283,29 @@ def test_msl_kernels_under_the_emulator(kernels, threads, seed, axes):
             else:
                 np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-4,
                                            err_msg=f"{name} axis={axis} threads={threads}")
+
+
+@pytest.mark.parametrize("threads,seed", [(0, 1), (37, 2), (1, 3), (300, 4)])
+def test_msl_column_sums_under_the_emulator(kernels, threads, seed):
+    """reduce_sum_cols (32 or more columns): column blocks that end inside a block, chunks
+    of 256 rows whose last is partial (their partials combined as a split row's), several
+    outer blocks; sum, mean, var, std against NumPy float64, NaN and inf in their columns."""
+    _core._set_kernel_group_size(threads)
+    os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
+    r = np.random.default_rng(40 + seed)
+    for shape, axis in (((600, 70), 0), ((3, 130, 40), 1), ((5, 33), 0), ((0, 40), 0)):
+        x = (r.standard_normal(shape) * 3 + 1).astype(np.float32)
+        if x.size:
+            x.reshape(-1, shape[-1])[2, 2] = np.nan
+            x.reshape(-1, shape[-1])[3, 5] = np.inf
+        for name in ("sum", "mean", "var", "std"):
+            with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+                warnings.simplefilter("ignore", RuntimeWarning)  # the empty case, as NumPy
+                want = getattr(np, name)(x.astype(np.float64), axis=axis)
+                got = np.asarray(getattr(fm, name)(x, axis=axis), np.float64)
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=0, equal_nan=True,
+                                       err_msg=f"{name} {shape} axis={axis} threads={threads}")
 
 
 def test_msl_argmax_ties_and_first_nan(kernels):

@@ -183,6 +183,42 @@ ReduceArgs combine_args(i64 outputs, std::uint32_t parts) {
   return a;
 }
 
+// launch_sum_rows for columns (reduce_sum_cols): chunks of FM_REDUCE_COL_ROWS rows (a
+// function of the shape only), their partials combined as a split reduce_sum's are.
+void launch_sum_cols(const Layout& l, ReduceArgs a, const KernelArg& m, bool dev,
+                     const Array& out, double divisor, bool root) {
+  Backend& b = l.src.backend();
+  const i64 outputs = l.outer * l.inner;
+  const std::string kernel = dev ? "reduce_sumsq_dev_cols" : "reduce_sum_cols";
+  a.seg_len = std::uint32_t(std::min<i64>(std::max<i64>(l.R, 1), FM_REDUCE_COL_ROWS));
+  a.split = std::uint32_t(std::max<i64>(1, (l.R + a.seg_len - 1) / a.seg_len));
+  const i64 groups = l.outer * ((l.inner + FM_REDUCE_COL_BLOCK - 1) / FM_REDUCE_COL_BLOCK) *
+                     i64(a.split);
+  std::uint32_t t = kernel_group_size();
+  if (t == 0) t = FM_REDUCE_COL_BLOCK * FM_REDUCE_COL_LANES;
+  t = std::max<std::uint32_t>(1, std::min(t, b.max_group_size(kernel)));
+  while (t > 1 && std::uint64_t(groups) * t > std::numeric_limits<std::uint32_t>::max()) t /= 2;
+  Dispatch d;
+  d.group[0] = t;
+  d.grid[0] = std::uint32_t(groups * t);
+  d.cost = std::uint64_t(std::max<i64>(1, i64(a.seg_len) * FM_REDUCE_COL_BLOCK / t));
+  auto block = [](const ReduceArgs& r) { return KernelArg::inline_bytes(&r, sizeof r); };
+  if (a.split == 1) {
+    set_divisor(a, divisor);
+    a.flags = root ? kRootFlag : 0u;
+    b.launch(kernel, d, {buf(l.src), m, buf(out), block(a), buf(out)});
+    return;
+  }
+  Array hi = Array::empty(b, {outputs * i64(a.split)}, DType::float32);
+  Array lo = Array::empty(b, {outputs * i64(a.split)}, DType::float32);
+  a.flags = kPartialFlag;
+  b.launch(kernel, d, {buf(l.src), m, buf(hi), block(a), buf(lo)});
+  ReduceArgs c = combine_args(outputs, a.split);
+  set_divisor(c, divisor);
+  c.flags |= root ? kRootFlag : 0u;
+  launch_reduce(b, "reduce_sum", outputs, c, {buf(hi), buf(lo), buf(out)}, {buf(out)});
+}
+
 // sum / mean (divisor) / std (root) of rows, or of squared deviations from `mean` (dev):
 // one launch, or a split one plus the launch that combines its double-float partials.
 void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Array& out,
@@ -192,6 +228,8 @@ void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Arr
   const DType t = l.src.dtype;
   const std::string kernel = typed(mean ? "reduce_sumsq_dev" : "reduce_sum", t);
   const KernelArg m = mean ? buf(*mean) : buf(l.src);
+  if (t == DType::float32 && l.inner >= FM_REDUCE_COL_BLOCK)
+    return launch_sum_cols(l, a, m, mean != nullptr, out, divisor, root);
   if (a.split == 1) {
     set_divisor(a, divisor);
     a.flags = root ? kRootFlag : 0u;
