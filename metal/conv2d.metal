@@ -481,20 +481,23 @@ kernel void conv2d_reduce(device const float* gy [[buffer(0)]],
 FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
 
 // ------------------------------------------------------------ narrow weight gradient
-// conv2d_backward_weight_narrow: the weight gradient of a layer with few weights per output
-// channel (cols = C_in/groups * kH * kW <= FM_CONV_NARROW_COLS), such as MNIST's conv1: 9
-// weights per channel against K = N * H_out * W_out = 43,264 positions. As a GEMM it fills
-// 9 of a tile's 64 columns and needs a long split-K (on an H100: 21 us, then 6 us of split
-// sums). Here a threadgroup takes FM_CONV_NARROW_CHANNELS output channels and one chunk of
-// LANES * STEPS positions; virtual thread (channel c, lane l) walks positions l, l + LANES,
-// .. of the chunk: one gy load (the LANES lanes of a channel read adjacent positions) and
-// cols x loads (the same for every channel of the group: cache hits) feed cols FMAs into
-// registers. The lanes' sums meet in threadgroup memory and are added in lane order into
-// ws[co * cols + col][chunk]; reduce.metal's row sum then adds each weight's chunks
-// (csrc/ops/conv2d.cpp). With `flags` bit 0 the bias gradient comes along: the sums of gv
-// (one more add per position) into wsb[co][chunk], in place of conv2d_bias_grad_chunks'
-// second pass over gy. Fixed orders throughout; any group size (virtual threads).
-// Grid: x = chunks * group size threads, y = ceil(C_out / FM_CONV_NARROW_CHANNELS).
+// conv2d_backward_weight_narrow<COLS>: the weight gradient of a layer with few weights per
+// output channel (cols = C_in/groups * kH * kW <= COLS, COLS = 4, 9 or 16), such as MNIST's
+// conv1: 9 weights per channel against K = N * H_out * W_out = 43,264 positions. As a GEMM
+// it fills 9 of a tile's 64 columns (on an H100: 21.3 us plus 5.9 us of split-K sums).
+// A threadgroup takes FM_CONV_NARROW_LANES output channels, one a lane, and one chunk of
+// RUNS * FM_CONV_NARROW_RUN positions; virtual thread (run r, lane l) walks run r's positions
+// in order, and for each one loads gy (its channel's) and the cols inputs of the position's
+// taps, which are the same for every lane (one broadcast load each), for cols FMAs: the
+// index and bounds arithmetic of a tap is done once for all the lanes. (A first version
+// with the lanes over positions redid it for every channel: 31.8 us.) The runs' sums meet in
+// threadgroup memory and are added in run order into ws[co * cols + col][chunk];
+// reduce.metal's row sum then adds each weight's chunks (csrc/ops/conv2d.cpp). With `flags`
+// bit 0 the bias gradient comes along: the sums of gy (one more add a position) into
+// wsb[co][chunk], in place of conv2d_bias_grad_chunks' second pass over gy. Fixed orders
+// throughout; any group size (virtual threads).
+// Grid: x = chunks * group size threads, y = ceil(C_out / FM_CONV_NARROW_LANES).
+template <int COLS>
 kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
                                           device const float* x [[buffer(1)]],
                                           device float* ws [[buffer(2)]],
@@ -504,18 +507,18 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
                                           uint3 tg_pos [[threadgroup_position_in_grid]],
                                           uint32_t tid [[thread_index_in_threadgroup]],
                                           uint3 tg_size [[threads_per_threadgroup]]) {
-  constexpr int32_t CH = FM_CONV_NARROW_CHANNELS, LANES = FM_CONV_NARROW_LANES;
-  constexpr int32_t COLS = FM_CONV_NARROW_COLS, PER = LANES * FM_CONV_NARROW_STEPS;
-  // [c][lane][col], rows of COLS + 1 (padded by one column)
-  threadgroup float partial[FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES * FM_CONV_NARROW_COLS +
-                            FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES];
-  threadgroup float partial_b[FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES];  // [c][lane]
+  constexpr int32_t LANES = FM_CONV_NARROW_LANES, RUNS = FM_CONV_NARROW_RUNS;
+  constexpr int32_t PER = RUNS * FM_CONV_NARROW_RUN;  // positions per chunk
+  // [run][lane][col], rows of FM_CONV_NARROW_COLS + 1 floats; then the bias sums [run][lane]
+  threadgroup float partial[FM_CONV_NARROW_RUNS * FM_CONV_NARROW_LANES * FM_CONV_NARROW_COLS +
+                            FM_CONV_NARROW_RUNS * FM_CONV_NARROW_LANES];
+  threadgroup float partial_b[FM_CONV_NARROW_RUNS * FM_CONV_NARROW_LANES];
+  constexpr int32_t PITCH = FM_CONV_NARROW_COLS + 1;
   const int32_t T = int32_t(tg_size.x * tg_size.y * tg_size.z);
-  const int32_t chunk = int32_t(tg_pos.x), co0 = int32_t(tg_pos.y) * CH;
+  const int32_t chunk = int32_t(tg_pos.x), co0 = int32_t(tg_pos.y) * LANES;
   const int32_t khw = a.kH * a.kW, cin_g = a.C_in / a.groups, cols = cin_g * khw;
   const int32_t hw = a.H_out * a.W_out, depth = a.N * hw, plane = a.H * a.W;
-  const int32_t begin = chunk * PER, end = min(depth, begin + PER);
-  // Column j's tap: its offset in x from (the group's first channel, ih0, iw0) and its shifts.
+  // Column j's tap: its offset in x from (the group's first channel, ih0, iw0), its shifts.
   int32_t off[COLS], dh[COLS], dw[COLS];
   FM_UNROLL
   for (int32_t j = 0; j < COLS; ++j) {
@@ -524,18 +527,23 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
     dw[j] = kw * a.dil_w;
     off[j] = ci * plane + dh[j] * a.W + dw[j];
   }
-  for (int32_t v = int32_t(tid); v < CH * LANES; v += T) {
-    const int32_t c = v / LANES, lane = v - c * LANES, co = co0 + c;
+  for (int32_t v = int32_t(tid); v < RUNS * LANES; v += T) {
+    const int32_t run = v / LANES, lane = v - run * LANES, co = co0 + lane;
+    const bool live = co < a.C_out;
+    const int32_t g = min(co, a.C_out - 1) / (a.C_out / a.groups);
     float acc[COLS];
     float bsum = 0.0f;
     FM_UNROLL
     for (int32_t j = 0; j < COLS; ++j) acc[j] = 0.0f;
-    const int32_t g = min(co, a.C_out - 1) / (a.C_out / a.groups);
-    for (int32_t i = begin + lane; co < a.C_out && i < end; i += LANES) {
-      const int32_t n = i / hw, p = i - n * hw;
-      const int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
+    const int32_t begin = chunk * PER + run * FM_CONV_NARROW_RUN;
+    const int32_t end = min(depth, begin + FM_CONV_NARROW_RUN);
+    // The first position's (n, p, oh, ow), then one step at a time without a division.
+    int32_t n = begin / hw, p = begin - n * hw;
+    int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
+    for (int32_t i = begin; i < end; ++i) {
       const int32_t ih0 = oh * a.stride_h - a.pad_h, iw0 = ow * a.stride_w - a.pad_w;
-      const float gv = gy[(n * a.C_out + co) * hw + p];
+      float gv = 0.0f;
+      if (live) gv = gy[(n * a.C_out + co) * hw + p];
       bsum += gv;
       const int32_t xb = (n * a.C_in + g * cin_g) * plane + ih0 * a.W + iw0;  // may be < 0
       FM_UNROLL
@@ -545,30 +553,43 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
         if (j < cols && ih >= 0 && ih < a.H && iw >= 0 && iw < a.W) xv = x[xb + off[j]];
         acc[j] = fma(gv, xv, acc[j]);
       }
+      ++p;
+      if (++ow == a.W_out) {
+        ow = 0;
+        if (++oh == a.H_out) {
+          oh = 0;
+          p = 0;
+          ++n;
+        }
+      }
     }
     FM_UNROLL
-    for (int32_t j = 0; j < COLS; ++j) partial[(c * LANES + lane) * (COLS + 1) + j] = acc[j];
-    partial_b[c * LANES + lane] = bsum;
+    for (int32_t j = 0; j < COLS; ++j) partial[(run * LANES + lane) * PITCH + j] = acc[j];
+    partial_b[run * LANES + lane] = bsum;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const int32_t chunks = (depth + PER - 1) / PER;
   const bool with_bias = (flags & 1u) != 0u;
-  for (int32_t o = int32_t(tid); o < CH * COLS + CH; o += T) {
-    if (o < CH * COLS) {
-      const int32_t c = o / COLS, j = o - c * COLS, co = co0 + c;
+  for (int32_t o = int32_t(tid); o < LANES * COLS + LANES; o += T) {
+    if (o < LANES * COLS) {
+      const int32_t lane = o / COLS, j = o - lane * COLS, co = co0 + lane;
       if (co < a.C_out && j < cols) {
         float s = 0.0f;
-        for (int32_t lane = 0; lane < LANES; ++lane) s += partial[(c * LANES + lane) * (COLS + 1) + j];
+        for (int32_t run = 0; run < RUNS; ++run) s += partial[(run * LANES + lane) * PITCH + j];
         ws[(co * cols + j) * chunks + chunk] = s;
       }
-    } else if (with_bias && co0 + o - CH * COLS < a.C_out) {
-      const int32_t c = o - CH * COLS;
+    } else if (with_bias && co0 + o - LANES * COLS < a.C_out) {
+      const int32_t lane = o - LANES * COLS;
       float s = 0.0f;
-      for (int32_t lane = 0; lane < LANES; ++lane) s += partial_b[c * LANES + lane];
-      wsb[(co0 + c) * chunks + chunk] = s;
+      for (int32_t run = 0; run < RUNS; ++run) s += partial_b[run * LANES + lane];
+      wsb[(co0 + lane) * chunks + chunk] = s;
     }
   }
 }
+
+FM_INSTANTIATE("conv2d_backward_weight_narrow4", conv2d_backward_weight_narrow, 4);
+FM_INSTANTIATE("conv2d_backward_weight_narrow9", conv2d_backward_weight_narrow, 9);
+FM_INSTANTIATE("conv2d_backward_weight_narrow16", conv2d_backward_weight_narrow, 16);
 
 // ------------------------------------------------------------------- bias gradient
 // conv2d_bias_grad_chunks: ws[co][chunk] = the sum of gy[n][co][p] over the chunk's `per`

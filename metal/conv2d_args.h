@@ -15,11 +15,11 @@
 
 // Weight gradients of layers with few weights per output channel (C_in/groups * kH * kW at
 // most FM_CONV_NARROW_COLS: first layers), conv2d_backward_weight_narrow: output channels
-// per threadgroup, position lanes per channel, and positions per lane in one chunk of K.
+// per threadgroup (one a lane), runs of positions per chunk of K, and positions per run.
 #define FM_CONV_NARROW_COLS 16
-#define FM_CONV_NARROW_CHANNELS 8
 #define FM_CONV_NARROW_LANES 32
-#define FM_CONV_NARROW_STEPS 8
+#define FM_CONV_NARROW_RUNS 4
+#define FM_CONV_NARROW_RUN 16
 
 struct Conv2dArgs {
   int32_t N, C_in, H, W;

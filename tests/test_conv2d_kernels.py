@@ -29,7 +29,8 @@ def test_conv_kernels_are_built(device):
     gemms = [f"conv2d_{p}_{t}" for p in ("forward", "backward_input", "backward_weight")
              for t in GEMM_TILES]
     for name in (*gemms, "conv2d_forward_direct", "conv2d_backward_input_direct",
-                 "conv2d_backward_weight_reduce", "conv2d_backward_weight_narrow",
+                 "conv2d_backward_weight_reduce", "conv2d_backward_weight_narrow4",
+                 "conv2d_backward_weight_narrow9", "conv2d_backward_weight_narrow16",
                  "conv2d_sum_splits",
                  "conv2d_bias_grad_chunks", "reduce_sum"):  # reduce_sum: the bias's 2nd pass
         assert _core._has_kernel(device, name), name
@@ -144,7 +145,8 @@ def test_narrow_weight_gradient_with_and_without_its_bias(kernel_path, needs, th
     os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
     r = np.random.default_rng(900 + seed)
     for xshape, wshape, kw in [((3, 1, 17, 19), (11, 1, 3, 3), dict(padding=1)),
-                               ((2, 6, 8, 9), (10, 3, 1, 2), dict(stride=(1, 2), groups=2))]:
+                               ((2, 6, 8, 9), (10, 3, 1, 2), dict(stride=(1, 2), groups=2)),
+                               ((2, 3, 7, 6), (35, 3, 1, 1), dict(stride=2, padding=1))]:
         x = r.standard_normal(xshape).astype(np.float32)
         w = r.standard_normal(wshape).astype(np.float32)
         check_backward(x, w, kw, r, needs=needs)

@@ -420,12 +420,14 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
 // and its bias 7.7 us of chunk sums.
 void narrow_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, const Array& x,
                             const Array& gw, const Array* gb) {
-  const std::string k = "conv2d_backward_weight_narrow";
-  constexpr std::int64_t per = FM_CONV_NARROW_LANES * FM_CONV_NARROW_STEPS;
+  const std::int64_t cols = std::int64_t(a.C_in / a.groups) * a.kH * a.kW;
+  const std::string k = std::string("conv2d_backward_weight_narrow") +
+                        (cols <= 4 ? "4" : cols <= 9 ? "9" : "16");
+  constexpr std::int64_t per = FM_CONV_NARROW_RUNS * FM_CONV_NARROW_RUN;
   const std::int64_t depth = std::int64_t(a.N) * a.H_out * a.W_out;
   const std::int64_t chunks = (depth + per - 1) / per;
   const std::uint32_t t = group_threads(b, k, std::uint64_t(chunks),
-                                        FM_CONV_NARROW_CHANNELS * FM_CONV_NARROW_LANES);
+                                        FM_CONV_NARROW_RUNS * FM_CONV_NARROW_LANES);
   Array ws = Array::empty(b, {gw.size(), chunks}, DType::float32);
   const std::optional<Array> wsb =
       gb ? std::optional<Array>(Array::empty(b, {a.C_out, chunks}, DType::float32)) : std::nullopt;
@@ -433,7 +435,7 @@ void narrow_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, co
   Dispatch d;
   d.group[0] = t;
   d.grid[0] = std::uint32_t(chunks * t);
-  d.grid[1] = std::uint32_t((a.C_out + FM_CONV_NARROW_CHANNELS - 1) / FM_CONV_NARROW_CHANNELS);
+  d.grid[1] = std::uint32_t((a.C_out + FM_CONV_NARROW_LANES - 1) / FM_CONV_NARROW_LANES);
   b.launch(k, d, {buf(gy), buf(x), buf(ws), buf(wsb ? *wsb : ws), bytes(&a, sizeof a),
                   bytes(&flags, sizeof flags)});
   sum_rows_into(ws, gw.size(), chunks, 1, gw);
@@ -600,11 +602,10 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
   // Without a bias the kernel never reads buffer(2); bind any valid buffer there.
   const KernelArg bias_arg = bias ? buf(*bias) : buf(w);
   const std::int64_t cout_g = a.C_out / a.groups;
-  const std::int64_t depth = std::int64_t(a.C_in / a.groups) * a.kH * a.kW;
-  if (cout_g <= 4 || (depth <= FM_CONV_NARROW_COLS && forced_tile() < 0)) {
-    // Few output channels per group (depthwise): a GEMM tile would be mostly idle rows. Or
-    // a short K (a first layer: MNIST conv1's 9 taps filled 9 of the tile's 16-deep slice,
-    // 11.1 us on an H100): each output is a handful of FMAs over cached inputs.
+  if (cout_g <= 4) {
+    // Few output channels per group (depthwise): a GEMM tile would be mostly idle rows.
+    // (Not for a short K: MNIST conv1 took 28.2 us here on an H100, one load at a time per
+    // thread, against the 32x64 GEMM's 11.1 us.)
     const std::string k = "conv2d_forward_direct";
     b.launch(k, direct_dispatch(b, k, std::int64_t(a.H_out) * a.W_out, a.C_out, a.N),
              {buf(x), buf(w), bias_arg, buf(y), bytes(&a, sizeof a), bytes(&flags, sizeof flags)});
