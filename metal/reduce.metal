@@ -162,6 +162,8 @@ FM_INSTANTIATE("reduce_sumsq_dev", reduce_sum, true);
 // virtual thread v (column v % BLOCK, row lane v / BLOCK of FM_REDUCE_COL_LANES) Kahan-sums
 // rows lane, lane + LANES, .. of the chunk (a row of BLOCK lanes reads adjacent floats),
 // four loads out before their adds; the lanes' (hi, lo) shares are added in lane order.
+// Chunks of 64 rows: with 256 (192 groups for GPT's (4096, 384), each thread 8 waits on
+// memory) a launch took 4.5 us on an H100.
 // Split rows (split = chunks > 1) write the partials output-major (out[o * split + chunk],
 // out_lo likewise) for reduce_sum's combine launch, as a split reduce_sum does; otherwise the
 // finished result. Grid: outer * ceil(inner / BLOCK) * split groups; any group size.

@@ -14,7 +14,7 @@
 // lanes per column, and rows per chunk of a split.
 #define FM_REDUCE_COL_BLOCK 32
 #define FM_REDUCE_COL_LANES 8
-#define FM_REDUCE_COL_ROWS 256
+#define FM_REDUCE_COL_ROWS 64
 
 struct ReduceArgs {
   uint32_t outer, R, inner;

@@ -288,7 +288,7 @@ def test_msl_kernels_under_the_emulator(kernels, threads, seed, axes):
 @pytest.mark.parametrize("threads,seed", [(0, 1), (37, 2), (1, 3), (300, 4)])
 def test_msl_column_sums_under_the_emulator(kernels, threads, seed):
     """reduce_sum_cols (32 or more columns): column blocks that end inside a block, chunks
-    of 256 rows whose last is partial (their partials combined as a split row's), several
+    of 64 rows whose last is partial (their partials combined as a split row's), several
     outer blocks; sum, mean, var, std against NumPy float64, NaN and inf in their columns."""
     _core._set_kernel_group_size(threads)
     os.environ["FASTMETAL_EMULATOR_SEED"] = str(seed)
