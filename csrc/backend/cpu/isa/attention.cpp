@@ -31,6 +31,7 @@
 
 #include "../thread_pool.h"
 #include "attention_args.h"
+#include "float_lanes.h"
 #include "simd_kernels.h"
 
 namespace fm::cpu::FM_CPU_ISA {
@@ -69,13 +70,9 @@ inline float exp_ps(float x) {
 // 8 rows of one zmm; AVX2: 4 rows of two ymm; SSE: 4 rows of two xmm): enough independent FMAs
 // to cover their latency. Plain float arrays were partly spilled by GCC (a store-to-load chain
 // per k step), and 64-byte vectors on AVX2 went through the stack: 2.2x and 1.3x slower.
-#if defined(__AVX512F__)
-constexpr int VW = 16, NV = 1, TR = 8;  // vector width (floats), vectors per row, rows
-#elif defined(__AVX2__)
-constexpr int VW = 8, NV = 2, TR = 4;
-#else
-constexpr int VW = 4, NV = 2, TR = 4;
-#endif
+constexpr int VW = kFloatLanes;       // vector width (floats)
+constexpr int NV = VW == 16 ? 1 : 2;  // vectors per row
+constexpr int TR = VW == 16 ? 8 : 4;  // rows
 constexpr int TW = VW * NV;  // columns of a tile
 typedef float vec __attribute__((vector_size(VW * sizeof(float))));
 

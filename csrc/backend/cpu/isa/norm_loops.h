@@ -11,6 +11,7 @@
 
 #include "../normalization_cpu.h"
 #include "../thread_pool.h"
+#include "float_lanes.h"
 #include "training_args.h"
 
 // The kernels' exp (metal/fm_math.h: branch-free, so it vectorises), through the CPU shim;
@@ -29,13 +30,7 @@ constexpr i64 kTask = 16384;    // elements per task, about
 // Lanes of the compiler's vector type: GCC did not vectorise every loop over 16-float lane
 // arrays here (the max's select, reductions through a lambda's references), vector types
 // it always does. The lanes are added in a fixed order.
-#if defined(__AVX512F__)
-constexpr int VL = 16;
-#elif defined(__AVX2__)
-constexpr int VL = 8;
-#else
-constexpr int VL = 4;
-#endif
+constexpr int VL = kFloatLanes;
 typedef float VF __attribute__((vector_size(VL * 4)));
 
 inline float lanes_sum(VF v) {

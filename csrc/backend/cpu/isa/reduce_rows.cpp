@@ -8,6 +8,7 @@
 
 #include "../reduce_cpu.h"
 #include "../thread_pool.h"
+#include "float_lanes.h"
 
 namespace fm::cpu::FM_CPU_ISA {
 namespace {
@@ -99,13 +100,7 @@ inline i64 first_nan(const float* x, i64 n) {
 // keep their best values, the indices where they were seen (a bitwise blend on the compare
 // mask) and a NaN mask. Ties between lanes go to the smallest index, so the answer is the
 // first occurrence; with every value -inf it is 0. `value`: the extreme of Sign * x, or NaN.
-#if defined(__AVX512F__)
-constexpr int AL = 16;
-#elif defined(__AVX2__)
-constexpr int AL = 8;
-#else
-constexpr int AL = 4;
-#endif
+constexpr int AL = kFloatLanes;
 typedef float VF __attribute__((vector_size(AL * 4)));
 typedef std::int32_t VI __attribute__((vector_size(AL * 4)));
 
