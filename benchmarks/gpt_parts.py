@@ -17,25 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 
-
-def _median_ms(fns: dict, repeats: int) -> dict:
-    for f in fns.values():
-        f()
-    times: dict = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+from parts_common import median_ms, run_children
 
 
 def _layers(d: int):
@@ -85,7 +71,7 @@ def _fastmetal(ns) -> dict:
     ln = fm.nn.LayerNorm(ns.d_model)
     gn = fm.ones(n.shape)
     fns["layer_norm forward+backward"] = lambda: ln(n).backward(gn)
-    r = _median_ms(fns, ns.repeats)
+    r = median_ms(fns, ns.repeats)
     r["isa"] = _core._cpu_isa()
     return r
 
@@ -116,7 +102,7 @@ def _torch(ns) -> dict:
     ln = torch.nn.LayerNorm(ns.d_model)
     gn = torch.ones(n.shape)
     fns["layer_norm forward+backward"] = lambda: ln(n).backward(gn)
-    return _median_ms(fns, ns.repeats)
+    return median_ms(fns, ns.repeats)
 
 
 def main(argv=None) -> int:
@@ -133,18 +119,7 @@ def main(argv=None) -> int:
     if ns.child:
         print(json.dumps((_fastmetal if ns.child == "fastmetal" else _torch)(ns)))
         return 0
-    # The CPU ops, also on a machine whose default fastmetal device is a GPU.
-    env = dict(os.environ, FASTMETAL_NUM_THREADS=str(ns.threads),
-               OMP_NUM_THREADS=str(ns.threads), FASTMETAL_DEVICE="cpu")
-    res = {}
-    for lib in ("fastmetal", "torch"):
-        r = subprocess.run([sys.executable, __file__, "--child", lib, *argv],
-                           capture_output=True, text=True, env=env)
-        if r.returncode != 0:
-            print(f"{lib} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-            res[lib] = {}
-            continue
-        res[lib] = json.loads(r.stdout.strip().splitlines()[-1])
+    res = run_children(__file__, argv, ns.threads)
     fmr, tr = res["fastmetal"], res["torch"]
     print(f"GPT step ops, {ns.tokens} tokens, d_model {ns.d_model}, {ns.threads} threads, "
           f"fastmetal ISA {fmr.get('isa', '?')} (ms, medians of {ns.repeats})")

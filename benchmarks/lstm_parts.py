@@ -18,25 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 
-
-def _median_ms(fns: dict, repeats: int) -> dict:
-    for f in fns.values():
-        f()
-    times: dict = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+from parts_common import median_ms, run_children
 
 
 def _fastmetal(ns) -> dict:
@@ -82,7 +68,7 @@ def _fastmetal(ns) -> dict:
         loss.backward()
         opt.step()
 
-    r = _median_ms({
+    r = median_ms({
         "step": step, "step forward": forward,
         "input projection": lambda: fm.linear(x, w_ih, b),
         "layer loop forward": lambda: _core._lstm_layer(xg, h0, h0, w_hh, b, False),
@@ -137,7 +123,7 @@ def _torch(ns) -> dict:
         for t in range(T):
             torch.matmul(dxg[t], w, out=out_b)
 
-    return _median_ms({
+    return median_ms({
         "step": step, "step forward": forward,
         "input projection": lambda: torch.nn.functional.linear(x, w, b),
         "h @ W_hh^T x T, one call each": fwd_calls,
@@ -159,18 +145,7 @@ def main(argv=None) -> int:
     if ns.child:
         print(json.dumps((_fastmetal if ns.child == "fastmetal" else _torch)(ns)))
         return 0
-    # The CPU step, also on a machine whose default fastmetal device is a GPU.
-    env = dict(os.environ, FASTMETAL_NUM_THREADS=str(ns.threads),
-               OMP_NUM_THREADS=str(ns.threads), FASTMETAL_DEVICE="cpu")
-    res = {}
-    for lib in ("fastmetal", "torch"):
-        r = subprocess.run([sys.executable, __file__, "--child", lib, *argv],
-                           capture_output=True, text=True, env=env)
-        if r.returncode != 0:
-            print(f"{lib} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-            res[lib] = {}
-            continue
-        res[lib] = json.loads(r.stdout.strip().splitlines()[-1])
+    res = run_children(__file__, argv, ns.threads)
     fmr, tr = res["fastmetal"], res["torch"]
     print(f"LSTM step parts, hidden {ns.hidden}, sequence {ns.seq}, batch {ns.batch}, "
           f"{ns.threads} threads, fastmetal ISA {fmr.get('isa', '?')} (ms, medians of "
