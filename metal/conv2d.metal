@@ -537,42 +537,29 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
     for (int32_t j = 0; j < COLS; ++j) acc[j] = 0.0f;
     const int32_t begin = chunk * PER + run * FM_CONV_NARROW_RUN;
     const int32_t end = min(depth, begin + FM_CONV_NARROW_RUN);
-    // The first position's (n, p, oh, ow), then one step at a time without a division. Two
-    // positions' loads go out before their FMAs (one at a time, each position waited out
-    // its gy load: 17.6 us for MNIST conv1 on an H100); the FMAs keep position order.
+    // The first position's (n, p, oh, ow), then one step at a time without a division.
     int32_t n = begin / hw, p = begin - n * hw;
     int32_t oh = p / a.W_out, ow = p - oh * a.W_out;
-    for (int32_t i = begin; i < end; i += 2) {
-      float gv[2], xv[2][COLS];
+    for (int32_t i = begin; i < end; ++i) {
+      const int32_t ih0 = oh * a.stride_h - a.pad_h, iw0 = ow * a.stride_w - a.pad_w;
+      float gv = 0.0f;
+      if (live) gv = gy[(n * a.C_out + co) * hw + p];
+      bsum += gv;
+      const int32_t xb = (n * a.C_in + g * cin_g) * plane + ih0 * a.W + iw0;  // may be < 0
       FM_UNROLL
-      for (int32_t u = 0; u < 2; ++u) {
-        const bool here = i + u < end;
-        const int32_t ih0 = oh * a.stride_h - a.pad_h, iw0 = ow * a.stride_w - a.pad_w;
-        gv[u] = 0.0f;
-        if (live && here) gv[u] = gy[(n * a.C_out + co) * hw + p];
-        const int32_t xb = (n * a.C_in + g * cin_g) * plane + ih0 * a.W + iw0;  // may be < 0
-        FM_UNROLL
-        for (int32_t j = 0; j < COLS; ++j) {
-          const int32_t ih = ih0 + dh[j], iw = iw0 + dw[j];
-          xv[u][j] = 0.0f;  // a predicated load (load_or_zero in metal/conv_gemm.h says why)
-          if (here && j < cols && ih >= 0 && ih < a.H && iw >= 0 && iw < a.W) xv[u][j] = x[xb + off[j]];
-        }
-        ++p;
-        if (++ow == a.W_out) {
-          ow = 0;
-          if (++oh == a.H_out) {
-            oh = 0;
-            p = 0;
-            ++n;
-          }
-        }
+      for (int32_t j = 0; j < COLS; ++j) {
+        const int32_t ih = ih0 + dh[j], iw = iw0 + dw[j];
+        float xv = 0.0f;  // a predicated load (load_or_zero in metal/conv_gemm.h says why)
+        if (j < cols && ih >= 0 && ih < a.H && iw >= 0 && iw < a.W) xv = x[xb + off[j]];
+        acc[j] = fma(gv, xv, acc[j]);
       }
-      FM_UNROLL
-      for (int32_t u = 0; u < 2; ++u) {
-        if (i + u < end) {
-          bsum += gv[u];
-          FM_UNROLL
-          for (int32_t j = 0; j < COLS; ++j) acc[j] = fma(gv[u], xv[u][j], acc[j]);
+      ++p;
+      if (++ow == a.W_out) {
+        ow = 0;
+        if (++oh == a.H_out) {
+          oh = 0;
+          p = 0;
+          ++n;
         }
       }
     }
