@@ -30,7 +30,9 @@
 // conv2d_forward_direct when C_out/groups <= 4 and conv2d_backward_input_direct when
 // C_in/groups <= 4 (one thread per output element, no barriers), and
 // conv2d_reduce<WeightDot> (one threadgroup per weight element) when
-// (C_out/groups) * (C_in/groups) <= 4.
+// (C_out/groups) * (C_in/groups) <= 4. Where the weight gradient's GEMM has only a few
+// columns (at most 16 weights per output channel: first layers) most of a tile would idle
+// too: conv2d_backward_weight_narrow (below) takes it.
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "conv2d_args.h"
