@@ -49,10 +49,10 @@ constexpr std::int64_t kGridDevice = -1;
 std::int64_t elementwise_grid();
 // FASTMETAL_SDPA_FORWARD: which fused attention forward serves head dims <= 64 on the GPU
 // kernels, to measure them with one build: "tiled" (sdpa_forward_tiled's 32 KiB instance, the
-// default on Apple's GPUs) 1, "classic" (sdpa_forward) 0, "split" (its 40 KiB instance: K and
-// V staged together) 2, "prefetch" (40 KiB, the next tile loaded during this one; the default
-// on discrete GPUs) 3; -1 (the op chooses) where unset; anything else is report()ed and gives
-// -1. Where the device lacks the 40 KiB instances (Metal), split and prefetch run tiled.
+// default on every device) 1, "classic" (sdpa_forward) 0, "split" (its 40 KiB instance: K and
+// V staged together) 2, "prefetch" (40 KiB, the next tile loaded during this one) 3; -1 (the
+// op chooses) where unset; anything else is report()ed and gives -1. Where the device lacks
+// the 40 KiB instances (Metal), split and prefetch run tiled.
 int sdpa_forward();
 // FASTMETAL_SDPA_BACKWARD: the same for the backward: "tiled" (sdpa_backward_dkdv_tiled and
 // sdpa_backward_dq_tiled, the default) or "classic" (sdpa_backward_dkdv / _dq); 1, 0, -1 as

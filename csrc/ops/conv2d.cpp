@@ -413,14 +413,13 @@ void winograd_backward_weight(Backend& b, int m, const Conv2dArgs& a, const Arra
            {buf(du), buf(gw), bytes(&a, sizeof a), bytes(&n_splits, sizeof n_splits)});
 }
 
-// A weight gradient with at most FM_CONV_NARROW_COLS weights per output channel (a first
+// A weight gradient with `cols` <= FM_CONV_NARROW_COLS weights per output channel (a first
 // layer): per-chunk sums of every weight (conv2d_backward_weight_narrow), then each weight's
 // chunks as one row of reduce.metal's sum; the bias gradient (gb not null) from the same
 // pass over gy. MNIST conv1 on an H100: 17.6 us, where the GEMM took 21.3 us plus 5.9 us of
 // split-K sums, and its bias 7.7 us of chunk sums.
-void narrow_backward_weight(Backend& b, const Conv2dArgs& a, const Array& gy, const Array& x,
-                            const Array& gw, const Array* gb) {
-  const std::int64_t cols = std::int64_t(a.C_in / a.groups) * a.kH * a.kW;
+void narrow_backward_weight(Backend& b, const Conv2dArgs& a, std::int64_t cols, const Array& gy,
+                            const Array& x, const Array& gw, const Array* gb) {
   const std::string k = std::string("conv2d_backward_weight_narrow") +
                         (cols <= 4 ? "4" : cols <= 9 ? "9" : "16");
   constexpr std::int64_t per = FM_CONV_NARROW_RUNS * FM_CONV_NARROW_RUN;
@@ -663,7 +662,7 @@ bool conv2d_backward_weight(const Conv2dArgs& a, const Array& gy, const Array& x
   const std::int64_t cols = cin_g * a.kH * a.kW;
   // (FASTMETAL_CONV_TILE, the tile tuning hook, forces the GEMM: an A/B switch.)
   if (cols <= FM_CONV_NARROW_COLS && forced_tile() < 0) {
-    narrow_backward_weight(b, a, gy, x, gw, gb);
+    narrow_backward_weight(b, a, cols, gy, x, gw, gb);
     return gb != nullptr;
   }
   if (const int m = winograd_choice(b, a, ConvPass::weight_grad)) {

@@ -183,68 +183,63 @@ ReduceArgs combine_args(i64 outputs, std::uint32_t parts) {
   return a;
 }
 
-// launch_sum_rows for columns (reduce_sum_cols): chunks of FM_REDUCE_COL_ROWS rows (a
-// function of the shape only), their partials combined as a split reduce_sum's are.
-void launch_sum_cols(const Layout& l, ReduceArgs a, const KernelArg& m, bool dev,
-                     const Array& out, double divisor, bool root) {
-  Backend& b = l.src.backend();
-  const i64 outputs = l.outer * l.inner;
-  const std::string kernel = dev ? "reduce_sumsq_dev_cols" : "reduce_sum_cols";
-  a.seg_len = std::uint32_t(std::min<i64>(std::max<i64>(l.R, 1), FM_REDUCE_COL_ROWS));
-  a.split = std::uint32_t(std::max<i64>(1, (l.R + a.seg_len - 1) / a.seg_len));
-  const i64 groups = l.outer * ((l.inner + FM_REDUCE_COL_BLOCK - 1) / FM_REDUCE_COL_BLOCK) *
-                     i64(a.split);
-  std::uint32_t t = kernel_group_size();
-  if (t == 0) t = FM_REDUCE_COL_BLOCK * FM_REDUCE_COL_LANES;
-  t = std::max<std::uint32_t>(1, std::min(t, b.max_group_size(kernel)));
-  while (t > 1 && std::uint64_t(groups) * t > std::numeric_limits<std::uint32_t>::max()) t /= 2;
-  Dispatch d;
-  d.group[0] = t;
-  d.grid[0] = std::uint32_t(groups * t);
-  d.cost = std::uint64_t(std::max<i64>(1, i64(a.seg_len) * FM_REDUCE_COL_BLOCK / t));
-  auto block = [](const ReduceArgs& r) { return KernelArg::inline_bytes(&r, sizeof r); };
+// A sum in one launch or two: `first(args, out, out_lo)` runs the reducing kernel, once with
+// the finished result where a.split is 1, else into (hi, lo) partials per segment that
+// reduce_sum's combine launch then finishes (divided by `divisor`, square-rooted if `root`).
+template <typename First>
+void sum_in_one_or_two(Backend& b, ReduceArgs a, i64 outputs, DType t, const Array& out,
+                       double divisor, bool root, First first) {
   if (a.split == 1) {
     set_divisor(a, divisor);
     a.flags = root ? kRootFlag : 0u;
-    b.launch(kernel, d, {buf(l.src), m, buf(out), block(a), buf(out)});
-    return;
-  }
-  Array hi = Array::empty(b, {outputs * i64(a.split)}, DType::float32);
-  Array lo = Array::empty(b, {outputs * i64(a.split)}, DType::float32);
-  a.flags = kPartialFlag;
-  b.launch(kernel, d, {buf(l.src), m, buf(hi), block(a), buf(lo)});
-  ReduceArgs c = combine_args(outputs, a.split);
-  set_divisor(c, divisor);
-  c.flags |= root ? kRootFlag : 0u;
-  launch_reduce(b, "reduce_sum", outputs, c, {buf(hi), buf(lo), buf(out)}, {buf(out)});
-}
-
-// sum / mean (divisor) / std (root) of rows, or of squared deviations from `mean` (dev):
-// one launch, or a split one plus the launch that combines its double-float partials.
-void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Array& out,
-                     double divisor, bool root) {
-  Backend& b = l.src.backend();
-  const i64 outputs = l.outer * l.inner;
-  const DType t = l.src.dtype;
-  const std::string kernel = typed(mean ? "reduce_sumsq_dev" : "reduce_sum", t);
-  const KernelArg m = mean ? buf(*mean) : buf(l.src);
-  if (t == DType::float32 && l.inner >= FM_REDUCE_COL_BLOCK)
-    return launch_sum_cols(l, a, m, mean != nullptr, out, divisor, root);
-  if (a.split == 1) {
-    set_divisor(a, divisor);
-    a.flags = root ? kRootFlag : 0u;
-    launch_reduce(b, kernel, outputs, a, {buf(l.src), m, buf(out)}, {buf(out)});
+    first(a, out, out);
     return;
   }
   const Shape parts_shape = {outputs * i64(a.split)};
   Array hi = Array::empty(b, parts_shape, t);
   Array lo = Array::empty(b, parts_shape, t);
   a.flags = kPartialFlag;
-  launch_reduce(b, kernel, outputs, a, {buf(l.src), m, buf(hi)}, {buf(lo)});
+  first(a, hi, lo);
   ReduceArgs c = combine_args(outputs, a.split);
   set_divisor(c, divisor);
   c.flags |= root ? kRootFlag : 0u;
   launch_reduce(b, typed("reduce_sum", t), outputs, c, {buf(hi), buf(lo), buf(out)}, {buf(out)});
+}
+
+// sum / mean (divisor) / std (root) of rows, or of squared deviations from `mean` (dev):
+// one launch, or a split one plus the launch that combines its double-float partials.
+// float32 columns (32 or more after the axis: a bias gradient) go to reduce_sum_cols, in
+// chunks of FM_REDUCE_COL_ROWS rows (a function of the shape only), FM_REDUCE_COL_BLOCK
+// columns a threadgroup.
+void launch_sum_rows(const Layout& l, ReduceArgs a, const Array* mean, const Array& out,
+                     double divisor, bool root) {
+  Backend& b = l.src.backend();
+  const i64 outputs = l.outer * l.inner;
+  const DType t = l.src.dtype;
+  const KernelArg m = mean ? buf(*mean) : buf(l.src);
+  if (t == DType::float32 && l.inner >= FM_REDUCE_COL_BLOCK) {
+    const std::string kernel = mean ? "reduce_sumsq_dev_cols" : "reduce_sum_cols";
+    a.seg_len = std::uint32_t(std::min<i64>(std::max<i64>(l.R, 1), FM_REDUCE_COL_ROWS));
+    a.split = std::uint32_t(std::max<i64>(1, (l.R + a.seg_len - 1) / a.seg_len));
+    const i64 groups = l.outer * ((l.inner + FM_REDUCE_COL_BLOCK - 1) / FM_REDUCE_COL_BLOCK) *
+                       i64(a.split);
+    const std::uint32_t threads = FM_REDUCE_COL_BLOCK * FM_REDUCE_COL_LANES;
+    Dispatch d;
+    d.group[0] = group_threads(b, kernel, threads, groups);
+    d.grid[0] = std::uint32_t(groups * d.group[0]);
+    d.cost = std::uint64_t(std::max<i64>(1, i64(a.seg_len) * FM_REDUCE_COL_BLOCK / d.group[0]));
+    sum_in_one_or_two(b, a, outputs, t, out, divisor, root,
+                      [&](const ReduceArgs& r, const Array& o, const Array& o_lo) {
+                        b.launch(kernel, d, {buf(l.src), m, buf(o),
+                                             KernelArg::inline_bytes(&r, sizeof r), buf(o_lo)});
+                      });
+    return;
+  }
+  const std::string kernel = typed(mean ? "reduce_sumsq_dev" : "reduce_sum", t);
+  sum_in_one_or_two(b, a, outputs, t, out, divisor, root,
+                    [&](const ReduceArgs& r, const Array& o, const Array& o_lo) {
+                      launch_reduce(b, kernel, outputs, r, {buf(l.src), m, buf(o)}, {buf(o_lo)});
+                    });
 }
 
 // max / min of rows, split like launch_sum_rows (the partials are the segments' extremes).
