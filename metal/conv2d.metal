@@ -302,6 +302,11 @@ FM_INSTANTIATE("conv2d_forward_128x128", conv2d_gemm, ConvForward, 128, 128, 8, 
 FM_INSTANTIATE("conv2d_forward_64x128", conv2d_gemm, ConvForward, 64, 128, 8, 8, 8, false);
 FM_INSTANTIATE("conv2d_forward_64x64", conv2d_gemm, ConvForward, 64, 64, 16, 4, 8, false);
 FM_INSTANTIATE("conv2d_forward_32x64", conv2d_gemm, ConvForward, 32, 64, 16, 4, 4, false);
+// The forward with relu applied as it stores (RELU; fastmetal.compile's fusion pass).
+FM_INSTANTIATE("conv2d_forward_128x128_relu", conv2d_gemm, ConvForward, 128, 128, 8, 8, 8, false, true);
+FM_INSTANTIATE("conv2d_forward_64x128_relu", conv2d_gemm, ConvForward, 64, 128, 8, 8, 8, false, true);
+FM_INSTANTIATE("conv2d_forward_64x64_relu", conv2d_gemm, ConvForward, 64, 64, 16, 4, 8, false, true);
+FM_INSTANTIATE("conv2d_forward_32x64_relu", conv2d_gemm, ConvForward, 32, 64, 16, 4, 4, false, true);
 FM_INSTANTIATE("conv2d_backward_input_128x128", conv2d_gemm, ConvBackwardInput, 128, 128, 8, 8, 8, false);
 FM_INSTANTIATE("conv2d_backward_input_64x128", conv2d_gemm, ConvBackwardInput, 64, 128, 8, 8, 8, false);
 FM_INSTANTIATE("conv2d_backward_input_64x64", conv2d_gemm, ConvBackwardInput, 64, 64, 16, 4, 8, false);

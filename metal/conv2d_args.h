@@ -6,6 +6,18 @@
 // even kernel, which pads one more at the bottom/right as PyTorch does, needs no extra field).
 #pragma once
 
+// The `flags` word of the conv2d GEMM, direct and Winograd-output kernels. FM_CONV_BIAS: add
+// bias[channel]. The other two, Winograd output transform only, are set only by
+// fastmetal.compile's fusion pass (csrc/ops/capture_fusion.cpp), which folds the elementwise
+// launch that followed into the kernel: FM_CONV_RELU applies relu to the result (fm_relu:
+// what the relu launch computed), FM_CONV_RELU_MASK multiplies it by relu's gradient mask:
+// the result where the `bias` buffer, which then holds relu's output of the output's shape,
+// is > 0, else 0 (relu_grad's rule, the elementwise table's). Both give what the two
+// launches gave, bit for bit. (The GEMM forward's relu is its `_relu` instances instead.)
+#define FM_CONV_BIAS 1u
+#define FM_CONV_RELU 2u
+#define FM_CONV_RELU_MASK 4u
+
 // Weight gradients of the Winograd paths: outputs (C_out x C_in pairs) per threadgroup of the
 // last step, conv2d_winograd{,4}_weight_grad (metal/conv_winograd.metal).
 #define FM_WINOGRAD_WGRAD_OUTPUTS 32

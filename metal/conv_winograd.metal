@@ -37,6 +37,7 @@
 #include <metal_stdlib>
 #include "fm_kernel.h"
 #include "conv2d_args.h"
+#include "fm_math.h"
 using namespace metal;
 
 FM_FUNC int32_t wino_tiles_h(constant Conv2dArgs& a) { return (a.H_out + 1) >> 1; }
@@ -485,7 +486,7 @@ kernel void conv2d_winograd_output_rows(device const float* m [[buffer(0)]],
       for (int j = 0; j < M; ++j) part[(r * TILES + q) * S + M * i + j] = at[i] * ma[j];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  const float b = (flags & 1u) != 0 ? bias[co] : 0.0f;
+  const float b = (flags & FM_CONV_BIAS) != 0u ? bias[co] : 0.0f;
   for (uint32_t e = tid; e < uint32_t(TILES * M * M); e += T) {
     // e = (i * TILES + q) * M + j: consecutive threads write consecutive columns
     const int32_t i = int32_t(e) / (TILES * M), rest = int32_t(e) - i * (TILES * M);
@@ -497,7 +498,11 @@ kernel void conv2d_winograd_output_rows(device const float* m [[buffer(0)]],
     if (oh >= a.H_out || ow >= a.W_out) continue;
     float v = part[q * S + M * i + j];
     for (int r = 1; r < R; ++r) v += part[(r * TILES + q) * S + M * i + j];
-    y[((n * a.C_out + co) * a.H_out + oh) * a.W_out + ow] = v + b;
+    const int32_t at = ((n * a.C_out + co) * a.H_out + oh) * a.W_out + ow;
+    v += b;
+    if ((flags & FM_CONV_RELU) != 0u) v = fm_relu(v);
+    if ((flags & FM_CONV_RELU_MASK) != 0u) v = bias[at] <= 0.0f ? 0.0f : v;  // relu_grad
+    y[at] = v;
   }
 }
 FM_INSTANTIATE("conv2d_winograd_output", conv2d_winograd_output_rows, 4);

@@ -106,7 +106,8 @@ kernel void max_pool2d_backward_cells(device const float* grad_out [[buffer(0)]]
   for (int32_t y = y0; y < y1; ++y) {
     for (int32_t xx = x0; xx < x1; ++xx) {
       const int32_t k = y * a.w + xx;
-      grad_in[plane_base + uint64_t(k)] = k == win ? gv : 0.0f;
+      // relu_mask: relu_grad(value, x) = x <= 0 ? 0 : value, which is 0 off the winner anyway.
+      grad_in[plane_base + uint64_t(k)] = k == win && !(a.relu_mask != 0 && best <= 0.0f) ? gv : 0.0f;
     }
   }
 }

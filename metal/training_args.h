@@ -7,7 +7,10 @@ struct PoolArgs {
   int32_t planes;
   int32_t h, w, oh, ow;
   int32_t kh, kw, sh, sw, ph, pw;
-  int32_t pad_;
+  // max_pool2d_backward_cells: 1 where fastmetal.compile's fusion pass (csrc/ops/
+  // capture_fusion.cpp) folded relu's gradient into it (x is relu's output): the gradient
+  // reaches the winner only where it is > 0, relu_grad's rule. 0 from the host.
+  int32_t relu_mask;
 };
 
 // Rows of a softmax: the reduced axis has n elements at stride `inner`; thread (o, x) owns the

@@ -201,6 +201,7 @@ BAD_CONFIG = [
     ("FASTMETAL_CPU_ISA", "avx9", "accepted values: base"),
     ("FASTMETAL_SDPA_FORWARD", "fast", "accepted values: tiled, classic"),
     ("FASTMETAL_SDPA_BACKWARD", "fast", "accepted values: tiled, classic"),
+    ("FASTMETAL_COMPILE_FUSION", "yes", "accepted values: 1, 0"),
 ]
 
 

@@ -180,6 +180,8 @@ void Backend::replay(capture::Capture& c) {
       case Entry::Kind::upload:
         write_from_host(*e.dst, e.dst_offset, c.arena_at(e.at), e.n);
         break;
+      case Entry::Kind::fused:
+        break;
     }
   }
   end_op();

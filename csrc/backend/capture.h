@@ -34,7 +34,10 @@
 namespace fm::capture {
 
 struct Entry {
-  enum class Kind { kernel, host_call, upload } kind = Kind::kernel;
+  // fused: a kernel launch folded into an earlier one by the fusion pass (ops/
+  // capture_fusion.h); replays skip it. Its args are dropped (the buffers it alone used are
+  // let go); its place stays, so the patch regions' positions do not move.
+  enum class Kind { kernel, host_call, upload, fused } kind = Kind::kernel;
   // kernel: args as recorded, except argument blocks, which live in the arena: blocks[i] is
   // {argument index, arena offset} (KernelArg::bytes is rebuilt at each replay).
   std::string kernel;
@@ -55,6 +58,9 @@ class Capture {
   explicit Capture(Backend& backend) : backend_(&backend) {}
   Backend& backend() const { return *backend_; }
   const std::vector<Entry>& entries() const { return entries_; }
+  // For the fusion pass (after recording, before the first replay): entries and argument
+  // blocks it rewrites.
+  std::vector<Entry>& entries_to_rewrite() { return entries_; }
   std::size_t size() const { return entries_.size(); }
   // Argument blocks and upload snapshots, each 16-byte aligned.
   const std::vector<char>& arena() const { return arena_; }

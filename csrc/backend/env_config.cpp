@@ -98,7 +98,7 @@ int named_choice(const char* var, const Choice (&choices)[N]) {
     accepted += std::string(accepted.empty() ? "" : ", ") + c.name;
   }
   report(std::string("[fastmetal] ") + var + "='" + value +
-         "' is not understood; accepted values: " + accepted + "; using the op's choice instead");
+         "' is not understood; accepted values: " + accepted + "; using the default instead");
   return -1;
 }
 
@@ -112,6 +112,11 @@ int sdpa_forward() {
 int sdpa_backward() {
   static const Choice kBackward[] = {{"tiled", 1}, {"classic", 0}};
   return named_choice("FASTMETAL_SDPA_BACKWARD", kBackward);
+}
+
+bool compile_fusion() {
+  static const Choice kFusion[] = {{"1", 1}, {"0", 0}};
+  return named_choice("FASTMETAL_COMPILE_FUSION", kFusion) != 0;
 }
 
 }  // namespace fm::env

@@ -58,5 +58,9 @@ int sdpa_forward();
 // sdpa_backward_dq_tiled, the default) or "classic" (sdpa_backward_dkdv / _dq); 1, 0, -1 as
 // above.
 int sdpa_backward();
+// FASTMETAL_COMPILE_FUSION: whether fastmetal.compile folds elementwise launches into the
+// kernels before them (ops/capture_fusion.h): "1" (the default where unset) or "0" (off: to
+// measure the fusions, or to rule them out). Anything else is report()ed and gives 1.
+bool compile_fusion();
 
 }  // namespace fm::env

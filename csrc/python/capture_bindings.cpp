@@ -2,12 +2,14 @@
 // _core._Capture: python/fastmetal/ops/capture.py drives it (record a traced call, mark the
 // regions Python re-runs in patch mode, replay without the GIL).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <memory>
 #include <string>
 
 #include "backend/capture.h"
 #include "core/errors.h"
+#include "ops/capture_fusion.h"
 #include "python/bindings.h"
 
 namespace fm::python {
@@ -34,6 +36,21 @@ void bind_capture(py::module_& m) {
              py::gil_scoped_release nogil;
              c.replay();
            })
+      .def("fuse",
+           [](capture::Capture& c, const std::vector<std::pair<std::size_t, std::size_t>>& fixed) {
+             return fuse_capture(c, fixed);
+           },
+           py::arg("fixed"),
+           "Folds elementwise launches into the kernels before them (ops/capture_fusion.h), "
+           "leaving the [begin, end) ranges in `fixed` alone; returns how many it folded.")
+      .def("kernels",
+           [](const capture::Capture& c) {
+             std::vector<std::string> names;
+             for (const capture::Entry& e : c.entries())
+               if (e.kind == capture::Entry::Kind::kernel) names.push_back(e.kernel);
+             return names;
+           },
+           "The kernels a replay launches, in order (tests).")
       .def_property_readonly("device", [](const capture::Capture& c) { return c.backend().name(); })
       .def_property_readonly("host_read", [](const capture::Capture& c) { return c.host_read(); })
       .def_property_readonly("arena_bytes", [](const capture::Capture& c) { return c.arena().size(); })

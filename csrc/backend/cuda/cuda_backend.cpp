@@ -251,6 +251,8 @@ class CudaBackend final : public Backend {
           args = e.args;
           for (const auto& [i, at] : e.blocks) args[i] = KernelArg::buffer(state.arena, at);
           run_kernel(e.kernel, e.dispatch, args);
+        } else if (e.kind == capture::Entry::Kind::fused) {
+          continue;
         } else if (e.kind == capture::Entry::Kind::upload) {
           if (e.n == 0) continue;
           check(cudaMemcpyAsync(static_cast<char*>(e.dst->handle) + e.dst_offset,

@@ -373,6 +373,7 @@ class MetalBackend final : public Backend {
     NSUInteger commands = 0;
     for (const capture::Entry& e : c.entries()) {
       if (e.kind == capture::Entry::Kind::host_call) return state;  // not usable
+      if (e.kind == capture::Entry::Kind::fused) continue;
       if (e.kind == capture::Entry::Kind::kernel &&
           std::uint64_t(e.dispatch.grid[0]) * e.dispatch.grid[1] * e.dispatch.grid[2] != 0)
         ++commands;
@@ -405,6 +406,7 @@ class MetalBackend final : public Backend {
     state->runs.emplace_back();
     NSUInteger index = 0;
     for (const capture::Entry& e : c.entries()) {
+      if (e.kind == capture::Entry::Kind::fused) continue;
       if (e.kind == capture::Entry::Kind::upload) {
         bind(e.dst);
         state->runs.back().uploads.push_back(&e);

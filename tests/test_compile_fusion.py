@@ -1,0 +1,160 @@
+"""fastmetal.compile's fusion pass (csrc/ops/capture_fusion.h): ReLU folded into the
+convolution before it (the GEMM forward and the Winograd output transform), ReLU's gradient
+folded into the pooling backward and into the Winograd transform of an input gradient.
+
+Each compiled step must give the bits eager execution gives (losses and every parameter
+after several updates, dropout included), fold exactly the launches it can, and fold none
+where the intermediate is visible: returned by the step, kept by the user, or with fusion
+switched off (FASTMETAL_COMPILE_FUSION=0). On the CPU the conv kernels run (the fixture),
+so the folded kernels are the ones a GPU runs.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import fastmetal as fm
+import fastmetal.nn.functional as F
+from fastmetal import nn
+from references import msl_conv_kernels_on_cpu
+
+conv_kernels = pytest.fixture(msl_conv_kernels_on_cpu)
+
+
+class Net(nn.Module):
+    """MNIST's network in small: conv, relu, conv, relu, max_pool2d, dropout, linear."""
+
+    def __init__(self, dropout):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3)
+        self.conv2 = nn.Conv2d(8, 16, 3)
+        self.drop = nn.Dropout(dropout)
+        self.fc = nn.Linear(16 * 5 * 5, 10)
+        self.kept = None  # where keep=True leaves conv2's output
+
+    def forward(self, x, keep=False):
+        x = F.relu(self.conv1(x))
+        h = self.conv2(x)
+        if keep:
+            self.kept = h
+        x = self.drop(F.max_pool2d(F.relu(h), 2))
+        return self.fc(fm.flatten(x, 1))
+
+
+def _batches(rng, device, n=4, special=False):
+    out = []
+    for i in range(n):
+        x = rng.standard_normal((4, 1, 14, 14)).astype(np.float32)
+        if special and i == 1:
+            x[0, 0, :3, :3] = 0.0     # exact zeros reach relu and its gradient
+            x[1, 0, 5, 5] = np.inf    # so does inf (and NaN after it)
+        y = rng.integers(0, 10, 4)
+        out.append((fm.asarray(x, device=device), fm.asarray(y, dtype="int64", device=device)))
+    return out
+
+
+def _run(device, compiled, *, dropout=0.25, keep=False, special=False, steps=4):
+    """Losses and final parameters of `steps` SGD steps; with `compiled` also the function."""
+    fm.random.seed(0)
+    net = Net(dropout).to(device)
+    opt = fm.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+
+    def step(x, y):
+        loss = F.cross_entropy(net(x, keep), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = fm.compile(step) if compiled else step
+    batches = _batches(np.random.default_rng(1), device, steps, special)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fm.CompileWarning)
+        losses = [np.array(run(x, y)) for x, y in batches]
+    params = {k: np.array(v) for k, v in net.state_dict().items()}
+    return losses, params, run
+
+
+def _same(eager, compiled):
+    for a, b in zip(eager[0], compiled[0]):
+        np.testing.assert_array_equal(a, b)
+    assert eager[1].keys() == compiled[1].keys()
+    for k in eager[1]:
+        np.testing.assert_array_equal(eager[1][k], compiled[1][k], err_msg=k)
+
+
+# Both convolutions take the algorithm forced. Folds: relu after conv1 and after conv2 (into
+# the GEMM or the Winograd output transform), relu_grad after the pooling backward, and with
+# Winograd also relu_grad after conv2's input gradient (the implicit GEMM's is not folded).
+@pytest.mark.parametrize("algo,folds", [("gemm", 3), ("winograd4", 4)])
+def test_folds_and_replays_bit_for_bit(device, conv_kernels, monkeypatch, algo, folds):
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", algo)
+    eager = _run(device, False)
+    compiled = _run(device, True)
+    assert compiled[2].fusions == folds
+    _same(eager, compiled)
+
+
+def test_special_values(device, conv_kernels, monkeypatch):
+    """Zeros, inf and the NaN they make: relu's and relu_grad's rules at those values (relu(0)
+    = 0, gradient 0 at 0, NaN passed through), folded as unfolded."""
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", "winograd4")
+    eager = _run(device, False, special=True, dropout=0.0)
+    compiled = _run(device, True, special=True, dropout=0.0)
+    assert compiled[2].fusions == 4
+    assert not np.isfinite(eager[0][1])  # the inf did reach the loss
+    _same(eager, compiled)
+
+
+@pytest.mark.parametrize("algo", ["gemm", "winograd4"])
+def test_kernels_after_folding(device, conv_kernels, monkeypatch, algo):
+    """The replay launches no relu kernel, and no relu_grad kernel of the conv layers: the
+    folded launches are gone from the list, not only counted."""
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", algo)
+    _, _, run = _run(device, True, dropout=0.0)
+    (replay,) = [e for e in run._entries.values() if hasattr(e, "trace")]
+    kernels = replay.trace.capture.kernels()
+    assert not any(k.startswith("unary_") and "relu" in k for k in kernels), kernels
+    if algo == "gemm":  # both forwards on the GEMM's relu instance; conv2's input gradient
+        # (the implicit GEMM) keeps its relu_grad launch
+        assert sum(k.startswith("conv2d_forward_") and k.endswith("_relu") for k in kernels) == 2
+        assert sum("relu_grad" in k for k in kernels) == 1, kernels
+    else:  # conv1's and conv2's forward, conv2's input gradient (conv1 needs none)
+        assert not any("relu_grad" in k for k in kernels), kernels
+        assert kernels.count("conv2d_winograd4_output") == 3
+
+
+def test_visible_intermediate_is_not_folded(device, conv_kernels, monkeypatch):
+    """conv2's output kept on the module after the step: its relu is not folded (the kept
+    Array must hold conv2's output, not relu's), and the replay still matches eager."""
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", "gemm")
+    eager = _run(device, False, keep=True)
+    compiled = _run(device, True, keep=True)
+    assert compiled[2].fusions == 2  # conv1's relu and the pooling backward's relu_grad
+    _same(eager, compiled)
+
+
+def test_fusion_switched_off(device, conv_kernels, monkeypatch):
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", "winograd4")
+    monkeypatch.setenv("FASTMETAL_COMPILE_FUSION", "0")
+    eager = _run(device, False)
+    compiled = _run(device, True)
+    assert compiled[2].fusions == 0
+    _same(eager, compiled)
+
+
+def test_relu_saves_its_output_not_its_input(device):
+    """relu's gradient reads relu's output (relu_grad(g, out)), so the convolution's output is
+    not kept for backward (and can be folded): the gradient is the same, 0 at 0 as PyTorch's."""
+    x = fm.asarray(np.array([-1.0, 0.0, 2.0, np.nan], np.float32), device=device).requires_grad_()
+    y = fm.relu(x)
+    y.backward(fm.ones_like(y))
+    np.testing.assert_array_equal(np.array(x.grad), [0.0, 0.0, 1.0, 1.0])
+    # Second order: relu's gradient is piecewise constant.
+    x2 = fm.asarray(np.array([-1.0, 2.0], np.float32), device=device).requires_grad_()
+    (g,) = fm.autograd.grad(fm.relu(x2).sum() * 3.0, [x2], create_graph=True)
+    np.testing.assert_array_equal(np.array(g), [0.0, 3.0])
+    (gg,) = fm.autograd.grad((g * g).sum(), [x2], allow_unused=True)
+    assert gg is None or not np.any(np.array(gg))
