@@ -158,3 +158,80 @@ def test_relu_saves_its_output_not_its_input(device):
     np.testing.assert_array_equal(np.array(g), [0.0, 3.0])
     (gg,) = fm.autograd.grad((g * g).sum(), [x2], allow_unused=True)
     assert gg is None or not np.any(np.array(gg))
+
+
+class Varied(nn.Module):
+    """A conv net whose shapes, biases, pooling and wiring vary: some of its launches can be
+    folded and some cannot (a ReLU launch with a tail of < 4 elements, overlapping pooling
+    windows, a convolution output that a residual sum reads as well)."""
+
+    def __init__(self, c1, c2, bias, pool, residual):
+        super().__init__()
+        self.conv1 = nn.Conv2d(2, c1, 3, padding=1, bias=bias)
+        self.conv2 = nn.Conv2d(c1, c2, 3, padding=1, bias=bias)
+        self.pool, self.residual = pool, residual
+
+    def forward(self, x):
+        h = F.relu(self.conv1(x))
+        z = self.conv2(h)
+        y = F.relu(z)
+        if self.residual:
+            y = y + z  # conv2's output is read twice: its relu cannot be folded
+        k, s = self.pool
+        y = F.max_pool2d(y, k, s)
+        return fm.flatten(y, 1).sum(axis=1)
+
+
+# With at most 4 output channels a convolution runs the direct kernel (its forward, and its
+# input gradient with at most 4 input channels), which the pass does not fold into.
+@pytest.mark.parametrize("c1,c2,hw,bias,pool,residual,algo,folds", [
+    # conv1 direct; conv2's relu into the Winograd output? no: 4 channels, direct too; the
+    # pooling backward's relu_grad (9 x 9: the last cells reach the edge) is folded
+    (4, 4, 9, True, (2, 2), False, "winograd4", 1),
+    # conv2's relu into its GEMM forward, the pooling backward's relu_grad: on the CPU (one
+    # element a thread). 3 * 5 * 49 elements: a GPU runs them in 16-byte chunks plus a launch
+    # for the 3 left over, and the pass folds no launch that covers part of an intermediate
+    (3, 5, 7, False, (2, 2), False, "gemm", 2),
+    # overlapping windows: the general pooling backward, not folded; conv2's relu folded
+    (4, 8, 8, True, (3, 2), False, "winograd4", 1),
+    # residual: conv2's output read twice, and the pooling reads the sum: nothing folded
+    (4, 8, 8, False, (2, 2), True, "gemm", 0),
+    # conv1's relu and its gradient (into conv2's Winograd input gradient) folded
+    (8, 8, 6, True, (2, 2), True, "winograd4", 2),
+    # F(2x2, 3x3): conv2's relu into its output transform, the pooling backward's relu_grad
+    (2, 6, 10, False, (2, 2), False, "winograd", 2),
+])
+def test_varied_networks_replay_bit_for_bit(device, conv_kernels, monkeypatch, c1, c2, hw, bias,
+                                            pool, residual, algo, folds):
+    monkeypatch.setenv("FASTMETAL_CONV_ALGO", algo)
+    rng = np.random.default_rng(c1 * 100 + c2 * 10 + hw)
+    xs = [fm.asarray(rng.standard_normal((3, 2, hw, hw)).astype(np.float32), device=device)
+          for _ in range(3)]
+
+    def run(compiled):
+        fm.random.seed(0)
+        net = Varied(c1, c2, bias, pool, residual).to(device)
+        opt = fm.optim.SGD(net.parameters(), lr=0.01)
+
+        def step(x):
+            loss = (net(x) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        f = fm.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", fm.CompileWarning)
+            losses = [np.array(f(x)) for x in xs]
+        return losses, {k: np.array(v) for k, v in net.state_dict().items()}, f
+
+    eager, compiled = run(False), run(True)
+    _same(eager, compiled)
+    chunked = device != "cpu" and (3 * c2 * hw * hw) % 4 != 0
+    assert compiled[2].fusions == (0 if chunked else folds)
+    kernels = [e for e in compiled[2]._entries.values() if hasattr(e, "trace")][0].trace.capture.kernels()
+    if residual:  # conv2's relu (its input is read again) stays a launch of its own
+        assert any(k.startswith("unary_") and "relu" in k for k in kernels), kernels
+    if pool == (3, 2):  # the general pooling backward is not a producer the pass knows
+        assert "max_pool2d_backward" in kernels
