@@ -1,6 +1,7 @@
 """fastmetal.compile's fusion pass (csrc/ops/capture_fusion.h): ReLU folded into the
-convolution before it (the GEMM forward and the Winograd output transform), ReLU's gradient
-folded into the pooling backward and into the Winograd transform of an input gradient.
+convolution before it (the GEMM forward and the Winograd output transform) and into an add
+(a linear layer's bias), ReLU's gradient folded into the pooling backward and into the
+Winograd transform of an input gradient.
 
 Each compiled step must give the bits eager execution gives (losses and every parameter
 after several updates, dropout included), fold exactly the launches it can, and fold none
@@ -18,9 +19,11 @@ import pytest
 import fastmetal as fm
 import fastmetal.nn.functional as F
 from fastmetal import nn
-from references import msl_conv_kernels_on_cpu
+from references import msl_conv_kernels_on_cpu, msl_kernels_on_cpu
 
 conv_kernels = pytest.fixture(msl_conv_kernels_on_cpu)
+# matmul and the bias add as kernels on the CPU too (its own GEMM adds the bias itself)
+kernels = pytest.fixture(msl_kernels_on_cpu)
 
 
 class Net(nn.Module):
@@ -235,3 +238,90 @@ def test_varied_networks_replay_bit_for_bit(device, conv_kernels, monkeypatch, c
         assert any(k.startswith("unary_") and "relu" in k for k in kernels), kernels
     if pool == (3, 2):  # the general pooling backward is not a producer the pass knows
         assert "max_pool2d_backward" in kernels
+
+
+def test_linear_relu_folds_into_the_bias_add(device, kernels):
+    """An MLP: each Linear's bias add and the ReLU after it become one add_relu launch; losses
+    and parameters (Adam) equal eager's bit for bit."""
+    rng = np.random.default_rng(5)
+    batches = [(fm.asarray(rng.standard_normal((16, 20)).astype(np.float32), device=device),
+                fm.asarray(rng.integers(0, 5, 16), dtype="int64", device=device)) for _ in range(4)]
+
+    def run(compiled):
+        fm.random.seed(0)
+        net = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 24), nn.ReLU(),
+                            nn.Linear(24, 5)).to(device)
+        opt = fm.optim.Adam(net.parameters(), lr=1e-2)
+
+        def step(x, y):
+            loss = F.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        f = fm.compile(step) if compiled else step
+        losses = [np.array(f(x, y)) for x, y in batches]
+        return losses, {k: np.array(v) for k, v in net.state_dict().items()}, f
+
+    eager, compiled = run(False), run(True)
+    _same(eager, compiled)
+    assert compiled[2].fusions == 2
+    (replay,) = [e for e in compiled[2]._entries.values() if hasattr(e, "trace")]
+    kernels = replay.trace.capture.kernels()
+    assert sum(k.endswith("_add_relu_float32") for k in kernels) == 2, kernels
+    assert not any(k.startswith("unary_") and "relu" in k for k in kernels), kernels
+
+
+def test_add_into_part_of_an_array_is_not_folded(device, kernels):
+    """An add that writes part of an array (out= a column slice) and a relu over all of it:
+    folding would leave the rest of relu's output unwritten, so the pass leaves them; a plain
+    relu(a + b) is folded. Both replay what eager computes."""
+    rng = np.random.default_rng(6)
+    a = fm.asarray(rng.standard_normal((8, 8)).astype(np.float32), device=device)
+    b = fm.asarray(rng.standard_normal(8).astype(np.float32), device=device)
+
+    def part(a, b):
+        big = fm.full((8, 16), -1.0, device=device)
+        fm.add(a, b, out=big[:, :8])
+        return fm.relu(big) * 2.0
+
+    def whole(a, b):
+        return fm.relu(a + b) * 2.0
+
+    for fn, folds in ((part, 0), (whole, 1)):
+        c = fm.compile(fn)
+        outs = [np.array(c(a, b)) for _ in range(3)]
+        for o in outs:
+            np.testing.assert_array_equal(o, np.array(fn(a, b)))
+        assert c.fusions == folds, fn.__name__
+
+
+def test_resnet20_residual_add_relu_folds(device, kernels, conv_kernels):
+    """ResNet-20's blocks end in relu(out + shortcut): each of the 9 is one add_relu launch
+    in the replay, which still equals eager bit for bit (losses, parameters, BatchNorm's
+    buffers, momentum). Its other ReLUs follow BatchNorm, which the pass does not fold into."""
+    from fastmetal.models import resnet20
+
+    def run(compiled):
+        model = resnet20(num_classes=5, width=4, seed=3, device=device)
+        opt = fm.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+
+        def step(x, y):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        rng = np.random.default_rng(0)
+        f = fm.compile(step) if compiled else step
+        losses = [np.array(f(fm.asarray(rng.standard_normal((6, 3, 8, 8)).astype(np.float32), device=device),
+                             fm.asarray(rng.integers(0, 5, 6), dtype="int64", device=device)))
+                  for _ in range(3)]
+        return losses, {k: np.array(v) for k, v in model.state_dict().items()}, f
+
+    eager, compiled = run(False), run(True)
+    _same(eager, compiled)
+    # 9 on the CPU's kernels; a GPU may find more where its layouts allow (never fewer)
+    assert compiled[2].fusions == 9 if device == "cpu" else compiled[2].fusions >= 9

@@ -9,6 +9,7 @@
 #include "backend/capture.h"
 #include "backend/env_config.h"
 #include "conv2d_args.h"
+#include "elementwise_args.h"
 #include "training_args.h"
 
 namespace fm {
@@ -79,8 +80,49 @@ bool is_winograd_output(const std::string& k) {
   return k == "conv2d_winograd_output" || k == "conv2d_winograd4_output";
 }
 
+// binary_<layout>_add_float32 (x, y, out[, args]): the elementwise table's add in any layout;
+// its add_relu twin is the same launch with relu applied (metal/elementwise_ops.tbl).
+constexpr const char* kAdd = "_add_float32";
+constexpr const char* kAddRelu = "_add_relu_float32";
+bool is_float_add(const std::string& k) {
+  const std::size_t n = std::strlen(kAdd);
+  return starts_with(k, "binary_") && k.size() > n && k.compare(k.size() - n, n, kAdd) == 0;
+}
+std::string add_relu_of(const std::string& k) { return k.substr(0, k.size() - std::strlen(kAdd)) + kAddRelu; }
+
+// The bytes an add launch writes, contiguously from its output's offset (each layout of
+// ops/elementwise.cpp: one element a thread, 16-byte chunks, rows of chunks, strided);
+// 0 where its output is not one contiguous run (then it is not folded).
+std::size_t add_output_bytes(Capture& c, const Entry& e) {
+  const std::string form = e.kernel.substr(7, e.kernel.size() - 7 - std::strlen(kAdd));
+  const Dispatch& d = e.dispatch;
+  if (form == "v" || form == "sv" || form == "vs")
+    return e.args.size() == 3 && d.grid[1] == 1 && d.grid[2] == 1 ? std::size_t(d.grid[0]) * sizeof(float) : 0;
+  if (e.args.size() != 4) return 0;
+  if (form == "w") {
+    const auto* chunks = block_of<std::uint32_t>(c, e, 3);
+    return chunks != nullptr ? std::size_t(*chunks) * 16 : 0;
+  }
+  if (form == "rw") {  // grid x: the chunks of a row (every one launched)
+    const ChunkRowArgs* a = block_of<ChunkRowArgs>(c, e, 3);
+    if (a == nullptr || a->row_stride[2] != std::int64_t(d.grid[0])) return 0;
+    return std::size_t(a->rows) * d.grid[0] * 16;
+  }
+  if (form == "r" || form == "s" || form == "g") {  // output strides: row-major, no gaps
+    const StridedArgs* a = block_of<StridedArgs>(c, e, 3);
+    if (a == nullptr || a->ndim < 1 || a->ndim > FM_MAX_DIMS) return 0;
+    std::int64_t expect = 1;
+    for (int k = a->ndim - 1; k >= 0; --k) {
+      if (a->shape[k] != 1 && a->strides[2][k] != expect) return 0;
+      expect *= a->shape[k];
+    }
+    return std::size_t(expect) * sizeof(float);
+  }
+  return 0;
+}
+
 // conv2d_forward_<tile>(w, x, bias, out, args, flags); the Winograd output transform
-// (prod, bias, y, args, flags); max_pool2d_backward_cells(gy, x, grad_in, args).
+// (prod, bias, y, args, flags); max_pool2d_backward_cells(gy, x, grad_in, args); an add.
 std::optional<Producer> producer_of(Capture& c, const Entry& e, Fold fold) {
   constexpr std::size_t kNone = ~std::size_t(0);
   if (e.kind != Entry::Kind::kernel) return std::nullopt;
@@ -99,6 +141,10 @@ std::optional<Producer> producer_of(Capture& c, const Entry& e, Fold fold) {
     if (fold == Fold::relu_mask && (*flags & FM_CONV_BIAS) != 0) return std::nullopt;
     return Producer{out, conv_output_bytes(*a), (*flags & FM_CONV_BIAS) != 0 ? kNone : bias};
   }
+  if (is_float_add(e.kernel) && fold == Fold::relu && e.args.size() >= 3 && e.args[2].storage &&
+      c.backend().has_kernel(add_relu_of(e.kernel))) {
+    return Producer{2, add_output_bytes(c, e), kNone};
+  }
   if (e.kernel == "max_pool2d_backward_cells" && fold == Fold::relu_mask && e.args.size() == 4) {
     const PoolArgs* a = block_of<PoolArgs>(c, e, 3);
     if (a == nullptr || a->relu_mask != 0) return std::nullopt;
@@ -114,6 +160,10 @@ void apply_fold(Capture& c, Entry& p, const Producer& pr, Fold fold, const Entry
   p.args[pr.out] = ew.args[w.out];
   if (p.kernel == "max_pool2d_backward_cells") {
     block_of<PoolArgs>(c, p, 3)->relu_mask = 1;
+    return;
+  }
+  if (is_float_add(p.kernel)) {  // the add_relu twin
+    p.kernel = add_relu_of(p.kernel);
     return;
   }
   if (!is_winograd_output(p.kernel)) {  // the GEMM forward: its relu instance
@@ -140,18 +190,22 @@ std::size_t fuse_capture(Capture& c, const std::vector<std::pair<std::size_t, st
   for (const auto& [begin, end] : fixed)
     for (std::size_t i = begin; i < end && i < n; ++i) pinned[i] = true;
 
-  // Where each storage is named: the entries (in order) and how many references they hold.
+  // Where each storage is named: an entry index per reference, in order (an entry that
+  // names a storage twice appears twice). Rebuilt after each fold.
   std::unordered_map<const Storage*, std::vector<std::size_t>> users;
-  auto note = [&](const StoragePtr& s, std::size_t i) {
-    if (s) users[s.get()].push_back(i);
+  auto collect = [&] {
+    users.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      const Entry& e = entries[i];
+      if (e.kind == Entry::Kind::kernel) {
+        for (const KernelArg& a : e.args)
+          if (a.storage) users[a.storage.get()].push_back(i);
+      } else if (e.kind == Entry::Kind::upload && e.dst) {
+        users[e.dst.get()].push_back(i);
+      }
+    }
   };
-  for (std::size_t i = 0; i < n; ++i) {
-    const Entry& e = entries[i];
-    if (e.kind == Entry::Kind::kernel)
-      for (const KernelArg& a : e.args) note(a.storage, i);
-    else if (e.kind == Entry::Kind::upload)
-      note(e.dst, i);
-  }
+  collect();
   // Whether storage s is named by an entry strictly between i and j.
   auto used_between = [&](const Storage* s, std::size_t i, std::size_t j) {
     const auto it = users.find(s);
@@ -172,11 +226,14 @@ std::size_t fuse_capture(Capture& c, const std::vector<std::pair<std::size_t, st
     const Storage* s = mid.storage.get();
     if (s->shared_with_host || s->copied_from != nullptr) continue;
     if (ew.args[w->out].storage.get() == s) continue;  // in place: not an intermediate
-    // Named by exactly two entries, the producer and this one, once each, and held by
-    // nothing else (the capture's two references are the only ones).
+    // Held by nothing outside the capture (its references are all the capture's), last
+    // named here, once, and just before by the producer (which may also have read it: an
+    // add in place). Nothing reads it after, so the producer's write to it can go.
     const std::vector<std::size_t>& named = users[s];
-    if (named.size() != 2 || named[1] != j || mid.storage.use_count() != 2) continue;
-    const std::size_t i = named[0];
+    if (named.size() < 2 || named.back() != j || named[named.size() - 2] == j ||
+        mid.storage.use_count() != long(named.size()))
+      continue;
+    const std::size_t i = named[named.size() - 2];
     if (pinned[i]) continue;
     const Fold fold = grad ? Fold::relu_mask : Fold::relu;
     const std::optional<Producer> pr = producer_of(c, entries[i], fold);
@@ -188,12 +245,15 @@ std::size_t fuse_capture(Capture& c, const std::vector<std::pair<std::size_t, st
         continue;
       if (y.storage.get() == s) continue;
     }
-    // The producer moves to j: nothing between may touch what it reads.
+    // The producer moves to j: nothing between may touch what it reads, and what it will
+    // write (the elementwise launch's output) must not be something it reads (a view of
+    // it passed as an input would be read while it is written).
     bool clear = true;
+    const Storage* dest = ew.args[w->out].storage.get();
     for (std::size_t a = 0; a < entries[i].args.size() && clear; ++a) {
       const KernelArg& arg = entries[i].args[a];
       if (arg.storage && a != pr->out && a != pr->skip)
-        clear = !used_between(arg.storage.get(), i, j);
+        clear = !used_between(arg.storage.get(), i, j) && arg.storage.get() != dest;
     }
     if (!clear) continue;
     Entry moved = entries[i];
@@ -202,9 +262,7 @@ std::size_t fuse_capture(Capture& c, const std::vector<std::pair<std::size_t, st
     entries[i].kind = Entry::Kind::fused;
     entries[i].args.clear();
     entries[i].blocks.clear();
-    // The intermediate is gone; the moved producer's buffers are now named at j.
-    users.erase(s);
-    for (const KernelArg& a : entries[j].args) note(a.storage, j);
+    collect();
     ++folded;
   }
   return folded;

@@ -3,6 +3,7 @@
 // wrote are folded into that launch, so a replay reads and writes the intermediate never:
 //   conv2d's GEMM forward (conv2d_forward_<tile>), then relu -> its _relu instance;
 //   conv2d's Winograd output transform, then relu -> it applies relu too (FM_CONV_RELU);
+//   an elementwise float32 add (a linear layer's bias), then relu -> its add_relu twin;
 //   the Winograd output transform of an input gradient, then relu_grad(it, y)
 //     -> the transform masks by y as it stores (FM_CONV_RELU_MASK, y bound to `bias`);
 //   max_pool2d_backward_cells(gy, x), then relu_grad(it, x)

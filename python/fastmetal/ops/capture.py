@@ -20,7 +20,7 @@ How it works (the C++ half is ``csrc/backend/capture.h``):
   (its step count, bias corrections and a scheduler's learning rate). In patch mode the
   ops only rewrite the argument blocks of the recorded launches; nothing runs.
 - Before the first replay, elementwise launches that only finish what the kernel before them
-  wrote (a ReLU after a convolution, ReLU's gradient after a pooling backward) are folded
+  wrote (a ReLU after a convolution or an add, ReLU's gradient after a pooling backward) are folded
   into that kernel where no one else can see the intermediate (``csrc/ops/capture_fusion.h``
   says which and when): a replay reads and writes less memory and launches fewer kernels,
   with results still bit-identical to eager execution. ``FASTMETAL_COMPILE_FUSION=0`` turns
