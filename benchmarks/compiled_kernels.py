@@ -21,19 +21,9 @@ import numpy as np
 
 
 def mnist_step(fm):
-    """fastmetal.compile of MNIST's training step, and its arguments on the GPU."""
-    from fastmetal.models import mnist_cnn
-    model = mnist_cnn(0, "cuda")
-    opt = fm.optim.Adadelta(model.parameters(), lr=1.0)
-    loss_fn = fm.nn.CrossEntropyLoss()
-
-    def step(x, y):
-        loss = loss_fn(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
+    """fastmetal.compile of `bench mnist`'s training step, and a batch on the GPU."""
+    from fastmetal.benchmarks.mnist import fastmetal_step
+    step = fastmetal_step("cuda")[0]
     rng = np.random.default_rng(0)
     x = fm.asarray(rng.standard_normal((64, 1, 28, 28)).astype(np.float32), device="cuda")
     y = fm.asarray(rng.integers(0, 10, 64), dtype="int64", device="cuda")

@@ -106,7 +106,7 @@ struct ConvForward {
   }
   static FM_FUNC float bias_of(thread const Conv2dArgs& a, device const float* bias,
                                uint32_t flags, int32_t g, int32_t m) {
-    return (flags & 1u) != 0 ? bias[g * rows(a) + m] : 0.0f;
+    return (flags & FM_CONV_BIAS) != 0u ? bias[g * rows(a) + m] : 0.0f;
   }
 };
 
@@ -390,7 +390,7 @@ kernel void conv2d_forward_direct(device const float* x [[buffer(0)]],
       }
     }
   }
-  if ((flags & 1u) != 0) acc += bias[co];
+  if ((flags & FM_CONV_BIAS) != 0u) acc += bias[co];
   y[(n * a.C_out + co) * hw + p] = acc;
 }
 
@@ -576,7 +576,7 @@ kernel void conv2d_backward_weight_narrow(device const float* gy [[buffer(0)]],
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const int32_t chunks = (depth + PER - 1) / PER;
-  const bool with_bias = (flags & 1u) != 0u;
+  const bool with_bias = (flags & FM_CONV_BIAS) != 0u;
   for (int32_t o = int32_t(tid); o < LANES * COLS + LANES; o += T) {
     if (o < LANES * COLS) {
       const int32_t lane = o / COLS, j = o - lane * COLS, co = co0 + lane;

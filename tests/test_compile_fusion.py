@@ -58,26 +58,36 @@ def _batches(rng, device, n=4, special=False):
     return out
 
 
-def _run(device, compiled, *, dropout=0.25, keep=False, special=False, steps=4):
-    """Losses and final parameters of `steps` SGD steps; with `compiled` also the function."""
-    fm.random.seed(0)
-    net = Net(dropout).to(device)
-    opt = fm.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-
-    def step(x, y):
-        loss = F.cross_entropy(net(x, keep), y)
+def _train(model, opt, loss_of, batches, compiled):
+    """One optimizer step per batch, eagerly or under fm.compile (which must trace it, never
+    fall back to eager): the losses, the final state_dict and the step function."""
+    def step(*batch):
+        loss = loss_of(model, *batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
         return loss
 
     run = fm.compile(step) if compiled else step
-    batches = _batches(np.random.default_rng(1), device, steps, special)
     with warnings.catch_warnings():
         warnings.simplefilter("error", fm.CompileWarning)
-        losses = [np.array(run(x, y)) for x, y in batches]
-    params = {k: np.array(v) for k, v in net.state_dict().items()}
-    return losses, params, run
+        losses = [np.array(run(*batch)) for batch in batches]
+    return losses, {k: np.array(v) for k, v in model.state_dict().items()}, run
+
+
+def _replayed_kernels(run):
+    """The kernels the compiled function's (one) replay launches, in order."""
+    (replay,) = [e for e in run._entries.values() if hasattr(e, "trace")]
+    return replay.trace.capture.kernels()
+
+
+def _run(device, compiled, *, dropout=0.25, keep=False, special=False, steps=4):
+    """Losses and final parameters of `steps` SGD steps of Net; the step function too."""
+    fm.random.seed(0)
+    net = Net(dropout).to(device)
+    opt = fm.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    batches = _batches(np.random.default_rng(1), device, steps, special)
+    return _train(net, opt, lambda m, x, y: F.cross_entropy(m(x, keep), y), batches, compiled)
 
 
 def _same(eager, compiled):
@@ -117,8 +127,7 @@ def test_kernels_after_folding(device, conv_kernels, monkeypatch, algo):
     folded launches are gone from the list, not only counted."""
     monkeypatch.setenv("FASTMETAL_CONV_ALGO", algo)
     _, _, run = _run(device, True, dropout=0.0)
-    (replay,) = [e for e in run._entries.values() if hasattr(e, "trace")]
-    kernels = replay.trace.capture.kernels()
+    kernels = _replayed_kernels(run)
     assert not any(k.startswith("unary_") and "relu" in k for k in kernels), kernels
     if algo == "gemm":  # both forwards on the GEMM's relu instance; conv2's input gradient
         # (the implicit GEMM) keeps its relu_grad launch
@@ -215,25 +224,13 @@ def test_varied_networks_replay_bit_for_bit(device, conv_kernels, monkeypatch, c
         fm.random.seed(0)
         net = Varied(c1, c2, bias, pool, residual).to(device)
         opt = fm.optim.SGD(net.parameters(), lr=0.01)
-
-        def step(x):
-            loss = (net(x) ** 2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            return loss
-
-        f = fm.compile(step) if compiled else step
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", fm.CompileWarning)
-            losses = [np.array(f(x)) for x in xs]
-        return losses, {k: np.array(v) for k, v in net.state_dict().items()}, f
+        return _train(net, opt, lambda m, x: (m(x) ** 2).mean(), [(x,) for x in xs], compiled)
 
     eager, compiled = run(False), run(True)
     _same(eager, compiled)
     chunked = device != "cpu" and (3 * c2 * hw * hw) % 4 != 0
     assert compiled[2].fusions == (0 if chunked else folds)
-    kernels = [e for e in compiled[2]._entries.values() if hasattr(e, "trace")][0].trace.capture.kernels()
+    kernels = _replayed_kernels(compiled[2])
     if residual:  # conv2's relu (its input is read again) stays a launch of its own
         assert any(k.startswith("unary_") and "relu" in k for k in kernels), kernels
     if pool == (3, 2):  # the general pooling backward is not a producer the pass knows
@@ -252,23 +249,12 @@ def test_linear_relu_folds_into_the_bias_add(device, kernels):
         net = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 24), nn.ReLU(),
                             nn.Linear(24, 5)).to(device)
         opt = fm.optim.Adam(net.parameters(), lr=1e-2)
-
-        def step(x, y):
-            loss = F.cross_entropy(net(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            return loss
-
-        f = fm.compile(step) if compiled else step
-        losses = [np.array(f(x, y)) for x, y in batches]
-        return losses, {k: np.array(v) for k, v in net.state_dict().items()}, f
+        return _train(net, opt, lambda m, x, y: F.cross_entropy(m(x), y), batches, compiled)
 
     eager, compiled = run(False), run(True)
     _same(eager, compiled)
     assert compiled[2].fusions == 2
-    (replay,) = [e for e in compiled[2]._entries.values() if hasattr(e, "trace")]
-    kernels = replay.trace.capture.kernels()
+    kernels = _replayed_kernels(compiled[2])
     assert sum(k.endswith("_add_relu_float32") for k in kernels) == 2, kernels
     assert not any(k.startswith("unary_") and "relu" in k for k in kernels), kernels
 
@@ -303,23 +289,14 @@ def test_resnet20_residual_add_relu_folds(device, kernels, conv_kernels):
     buffers, momentum). Its other ReLUs follow BatchNorm, which the pass does not fold into."""
     from fastmetal.models import resnet20
 
+    rng = np.random.default_rng(0)
+    batches = [(fm.asarray(rng.standard_normal((6, 3, 8, 8)).astype(np.float32), device=device),
+                fm.asarray(rng.integers(0, 5, 6), dtype="int64", device=device)) for _ in range(3)]
+
     def run(compiled):
         model = resnet20(num_classes=5, width=4, seed=3, device=device)
         opt = fm.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-
-        def step(x, y):
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            return loss
-
-        rng = np.random.default_rng(0)
-        f = fm.compile(step) if compiled else step
-        losses = [np.array(f(fm.asarray(rng.standard_normal((6, 3, 8, 8)).astype(np.float32), device=device),
-                             fm.asarray(rng.integers(0, 5, 6), dtype="int64", device=device)))
-                  for _ in range(3)]
-        return losses, {k: np.array(v) for k, v in model.state_dict().items()}, f
+        return _train(model, opt, lambda m, x, y: F.cross_entropy(m(x), y), batches, compiled)
 
     eager, compiled = run(False), run(True)
     _same(eager, compiled)

@@ -11,8 +11,9 @@
 // Each fused kernel computes what the two launches computed, bit for bit (the same fm_relu
 // and relu_grad expressions), so a replay still equals eager execution exactly.
 // A fusion is made only where it cannot be observed:
-//   - the intermediate's storage is used by the two launches alone, and nothing outside the
-//     capture holds it (no Array of the user's, no autograd graph, no input or output);
+//   - nothing outside the capture holds the intermediate's storage (no Array of the user's,
+//     no autograd graph, no input or output), the elementwise launch names it last, and the
+//     producer just before (earlier launches may have written it: an add in place);
 //   - the fused launch runs where the elementwise one ran, and nothing between the two
 //     touches a buffer the producer reads (so moving it later reads the same values);
 //   - neither launch is in a region Python re-runs in patch mode (those rewrite arguments).

@@ -430,7 +430,7 @@ void narrow_backward_weight(Backend& b, const Conv2dArgs& a, std::int64_t cols, 
   Array ws = Array::empty(b, {gw.size(), chunks}, DType::float32);
   const std::optional<Array> wsb =
       gb ? std::optional<Array>(Array::empty(b, {a.C_out, chunks}, DType::float32)) : std::nullopt;
-  const std::uint32_t flags = gb ? 1u : 0u;
+  const std::uint32_t flags = gb ? FM_CONV_BIAS : 0u;
   Dispatch d;
   d.group[0] = t;
   d.grid[0] = std::uint32_t(chunks * t);
@@ -597,7 +597,7 @@ void conv2d_forward(const Conv2dArgs& a, const Array& x, const Array& w, const A
   if (y.size() == 0) return;
   Backend& b = y.backend();
   if (auto fast = native<NativeForward>(b, "conv2d_forward")) return fast(a, x, w, bias, y);
-  const std::uint32_t flags = bias ? 1u : 0u;
+  const std::uint32_t flags = bias ? FM_CONV_BIAS : 0u;
   // Without a bias the kernel never reads buffer(2); bind any valid buffer there.
   const KernelArg bias_arg = bias ? buf(*bias) : buf(w);
   const std::int64_t cout_g = a.C_out / a.groups;
