@@ -462,8 +462,8 @@ MUTATIONS = [
                        for i in range(26))
              + "                                  uint3 gid", "buffer-count"),
     Mutation("min/max on floats outside fm_math.h (undefined for NaN)", "conv2d.metal",
-             "  if ((flags & 1u) != 0) acc += bias[co];\n",
-             "  if ((flags & 1u) != 0) acc += bias[co];\n  acc = max(acc, -1e30f);\n", "nan-undefined"),
+             "  if ((flags & FM_CONV_BIAS) != 0u) acc += bias[co];\n",
+             "  if ((flags & FM_CONV_BIAS) != 0u) acc += bias[co];\n  acc = max(acc, -1e30f);\n", "nan-undefined"),
 ]
 
 
