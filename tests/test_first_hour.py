@@ -202,6 +202,7 @@ BAD_CONFIG = [
     ("FASTMETAL_SDPA_FORWARD", "fast", "accepted values: tiled, classic"),
     ("FASTMETAL_SDPA_BACKWARD", "fast", "accepted values: tiled, classic"),
     ("FASTMETAL_COMPILE_FUSION", "yes", "accepted values: 1, 0"),
+    ("FASTMETAL_COMPILE_STREAMS", "0", "accepted values: 1, 2, 3, 4, 5, 6, 7, 8"),
 ]
 
 

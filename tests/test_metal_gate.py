@@ -367,7 +367,8 @@ def test_cuda_wrappers_read_device_buffers_directly():
     through arg_ptr (which may point into the launch parameters); each kernel's inline_ok
     mask names exactly its constant blocks, so the host never inlines bytes bound to a
     device parameter. (Through arg_ptr's select, every pointer was generic and ptxas spilled
-    twice as much in the conv2d GEMMs.)"""
+    twice as much in the conv2d GEMMs.) Its writes mask names exactly the device buffers not
+    declared const: what a compiled step's graph orders launches by."""
     import re
     fe = _load("msl_frontend")
     gen = _load("gen_kernels")
@@ -377,7 +378,8 @@ def test_cuda_wrappers_read_device_buffers_directly():
     for inst in (i for i in instances if "cuda" in i.targets):
         body = cuda[cuda.index(f"void k_{inst.host_name}("):]
         body = body[: body.index("\n}\n")]
-        mask = int(re.search(rf'table\.add\("{inst.host_name}", .*, (\d+)u\);', cuda).group(1))
+        found = re.search(rf'table\.add\("{inst.host_name}", .*, (\d+)u, (\d+)u\);', cuda)
+        mask, writes = int(found.group(1)), int(found.group(2))
         for p in inst.kernel.params:
             if p.buffer is None:
                 continue
@@ -385,5 +387,8 @@ def test_cuda_wrappers_read_device_buffers_directly():
             assert (f"arg_ptr(a, {p.buffer}))" in body) == constant, (inst.host_name, p.decl)
             assert (f"(a.ptr[{p.buffer}])" in body) == (not constant), (inst.host_name, p.decl)
             assert bool(mask >> p.buffer & 1) == constant, (inst.host_name, p.decl, mask)
+            read_only = p.decl.startswith("device const")
+            assert bool(writes >> p.buffer & 1) == (not constant and not read_only), \
+                (inst.host_name, p.decl, writes)
             checked += 1
     assert checked > 20

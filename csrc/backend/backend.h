@@ -183,6 +183,9 @@ class Backend {
   virtual std::uint32_t max_group_size(const std::string& kernel) = 0;
   // True where `kernel` exists on this backend.
   virtual bool has_kernel(const std::string& kernel) = 0;
+  // Bit i set where the kernel may write its argument i (a buffer not declared const in its
+  // MSL signature); all bits where the backend does not know (capture_order.h).
+  virtual std::uint32_t written_args(const std::string& /*kernel*/) const { return ~0u; }
   // The backend's own implementation of the operation `name` (a fast path), or nullptr:
   // the op then launches the portable MSL kernels. Ops call native<Fn>() (native_ops.h).
   virtual const NativeOp* native_op(const char* /*name*/) const { return nullptr; }

@@ -121,6 +121,22 @@ void Capture::patch_upload(std::size_t n, const void* src) {
 
 void Capture::replay() { backend_->replay(*this); }
 
+void Capture::set_replay_order(std::vector<std::size_t> order) {
+  std::vector<bool> seen(entries_.size(), false);
+  for (std::size_t i : order) {
+    if (i >= entries_.size() || seen[i])
+      throw ValueError("[fastmetal.compile] expected replay_order to be a permutation of the " +
+                       std::to_string(entries_.size()) + " recorded entries, got index " +
+                       std::to_string(i) + (i < entries_.size() ? " twice" : ""));
+    seen[i] = true;
+  }
+  if (!order.empty() && order.size() != entries_.size())
+    throw ValueError("[fastmetal.compile] expected replay_order to be a permutation of the " +
+                     std::to_string(entries_.size()) + " recorded entries, got " +
+                     std::to_string(order.size()) + " indices");
+  replay_order_ = std::move(order);
+}
+
 bool on_launch(const std::string& kernel, const Dispatch& d, const std::vector<KernelArg>& args) {
   if (t_patching != nullptr) {
     t_patching->patch_kernel(kernel, args);
@@ -162,12 +178,14 @@ void run_host(std::function<void()> work, std::vector<StoragePtr> keep) {
 namespace fm {
 using capture::Entry;
 
-// The portable replay: the recorded work in order, through the backend's own entry points
+// The portable replay: the recorded work in order (or a test's replay_order), through the backend's own entry points
 // (the CPU's thread pool, Metal's command encoder): no Python, no argument checks, no
 // allocation. Argument blocks are read from the arena where patches wrote them.
 void Backend::replay(capture::Capture& c) {
   std::vector<KernelArg> args;
-  for (const Entry& e : c.entries()) {
+  const std::vector<std::size_t>& order = c.replay_order();
+  for (std::size_t k = 0; k < c.size(); ++k) {
+    const Entry& e = c.entries()[order.empty() ? k : order[k]];
     switch (e.kind) {
       case Entry::Kind::kernel:
         args = e.args;

@@ -75,6 +75,11 @@ class Capture {
 
   // Runs the recorded work once more, in order (the backend's Backend::replay).
   void replay();
+  // Tests: another order for replays to run the entries in, a permutation of them (empty:
+  // the list's order). The portable replay follows it; CUDA then replays without its graph.
+  // Any order that respects capture_order.h's dependencies gives the same results.
+  void set_replay_order(std::vector<std::size_t> order);
+  const std::vector<std::size_t>& replay_order() const { return replay_order_; }
 
   // Recording (the thread's current capture; see record_* below).
   void add_kernel(const std::string& kernel, const Dispatch& d, const std::vector<KernelArg>& args);
@@ -100,6 +105,7 @@ class Capture {
   std::string host_read_;
   std::uint64_t generation_ = 0;
   std::size_t cursor_ = 0, patch_end_ = 0;
+  std::vector<std::size_t> replay_order_;
 };
 
 // The calling thread's capture while it records, or while it patches one, else nullptr.

@@ -119,4 +119,11 @@ bool compile_fusion() {
   return named_choice("FASTMETAL_COMPILE_FUSION", kFusion) != 0;
 }
 
+int compile_streams() {
+  static const Choice kStreams[] = {{"1", 1}, {"2", 2}, {"3", 3}, {"4", 4},
+                                    {"5", 5}, {"6", 6}, {"7", 7}, {"8", 8}};
+  const int n = named_choice("FASTMETAL_COMPILE_STREAMS", kStreams);
+  return n > 0 ? n : 4;
+}
+
 }  // namespace fm::env

@@ -62,5 +62,10 @@ int sdpa_backward();
 // kernels before them (ops/capture_fusion.h): "1" (the default where unset) or "0" (off: to
 // measure the fusions, or to rule them out). Anything else is report()ed and gives 1.
 bool compile_fusion();
+// FASTMETAL_COMPILE_STREAMS: on how many streams a compiled step's CUDA graph is recorded,
+// so that launches which do not depend on each other run side by side
+// (capture_order.h): "1" (the list's order, one chain) to "8"; 4 where unset. Anything else
+// is report()ed and gives 4.
+int compile_streams();
 
 }  // namespace fm::env

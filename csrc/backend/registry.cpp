@@ -146,6 +146,7 @@ std::vector<std::string> config_problems() {
   sdpa_forward();  // an op's hook, read on every call: checked here too so a typo warns
   sdpa_backward();
   compile_fusion();
+  compile_streams();
   std::vector<std::string> all = reported();
   std::lock_guard<std::mutex> lock(registry().mu);
   if (!registry().env_error.empty()) all.push_back(registry().env_error);

@@ -4,10 +4,16 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "backend/capture.h"
+#include "backend/capture_order.h"
 #include "core/errors.h"
 #include "ops/capture_fusion.h"
 #include "python/bindings.h"
@@ -51,6 +57,45 @@ void bind_capture(py::module_& m) {
              return names;
            },
            "The kernels a replay launches, in order (tests).")
+      .def("dependencies",
+           [](const capture::Capture& c) {
+             return capture::dependencies(
+                 c, [&c](const capture::Entry& e) { return c.backend().written_args(e.kernel); });
+           },
+           "For each recorded entry, the earlier entries it waits for directly "
+           "(backend/capture_order.h; tests).")
+      .def("accesses",
+           [](const capture::Capture& c) {
+             // (kind, [(address, bytes, written)]) per entry: what capture_order.h compares.
+             std::vector<std::pair<std::string, std::vector<std::tuple<std::uintptr_t, std::size_t, bool>>>> out;
+             for (const capture::Entry& e : c.entries()) {
+               std::vector<std::tuple<std::uintptr_t, std::size_t, bool>> touched;
+               std::string kind = e.kernel;
+               if (e.kind == capture::Entry::Kind::kernel) {
+                 const std::uint32_t w = c.backend().written_args(e.kernel);
+                 for (std::size_t k = 0; k < e.args.size(); ++k)
+                   if (const StoragePtr& s = e.args[k].storage)
+                     touched.emplace_back(capture::allocation_address(*s),
+                                          std::max(s->nbytes, s->capacity), (w >> k) & 1u);
+               } else if (e.kind == capture::Entry::Kind::upload) {
+                 kind = "upload";
+                 touched.emplace_back(capture::allocation_address(*e.dst),
+                                      std::max(e.dst->nbytes, e.dst->capacity), true);
+               } else {
+                 kind = e.kind == capture::Entry::Kind::fused ? "fused" : "host_call";
+               }
+               out.emplace_back(kind, std::move(touched));
+             }
+             return out;
+           },
+           "Per entry: its kernel ('upload', 'fused', 'host_call' for the others) and the "
+           "allocations its buffers lie in, as (address, bytes, written) (tests).")
+      .def_property("replay_order",
+                    [](const capture::Capture& c) { return c.replay_order(); },
+                    [](capture::Capture& c, std::vector<std::size_t> order) {
+                      c.set_replay_order(std::move(order));
+                    },
+                    "Tests: the order replays run the entries in ([] = as recorded).")
       .def_property_readonly("device", [](const capture::Capture& c) { return c.backend().name(); })
       .def_property_readonly("host_read", [](const capture::Capture& c) { return c.host_read(); })
       .def_property_readonly("arena_bytes", [](const capture::Capture& c) { return c.arena().size(); })

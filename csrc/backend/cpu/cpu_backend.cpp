@@ -137,6 +137,10 @@ class CpuBackend final : public Backend {
   bool has_kernel(const std::string& kernel) override {
     return kernel_table().find(kernel) != nullptr;
   }
+  std::uint32_t written_args(const std::string& kernel) const override {
+    const KernelInfo* info = kernel_table().find(kernel);
+    return info != nullptr ? info->writes : ~0u;
+  }
   const NativeOp* native_op(const char* name) const override { return native_ops().find(name); }
 
  private:

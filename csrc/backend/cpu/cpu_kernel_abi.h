@@ -38,6 +38,8 @@ using Entry = void (*)(const Launch&, void* const*);
 struct KernelInfo {
   Entry fn;
   Mode mode;
+  // Bit i: [[buffer(i)]] is device memory the kernel may write (not declared const).
+  std::uint32_t writes;
 };
 
 using KernelTable = ::fm::KernelTable<KernelInfo>;

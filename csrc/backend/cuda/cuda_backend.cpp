@@ -11,6 +11,8 @@
 #include "../../core/allocator.h"
 #include "../../core/errors.h"
 #include "../capture.h"
+#include "../capture_order.h"
+#include "../env_config.h"
 #include "../launch.h"
 #include "../registry.h"
 #include "cuda_kernel_abi.h"
@@ -113,6 +115,12 @@ class CudaBackend final : public Backend {
 
   void run_kernel(const std::string& kernel, const Dispatch& d,
                   const std::vector<KernelArg>& args) override {
+    launch_on(stream_, kernel, d, args);
+  }
+
+  // run_kernel onto stream `s` (a compiled step's graph records its branches on several).
+  void launch_on(cudaStream_t s, const std::string& kernel, const Dispatch& d,
+                 const std::vector<KernelArg>& args) {
     const cudak::KernelInfo* info = &checked_kernel(cudak::kernel_table().find(kernel), "CUDA",
                                                     kernel, args.size(), cudak::kMaxArgs);
     const GroupCounts counts = group_counts(d);
@@ -152,8 +160,7 @@ class CudaBackend final : public Backend {
       // Pageable source: staged by the driver before the call returns, copied in stream
       // order. The block may die right after the launch (stream order protects it).
       StoragePtr& blk = blocks[next++];
-      check(cudaMemcpyAsync(blk->handle, args[i].bytes, args[i].size, cudaMemcpyHostToDevice,
-                            stream_),
+      check(cudaMemcpyAsync(blk->handle, args[i].bytes, args[i].size, cudaMemcpyHostToDevice, s),
             "cudaMemcpyAsync");
       a.ptr[i] = blk->handle;
     }
@@ -164,7 +171,7 @@ class CudaBackend final : public Backend {
         const dim3 grid(dims.num_groups.x, std::min(kMaxBlocksYZ, dims.num_groups.y - y0),
                         std::min(kMaxBlocksYZ, dims.num_groups.z - z0));
         void* params[] = {&a, &dims};
-        check(cudaLaunchKernel(info->fn, grid, block, params, 0, stream_), "kernel launch");
+        check(cudaLaunchKernel(info->fn, grid, block, params, 0, s), "kernel launch");
       }
   }
 
@@ -184,6 +191,7 @@ class CudaBackend final : public Backend {
 
   void replay(capture::Capture& c) override {
     if (c.size() == 0) return;
+    if (!c.replay_order().empty()) return Backend::replay(c);  // a test's order: no graph
     std::lock_guard<std::recursive_mutex> lock(mu_);
     check(cudaSetDevice(device_), "cudaSetDevice");
     auto state = std::static_pointer_cast<GraphState>(c.backend_state);
@@ -214,6 +222,10 @@ class CudaBackend final : public Backend {
   bool has_kernel(const std::string& kernel) override {
     return cudak::kernel_table().find(kernel) != nullptr;
   }
+  std::uint32_t written_args(const std::string& kernel) const override {
+    const cudak::KernelInfo* info = cudak::kernel_table().find(kernel);
+    return info != nullptr ? info->writes : ~0u;
+  }
 
   // Copies go through stream_, behind the kernels already queued there: a plain cudaMemcpy
   // runs on the legacy default stream, which a non-blocking stream does not wait for.
@@ -240,39 +252,104 @@ class CudaBackend final : public Backend {
 
  private:
   // Called with mu_ held. Host calls (the CPU's native ops) never exist on this device.
+  // The graph's edges are the capture's data dependencies (capture_order.h), not its list
+  // order: each launch is recorded on one of up to FASTMETAL_COMPILE_STREAMS capture
+  // streams (forked from stream_, joined back at the end), after waiting for the events of
+  // the launches it depends on that ran on other streams. Independent launches (a layer's
+  // weight and bias gradients beside its input gradient, the optimizer's update of a layer
+  // whose gradient is done) become parallel branches the GPU may run side by side. One
+  // stream gives the list's order, a chain, as before.
   void record_graph(capture::Capture& c, GraphState& state) {
+    const std::vector<capture::Entry>& entries = c.entries();
+    const std::size_t lanes = std::min<std::size_t>(env::compile_streams(), 1 + kSideStreams);
+    const auto deps = capture::dependencies(
+        c, [this](const capture::Entry& e) { return written_args(e.kernel); });
+    std::vector<cudaStream_t> streams{stream_};
+    for (std::size_t k = 1; k < lanes; ++k) streams.push_back(side_stream(k - 1));
+    // done[i]: recorded after entry i on its stream (waited for by dependents elsewhere).
+    std::vector<cudaEvent_t> done(entries.size() + 1, nullptr);
+    auto event = [&](std::size_t i) {
+      if (done[i] == nullptr)
+        check(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate");
+      return done[i];
+    };
+    const std::size_t fork = entries.size();  // the event that joins the side streams
+    std::vector<std::ptrdiff_t> on(entries.size(), -1);   // entry -> stream index
+    std::vector<std::ptrdiff_t> last(streams.size(), -1); // stream -> its last entry
+    cudaGraph_t graph = nullptr;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
           "cudaStreamBeginCapture");
-    cudaGraph_t graph = nullptr;
     try {
+      check(cudaEventRecord(event(fork), stream_), "cudaEventRecord");
+      for (std::size_t k = 1; k < streams.size(); ++k)
+        check(cudaStreamWaitEvent(streams[k], event(fork), 0), "cudaStreamWaitEvent");
       std::vector<KernelArg> args;
-      for (const capture::Entry& e : c.entries()) {
+      for (std::size_t j = 0; j < entries.size(); ++j) {
+        const capture::Entry& e = entries[j];
+        if (e.kind == capture::Entry::Kind::fused) continue;
+        if (e.kind == capture::Entry::Kind::upload && e.n == 0) continue;
+        if (e.kind == capture::Entry::Kind::host_call)
+          throw BackendError("[fastmetal.compile] internal: a host call recorded on cuda");
+        const std::size_t k = choose_stream(deps[j], on, last);
+        for (std::size_t d : deps[j])
+          if (on[d] >= 0 && std::size_t(on[d]) != k)
+            check(cudaStreamWaitEvent(streams[k], event(d), 0), "cudaStreamWaitEvent");
         if (e.kind == capture::Entry::Kind::kernel) {
           args = e.args;
           for (const auto& [i, at] : e.blocks) args[i] = KernelArg::buffer(state.arena, at);
-          run_kernel(e.kernel, e.dispatch, args);
-        } else if (e.kind == capture::Entry::Kind::fused) {
-          continue;
-        } else if (e.kind == capture::Entry::Kind::upload) {
-          if (e.n == 0) continue;
+          launch_on(streams[k], e.kernel, e.dispatch, args);
+        } else {
           check(cudaMemcpyAsync(static_cast<char*>(e.dst->handle) + e.dst_offset,
                                 static_cast<const char*>(state.arena->handle) + e.at, e.n,
-                                cudaMemcpyDeviceToDevice, stream_),
+                                cudaMemcpyDeviceToDevice, streams[k]),
                 "cudaMemcpyAsync in a capture");
-        } else {
-          throw BackendError("[fastmetal.compile] internal: a host call recorded on cuda");
         }
+        on[j] = std::ptrdiff_t(k);
+        last[k] = std::ptrdiff_t(j);
+        if (streams.size() > 1) check(cudaEventRecord(event(j), streams[k]), "cudaEventRecord");
+      }
+      for (std::size_t k = 1; k < streams.size(); ++k) {  // join: stream_ waits for every branch
+        check(cudaEventRecord(event(fork), streams[k]), "cudaEventRecord");
+        check(cudaStreamWaitEvent(stream_, event(fork), 0), "cudaStreamWaitEvent");
       }
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);
       if (graph != nullptr) cudaGraphDestroy(graph);
       cudaGetLastError();
+      destroy_events(done);
       throw;
     }
-    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    destroy_events(done);  // the captured waits are graph edges now
+    check(ended, "cudaStreamEndCapture");
     const cudaError_t made = cudaGraphInstantiateWithFlags(&state.exec, graph, 0);
     cudaGraphDestroy(graph);
     check(made, "cudaGraphInstantiate");
+  }
+
+  // The stream an entry is recorded on: that of its latest dependency whose stream has run
+  // nothing since (the chain goes on without a wait); else the stream idle longest.
+  static std::size_t choose_stream(const std::vector<std::size_t>& deps,
+                                   const std::vector<std::ptrdiff_t>& on,
+                                   const std::vector<std::ptrdiff_t>& last) {
+    for (std::size_t d : deps)  // decreasing order: the latest first
+      if (on[d] >= 0 && last[std::size_t(on[d])] == std::ptrdiff_t(d)) return std::size_t(on[d]);
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < last.size(); ++k)
+      if (last[k] < last[best]) best = k;
+    return best;
+  }
+
+  static void destroy_events(std::vector<cudaEvent_t>& events) {
+    for (cudaEvent_t& ev : events)
+      if (ev != nullptr) cudaEventDestroy(ev), ev = nullptr;
+  }
+
+  // The k-th extra stream a graph is recorded on, made at first use.
+  cudaStream_t side_stream(std::size_t k) {
+    if (side_[k] == nullptr)
+      check(cudaStreamCreateWithFlags(&side_[k], cudaStreamNonBlocking), "cudaStreamCreate");
+    return side_[k];
   }
 
   // Waits for everything queued on stream_ (by any thread); a kernel's fault surfaces here.
@@ -285,6 +362,9 @@ class CudaBackend final : public Backend {
   std::int64_t resident_threads_ = 0;
   bool inline_args_ = true;
   cudaStream_t stream_ = nullptr;  // before pool_: the pool's free waits on it
+  // Streams only a graph's recording uses (record_graph): work never runs on them.
+  static constexpr std::size_t kSideStreams = 7;
+  cudaStream_t side_[kSideStreams] = {};
   CachingAllocator pool_;
   // Orders launches and copies of all threads on stream_; recursive because replay() holds
   // it while run_kernel() records a CUDA graph (no other thread may enqueue meanwhile).

@@ -47,6 +47,9 @@ struct KernelInfo {
   // kernel reads it through arg_ptr). `device` buffers are read as a.ptr[i] directly, so an
   // argument block bound to one is copied to device memory.
   std::uint32_t inline_ok;
+  // Bit i: [[buffer(i)]] is device memory the kernel may write (not declared const): what
+  // a compiled step's graph orders its launches by (capture_order.h).
+  std::uint32_t writes;
 };
 
 using KernelTable = ::fm::KernelTable<KernelInfo>;
