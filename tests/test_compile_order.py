@@ -146,6 +146,48 @@ def test_dependencies_are_the_conflicts_and_nothing_more(device, kernels, conv_k
     assert unordered > 0
 
 
+@pytest.mark.parametrize("max_lanes", [1, 2, 8])
+def test_lanes_order_what_the_dependencies_ask(device, kernels, conv_kernels, max_lanes):
+    """How CUDA spreads the graph over its streams (capture::assign_lanes): each lane runs in
+    order, and a wait makes a lane run after the awaited entry and what was before it. Every
+    dependency must be so ordered; with enough lanes nothing else is (no edge the
+    dependencies lack), and one lane is the list's order. With two or more, lane 0 (CUDA's
+    high-priority stream) holds a longest path through the dependencies, and nothing else."""
+    *_, run = _train(device, compiled=True, steps=3)
+    cap = _capture(run)
+    deps = cap.dependencies()
+    lane, waits = cap.lanes(max_lanes)
+    reach = _ancestors(deps)
+    done_before, last_on = [], {}
+    for j in range(len(deps)):
+        before = set()
+        if lane[j] >= 0:
+            assert 0 <= lane[j] < max_lanes
+            if lane[j] in last_on:
+                prev = last_on[lane[j]]
+                before |= done_before[prev] | {prev}
+            for d in waits[j]:
+                assert d < j and lane[d] != lane[j]
+                before |= done_before[d] | {d}
+            last_on[lane[j]] = j
+        else:
+            assert not deps[j] and not waits[j]
+        done_before.append(before)
+        assert set(deps[j]) <= before, (j, deps[j], lane[j], waits[j])
+    extra = sum(len(done_before[j] - reach[j]) for j in range(len(deps)) if lane[j] >= 0)
+    if max_lanes == 1:
+        assert set(lane) <= {0, -1} and not any(waits)
+    else:
+        longest = [0] * len(deps)  # launches on the longest path ending at j
+        for j, d in enumerate(deps):
+            longest[j] = 0 if lane[j] < 0 else 1 + max((longest[i] for i in d), default=0)
+        chain = [j for j in range(len(deps)) if lane[j] == 0]
+        assert len(chain) == max(longest)
+        assert all(a in reach[b] for a, b in zip(chain, chain[1:]))
+    if max_lanes == 8:
+        assert extra == 0 and max(lane) > 0
+
+
 def test_written_buffers_follow_the_kernel_signatures(device, kernels):
     def f(a, b):
         return fm.exp(a @ b) + 1.0

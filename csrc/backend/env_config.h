@@ -64,8 +64,9 @@ int sdpa_backward();
 bool compile_fusion();
 // FASTMETAL_COMPILE_STREAMS: on how many streams a compiled step's CUDA graph is recorded,
 // so that launches which do not depend on each other run side by side
-// (capture_order.h): "1" (the list's order, one chain) to "8"; 4 where unset. Anything else
-// is report()ed and gives 4.
+// (capture_order.h): "1" (the list's order, one chain) to "8"; 4 where unset (on an H100
+// the MNIST step ran 0.286 ms on 4, 0.289 on 8, 0.325 on 1). Anything else is report()ed
+// and gives 4.
 int compile_streams();
 
 }  // namespace fm::env

@@ -21,6 +21,13 @@
 namespace fm::python {
 namespace py = pybind11;
 
+namespace {
+capture::Order order_of(const capture::Capture& c) {
+  return capture::order_of(
+      c, [&c](const capture::Entry& e) { return c.backend().written_args(e.kernel); });
+}
+}  // namespace
+
 void bind_capture(py::module_& m) {
   py::class_<capture::Capture, std::shared_ptr<capture::Capture>>(
       m, "_Capture",
@@ -58,12 +65,17 @@ void bind_capture(py::module_& m) {
            },
            "The kernels a replay launches, in order (tests).")
       .def("dependencies",
-           [](const capture::Capture& c) {
-             return capture::dependencies(
-                 c, [&c](const capture::Entry& e) { return c.backend().written_args(e.kernel); });
-           },
+           [](const capture::Capture& c) { return order_of(c).deps; },
            "For each recorded entry, the earlier entries it waits for directly "
            "(backend/capture_order.h; tests).")
+      .def("lanes",
+           [](const capture::Capture& c, int max_lanes) {
+             const capture::Lanes l = capture::assign_lanes(c, order_of(c), max_lanes);
+             return std::make_pair(l.lane, l.waits);
+           },
+           py::arg("max_lanes"),
+           "(lane per entry, -1 where skipped; the entries of other lanes each one waits for): "
+           "how CUDA spreads the graph over its streams (backend/capture_order.h; tests).")
       .def("accesses",
            [](const capture::Capture& c) {
              // (kind, [(address, bytes, written)]) per entry: what capture_order.h compares.

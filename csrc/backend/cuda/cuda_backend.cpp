@@ -118,9 +118,10 @@ class CudaBackend final : public Backend {
     launch_on(stream_, kernel, d, args);
   }
 
-  // run_kernel onto stream `s` (a compiled step's graph records its branches on several).
+  // run_kernel onto stream `s` (a compiled step's graph records its branches on several);
+  // a `priority` other than 0 goes with the launch (a graph's critical chain).
   void launch_on(cudaStream_t s, const std::string& kernel, const Dispatch& d,
-                 const std::vector<KernelArg>& args) {
+                 const std::vector<KernelArg>& args, int priority = 0) {
     const cudak::KernelInfo* info = &checked_kernel(cudak::kernel_table().find(kernel), "CUDA",
                                                     kernel, args.size(), cudak::kMaxArgs);
     const GroupCounts counts = group_counts(d);
@@ -171,7 +172,20 @@ class CudaBackend final : public Backend {
         const dim3 grid(dims.num_groups.x, std::min(kMaxBlocksYZ, dims.num_groups.y - y0),
                         std::min(kMaxBlocksYZ, dims.num_groups.z - z0));
         void* params[] = {&a, &dims};
-        check(cudaLaunchKernel(info->fn, grid, block, params, 0, s), "kernel launch");
+        if (priority == 0) {
+          check(cudaLaunchKernel(info->fn, grid, block, params, 0, s), "kernel launch");
+          continue;
+        }
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributePriority;
+        attr.val.priority = priority;
+        cudaLaunchConfig_t config{};
+        config.gridDim = grid;
+        config.blockDim = block;
+        config.stream = s;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        check(cudaLaunchKernelExC(&config, info->fn, params), "kernel launch");
       }
   }
 
@@ -254,18 +268,22 @@ class CudaBackend final : public Backend {
   // Called with mu_ held. Host calls (the CPU's native ops) never exist on this device.
   // The graph's edges are the capture's data dependencies (capture_order.h), not its list
   // order: each launch is recorded on one of up to FASTMETAL_COMPILE_STREAMS capture
-  // streams (forked from stream_, joined back at the end), after waiting for the events of
-  // the launches it depends on that ran on other streams. Independent launches (a layer's
-  // weight and bias gradients beside its input gradient, the optimizer's update of a layer
-  // whose gradient is done) become parallel branches the GPU may run side by side. One
-  // stream gives the list's order, a chain, as before.
+  // streams (capture::assign_lanes; forked from stream_, joined back at the end), after
+  // waiting for the events of the launches it depends on that ran on other streams.
+  // Independent launches (a layer's weight and bias gradients beside its input gradient,
+  // the optimizer's update of a layer whose gradient is done) become parallel branches the
+  // GPU may run side by side. One stream gives the list's order, a chain, as before.
   void record_graph(capture::Capture& c, GraphState& state) {
     const std::vector<capture::Entry>& entries = c.entries();
-    const std::size_t lanes = std::min<std::size_t>(env::compile_streams(), 1 + kSideStreams);
-    const auto deps = capture::dependencies(
-        c, [this](const capture::Entry& e) { return written_args(e.kernel); });
-    std::vector<cudaStream_t> streams{stream_};
-    for (std::size_t k = 1; k < lanes; ++k) streams.push_back(side_stream(k - 1));
+    const capture::Order order =
+        capture::order_of(c, [this](const capture::Entry& e) { return written_args(e.kernel); });
+    const capture::Lanes lanes =
+        capture::assign_lanes(c, order, std::min<int>(env::compile_streams(), 1 + kSideStreams));
+    // With a critical lane, every lane is a side stream (the critical one first, at the
+    // device's highest priority) and stream_ only forks and joins them.
+    std::vector<cudaStream_t> streams{lanes.critical_lane ? priority_stream() : stream_};
+    for (int k = 1; k < lanes.used; ++k) streams.push_back(side_stream(std::size_t(k - 1)));
+    const std::size_t first_side = lanes.critical_lane ? 0 : 1;
     // done[i]: recorded after entry i on its stream (waited for by dependents elsewhere).
     std::vector<cudaEvent_t> done(entries.size() + 1, nullptr);
     auto event = [&](std::size_t i) {
@@ -274,41 +292,36 @@ class CudaBackend final : public Backend {
       return done[i];
     };
     const std::size_t fork = entries.size();  // the event that joins the side streams
-    std::vector<std::ptrdiff_t> on(entries.size(), -1);   // entry -> stream index
-    std::vector<std::ptrdiff_t> last(streams.size(), -1); // stream -> its last entry
     cudaGraph_t graph = nullptr;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
           "cudaStreamBeginCapture");
     try {
       check(cudaEventRecord(event(fork), stream_), "cudaEventRecord");
-      for (std::size_t k = 1; k < streams.size(); ++k)
+      for (std::size_t k = first_side; k < streams.size(); ++k)
         check(cudaStreamWaitEvent(streams[k], event(fork), 0), "cudaStreamWaitEvent");
       std::vector<KernelArg> args;
       for (std::size_t j = 0; j < entries.size(); ++j) {
         const capture::Entry& e = entries[j];
-        if (e.kind == capture::Entry::Kind::fused) continue;
-        if (e.kind == capture::Entry::Kind::upload && e.n == 0) continue;
         if (e.kind == capture::Entry::Kind::host_call)
           throw BackendError("[fastmetal.compile] internal: a host call recorded on cuda");
-        const std::size_t k = choose_stream(deps[j], on, last);
-        for (std::size_t d : deps[j])
-          if (on[d] >= 0 && std::size_t(on[d]) != k)
-            check(cudaStreamWaitEvent(streams[k], event(d), 0), "cudaStreamWaitEvent");
+        if (lanes.lane[j] < 0) continue;  // fused, or an empty upload
+        cudaStream_t s = streams[std::size_t(lanes.lane[j])];
+        for (std::size_t d : lanes.waits[j])
+          check(cudaStreamWaitEvent(s, event(d), 0), "cudaStreamWaitEvent");
         if (e.kind == capture::Entry::Kind::kernel) {
           args = e.args;
           for (const auto& [i, at] : e.blocks) args[i] = KernelArg::buffer(state.arena, at);
-          launch_on(streams[k], e.kernel, e.dispatch, args);
+          launch_on(s, e.kernel, e.dispatch, args,
+                    lanes.critical_lane && lanes.lane[j] == 0 ? high_priority_ : 0);
         } else {
           check(cudaMemcpyAsync(static_cast<char*>(e.dst->handle) + e.dst_offset,
                                 static_cast<const char*>(state.arena->handle) + e.at, e.n,
-                                cudaMemcpyDeviceToDevice, streams[k]),
+                                cudaMemcpyDeviceToDevice, s),
                 "cudaMemcpyAsync in a capture");
         }
-        on[j] = std::ptrdiff_t(k);
-        last[k] = std::ptrdiff_t(j);
-        if (streams.size() > 1) check(cudaEventRecord(event(j), streams[k]), "cudaEventRecord");
+        if (streams.size() > 1) check(cudaEventRecord(event(j), s), "cudaEventRecord");
       }
-      for (std::size_t k = 1; k < streams.size(); ++k) {  // join: stream_ waits for every branch
+      for (std::size_t k = first_side; k < streams.size(); ++k) {  // join: stream_ waits for all
         check(cudaEventRecord(event(fork), streams[k]), "cudaEventRecord");
         check(cudaStreamWaitEvent(stream_, event(fork), 0), "cudaStreamWaitEvent");
       }
@@ -322,27 +335,27 @@ class CudaBackend final : public Backend {
     const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
     destroy_events(done);  // the captured waits are graph edges now
     check(ended, "cudaStreamEndCapture");
-    const cudaError_t made = cudaGraphInstantiateWithFlags(&state.exec, graph, 0);
+    const cudaError_t made = cudaGraphInstantiateWithFlags(
+        &state.exec, graph, lanes.critical_lane ? cudaGraphInstantiateFlagUseNodePriority : 0);
     cudaGraphDestroy(graph);
     check(made, "cudaGraphInstantiate");
-  }
-
-  // The stream an entry is recorded on: that of its latest dependency whose stream has run
-  // nothing since (the chain goes on without a wait); else the stream idle longest.
-  static std::size_t choose_stream(const std::vector<std::size_t>& deps,
-                                   const std::vector<std::ptrdiff_t>& on,
-                                   const std::vector<std::ptrdiff_t>& last) {
-    for (std::size_t d : deps)  // decreasing order: the latest first
-      if (on[d] >= 0 && last[std::size_t(on[d])] == std::ptrdiff_t(d)) return std::size_t(on[d]);
-    std::size_t best = 0;
-    for (std::size_t k = 1; k < last.size(); ++k)
-      if (last[k] < last[best]) best = k;
-    return best;
   }
 
   static void destroy_events(std::vector<cudaEvent_t>& events) {
     for (cudaEvent_t& ev : events)
       if (ev != nullptr) cudaEventDestroy(ev), ev = nullptr;
+  }
+
+  // The stream a graph's critical chain is recorded on, at the device's highest priority.
+  cudaStream_t priority_stream() {
+    if (priority_ == nullptr) {
+      int least = 0, greatest = 0;
+      check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+      high_priority_ = greatest;
+      check(cudaStreamCreateWithPriority(&priority_, cudaStreamNonBlocking, greatest),
+            "cudaStreamCreateWithPriority");
+    }
+    return priority_;
   }
 
   // The k-th extra stream a graph is recorded on, made at first use.
@@ -365,6 +378,8 @@ class CudaBackend final : public Backend {
   // Streams only a graph's recording uses (record_graph): work never runs on them.
   static constexpr std::size_t kSideStreams = 7;
   cudaStream_t side_[kSideStreams] = {};
+  cudaStream_t priority_ = nullptr;
+  int high_priority_ = 0;
   CachingAllocator pool_;
   // Orders launches and copies of all threads on stream_; recursive because replay() holds
   // it while run_kernel() records a CUDA graph (no other thread may enqueue meanwhile).
