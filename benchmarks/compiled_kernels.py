@@ -6,6 +6,11 @@ kernels were measured (docs/BENCHMARKS.md, eighth session).
     python benchmarks/compiled_kernels.py            # device time per step, by kernel
     python benchmarks/compiled_kernels.py --timeline # one replay, in order, with grids
     FASTMETAL_COMPILE_FUSION=0 python benchmarks/compiled_kernels.py   # without the fusions
+    FASTMETAL_COMPILE_STREAMS=1 python benchmarks/compiled_kernels.py  # one chain
+
+The replay's graph runs independent kernels side by side (FASTMETAL_COMPILE_STREAMS, default
+4), and kernels that share the GPU each take longer: per-kernel times are each kernel's own
+only with FASTMETAL_COMPILE_STREAMS=1; the timeline's span is the step's time either way.
 
 Needs a CUDA build of fastmetal and PyTorch with CUDA (its profiler only; the step is
 fastmetal's alone): the MNIST example network, Adadelta, batch 64, synthetic batch.
