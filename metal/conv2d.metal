@@ -293,7 +293,7 @@ struct WinogradWeight {
 };
 
 // Tile shapes (rows x columns of C, threads = (BM/TM) * (BN/TN)); the host picks one per
-// device and problem (csrc/ops/conv2d.cpp, docs/gpu_kernels.md says why):
+// device and problem (csrc/ops/conv2d_gemm.cpp, docs/gpu_kernels.md says why):
 //   128x128, 8x8 per thread, 256 threads, BK 8: large problems on NVIDIA-class GPUs
 //   64x128,  8x8 per thread, 128 threads, BK 8: 64-row products, or too few 128x128 tiles
 //   64x64,   4x8 per thread, 128 threads, BK 16: Apple GPUs (MLX's 64x64x16 shape)
@@ -332,7 +332,7 @@ FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x128", conv2d_gemm, WinogradWeigh
 FM_INSTANTIATE("conv2d_winograd4_weight_gemm_64x64", conv2d_gemm, WinogradWeight<4>, 64, 64, 16, 4, 8, false);
 FM_INSTANTIATE("conv2d_winograd4_weight_gemm_32x64", conv2d_gemm, WinogradWeight<4>, 32, 64, 16, 4, 4, false);
 // The same products with 16-byte loads, where the host finds every operand row 16-byte
-// aligned and a multiple of 4 long (csrc/ops/conv2d.cpp, winograd_vec4).
+// aligned and a multiple of 4 long (csrc/ops/conv2d_winograd.cpp, winograd_vec4).
 FM_INSTANTIATE("conv2d_winograd_gemm_128x128_vec4", conv2d_gemm, WinogradForward<2>, 128, 128, 8, 8, 8, true);
 FM_INSTANTIATE("conv2d_winograd_gemm_64x128_vec4", conv2d_gemm, WinogradForward<2>, 64, 128, 8, 8, 8, true);
 FM_INSTANTIATE("conv2d_winograd_gemm_64x64_vec4", conv2d_gemm, WinogradForward<2>, 64, 64, 16, 4, 8, true);
@@ -499,7 +499,7 @@ FM_INSTANTIATE("conv2d_backward_weight_reduce", conv2d_reduce, WeightDot);
 // index and bounds arithmetic of a tap is done once for all the lanes. (A first version
 // with the lanes over positions redid it for every channel: 31.8 us.) The runs' sums meet in
 // threadgroup memory and are added in run order into ws[co * cols + col][chunk];
-// reduce.metal's row sum then adds each weight's chunks (csrc/ops/conv2d.cpp). With `flags`
+// reduce.metal's row sum then adds each weight's chunks (csrc/ops/conv2d_gemm.cpp). With `flags`
 // bit 0 the bias gradient comes along: the sums of gy (one more add a position) into
 // wsb[co][chunk], in place of conv2d_bias_grad_chunks' second pass over gy. Fixed orders
 // throughout; any group size (virtual threads).

@@ -3,7 +3,7 @@
 // for every pass. The products between the transforms are independent GEMMs, one per
 // transform point (16 or 36), run by conv2d_gemm with the WinogradForward<m> /
 // WinogradWeight<m> problems of metal/conv2d.metal. The host's choice:
-// csrc/ops/conv2d.cpp (winograd_choice); the design: docs/gpu_kernels.md.
+// csrc/ops/conv2d_winograd.cpp (winograd_choice); the design: docs/gpu_kernels.md.
 //
 // Each 2x2 block of outputs (a "tile") is Y = A^T [ (G g G^T) (.) (B^T d B) ] A, d the 4x4
 // input patch it reads, g a 3x3 filter, (.) the elementwise product over the 4x4 transform

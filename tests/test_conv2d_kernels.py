@@ -21,7 +21,7 @@ from thread_harness import threaded_mismatches
 kernel_path = pytest.fixture(msl_conv_kernels_on_cpu)
 
 
-GEMM_TILES = ("128x128", "64x128", "64x64", "32x64")  # csrc/ops/conv2d.cpp kTiles
+GEMM_TILES = ("128x128", "64x128", "64x64", "32x64")  # csrc/ops/conv2d_gemm.h kTiles
 
 
 # ----------------------------------------------------------------------------- MSL kernels
