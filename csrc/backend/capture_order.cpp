@@ -6,13 +6,10 @@
 namespace fm::capture {
 namespace {
 
-struct Access {
-  std::uintptr_t begin, end;  // the whole allocation
-  bool write;
-};
-
+// The whole allocation: host-visible memory (cpu, metal) by its address, else the device
+// pointer (cuda).
 Access access_of(const Storage& s, bool write) {
-  const auto begin = allocation_address(s);
+  const auto begin = reinterpret_cast<std::uintptr_t>(s.host != nullptr ? s.host : s.handle);
   const std::size_t n = std::max(s.nbytes, s.capacity);
   return {begin, begin + std::max<std::size_t>(n, 1), write};
 }
@@ -30,27 +27,26 @@ bool skipped(const Entry& e) {
 
 }  // namespace
 
-std::uintptr_t allocation_address(const Storage& s) {
-  // host-visible memory (cpu, metal) by its address; else the device pointer (cuda)
-  return reinterpret_cast<std::uintptr_t>(s.host != nullptr ? s.host : s.handle);
+std::vector<Access> accesses(const Capture& c, const Entry& e) {
+  std::vector<Access> out;
+  if (e.kind == Entry::Kind::kernel) {
+    const std::uint32_t w = c.backend().written_args(e.kernel);
+    for (std::size_t k = 0; k < e.args.size(); ++k)
+      if (e.args[k].storage) out.push_back(access_of(*e.args[k].storage, (w >> k) & 1u));
+  } else if (e.kind == Entry::Kind::upload) {
+    out.push_back(access_of(*e.dst, true));
+  }
+  return out;
 }
 
-Order order_of(const Capture& c, const std::function<std::uint32_t(const Entry&)>& writes) {
+Order order_of(const Capture& c) {
   const std::vector<Entry>& entries = c.entries();
   const std::size_t n = entries.size();
   std::vector<std::vector<Access>> touched(n);
   std::vector<bool> barrier(n, false);
   for (std::size_t i = 0; i < n; ++i) {
-    const Entry& e = entries[i];
-    if (e.kind == Entry::Kind::kernel) {
-      const std::uint32_t w = writes(e);
-      for (std::size_t k = 0; k < e.args.size(); ++k)
-        if (e.args[k].storage) touched[i].push_back(access_of(*e.args[k].storage, (w >> k) & 1u));
-    } else if (e.kind == Entry::Kind::upload) {
-      touched[i].push_back(access_of(*e.dst, true));
-    } else if (e.kind == Entry::Kind::host_call) {
-      barrier[i] = true;
-    }
+    touched[i] = accesses(c, entries[i]);
+    barrier[i] = entries[i].kind == Entry::Kind::host_call;
   }
   // Walking i downwards from j - 1 reaches the later candidates first, whose ancestors then
   // cover the earlier ones (no redundant edges).

@@ -12,13 +12,12 @@
 // Two entries conflict where memory one of them writes overlaps memory the other reads or
 // writes (whole allocations are compared, so views of one block conflict, and two Storages
 // over overlapping memory do too). What a launch writes comes from its kernel's signature:
-// `device const T*` buffers are read, other `device` buffers may be written (the caller's
-// `writes` mask); argument blocks live in the capture's arena, which the replay only reads.
+// `device const T*` buffers are read, other `device` buffers may be written (the backend's
+// Backend::written_args); argument blocks live in the capture's arena, which the replay only reads.
 // Uploads write their destination. A host call (CPU native ops) is ordered after everything
 // before it and before everything after it.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "capture.h"
@@ -37,11 +36,16 @@ struct Order {
   std::vector<std::vector<std::uint64_t>> ancestors;  // bit sets, one per entry
 };
 
-// Where an allocation starts, as order_of() compares them.
-std::uintptr_t allocation_address(const Storage& s);
+// The memory an entry touches, as order_of() compares it: whole allocations [begin, end),
+// and whether the entry may write there (a kernel's writes from its backend's
+// Backend::written_args; an upload writes its destination). None for the other kinds.
+struct Access {
+  std::uintptr_t begin, end;
+  bool write;
+};
+std::vector<Access> accesses(const Capture& c, const Entry& e);
 
-// `writes(e)`: bit i set where kernel entry e's argument i may be written.
-Order order_of(const Capture& c, const std::function<std::uint32_t(const Entry&)>& writes);
+Order order_of(const Capture& c);
 
 // The entries spread over at most `max_lanes` in-order queues: lane[j] (-1 for the entries
 // a replay skips), and waits[j], the entries on other lanes that j's lane must wait for

@@ -4,7 +4,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,13 +19,6 @@
 
 namespace fm::python {
 namespace py = pybind11;
-
-namespace {
-capture::Order order_of(const capture::Capture& c) {
-  return capture::order_of(
-      c, [&c](const capture::Entry& e) { return c.backend().written_args(e.kernel); });
-}
-}  // namespace
 
 void bind_capture(py::module_& m) {
   py::class_<capture::Capture, std::shared_ptr<capture::Capture>>(
@@ -65,12 +57,12 @@ void bind_capture(py::module_& m) {
            },
            "The kernels a replay launches, in order (tests).")
       .def("dependencies",
-           [](const capture::Capture& c) { return order_of(c).deps; },
+           [](const capture::Capture& c) { return capture::order_of(c).deps; },
            "For each recorded entry, the earlier entries it waits for directly "
            "(backend/capture_order.h; tests).")
       .def("lanes",
            [](const capture::Capture& c, int max_lanes) {
-             const capture::Lanes l = capture::assign_lanes(c, order_of(c), max_lanes);
+             const capture::Lanes l = capture::assign_lanes(c, capture::order_of(c), max_lanes);
              return std::make_pair(l.lane, l.waits);
            },
            py::arg("max_lanes"),
@@ -82,20 +74,12 @@ void bind_capture(py::module_& m) {
              std::vector<std::pair<std::string, std::vector<std::tuple<std::uintptr_t, std::size_t, bool>>>> out;
              for (const capture::Entry& e : c.entries()) {
                std::vector<std::tuple<std::uintptr_t, std::size_t, bool>> touched;
-               std::string kind = e.kernel;
-               if (e.kind == capture::Entry::Kind::kernel) {
-                 const std::uint32_t w = c.backend().written_args(e.kernel);
-                 for (std::size_t k = 0; k < e.args.size(); ++k)
-                   if (const StoragePtr& s = e.args[k].storage)
-                     touched.emplace_back(capture::allocation_address(*s),
-                                          std::max(s->nbytes, s->capacity), (w >> k) & 1u);
-               } else if (e.kind == capture::Entry::Kind::upload) {
-                 kind = "upload";
-                 touched.emplace_back(capture::allocation_address(*e.dst),
-                                      std::max(e.dst->nbytes, e.dst->capacity), true);
-               } else {
-                 kind = e.kind == capture::Entry::Kind::fused ? "fused" : "host_call";
-               }
+               for (const capture::Access& a : capture::accesses(c, e))
+                 touched.emplace_back(a.begin, a.end - a.begin, a.write);
+               const char* kind = e.kind == capture::Entry::Kind::upload      ? "upload"
+                                  : e.kind == capture::Entry::Kind::fused     ? "fused"
+                                  : e.kind == capture::Entry::Kind::host_call ? "host_call"
+                                                                              : e.kernel.c_str();
                out.emplace_back(kind, std::move(touched));
              }
              return out;

@@ -275,8 +275,7 @@ class CudaBackend final : public Backend {
   // GPU may run side by side. One stream gives the list's order, a chain, as before.
   void record_graph(capture::Capture& c, GraphState& state) {
     const std::vector<capture::Entry>& entries = c.entries();
-    const capture::Order order =
-        capture::order_of(c, [this](const capture::Entry& e) { return written_args(e.kernel); });
+    const capture::Order order = capture::order_of(c);
     const capture::Lanes lanes =
         capture::assign_lanes(c, order, std::min<int>(env::compile_streams(), 1 + kSideStreams));
     // With a critical lane, every lane is a side stream (the critical one first, at the
