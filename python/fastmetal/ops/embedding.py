@@ -65,6 +65,15 @@ def _embedding_vjp(ctx, g):  # aux: the table's rows and the checked padding row
     return _core._embedding_backward(g, ctx.input, rows, pad)
 
 
+def _refuse_unbuilt_gradients(where, scale_grad_by_freq, sparse):
+    """PyTorch's embedding options for other gradients: only their default (False) is built;
+    anything else raises NotImplementedError naming the option (``where``: the caller)."""
+    for name, flag in (("scale_grad_by_freq", scale_grad_by_freq), ("sparse", sparse)):
+        if flag is not False:
+            raise NotImplementedError(f"[{where}] {name}={flag!r} is not built: only the "
+                                      "dense, unscaled gradient (False)")
+
+
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
               scale_grad_by_freq=False, sparse=False):
     """Rows of ``weight`` ``(num_embeddings, embedding_dim)`` picked by the integer ids in
@@ -80,10 +89,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     written twice with the same value). ``scale_grad_by_freq`` and ``sparse`` are PyTorch's
     options for other gradients; only their default (False) is built.
     """
-    for name, flag in (("scale_grad_by_freq", scale_grad_by_freq), ("sparse", sparse)):
-        if flag is not False:
-            raise NotImplementedError(f"[fastmetal.embedding] {name}={flag!r} is not built: "
-                                      "only the dense, unscaled gradient (False)")
+    _refuse_unbuilt_gradients("fastmetal.embedding", scale_grad_by_freq, sparse)
     if max_norm is not None:
         _renorm_picked_rows(input, weight, max_norm, norm_type)
     return _lookup(input, weight, padding_idx)

@@ -26,10 +26,7 @@ class Embedding(Module):
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, *, seed=None, rng=None,
                  device=None):
         super().__init__()
-        for name, flag in (("scale_grad_by_freq", scale_grad_by_freq), ("sparse", sparse)):
-            if flag is not False:
-                raise NotImplementedError(f"[fastmetal.nn.Embedding] {name}={flag!r} is not "
-                                          "built: only the dense, unscaled gradient (False)")
+        _embedding._refuse_unbuilt_gradients("fastmetal.nn.Embedding", scale_grad_by_freq, sparse)
         self.max_norm, self.norm_type = max_norm, norm_type
         self.num_embeddings = positive_int(num_embeddings, "num_embeddings", "Embedding")
         self.embedding_dim = positive_int(embedding_dim, "embedding_dim", "Embedding")
